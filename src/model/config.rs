@@ -1,0 +1,308 @@
+//! Hyper-parameters of a dense decoder, read from GGUF metadata or a Hugging Face `config.json`.
+
+use crate::error::{Error, Result};
+use candle_core::quantized::gguf_file;
+use serde::Deserialize;
+
+/// The decoder families treespec runs. They differ only in a few switches (see [`ModelConfig`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// Llama 2/3, SmolLM, Mistral-style dense decoders: no biases, no q/k norm.
+    Llama,
+    /// Qwen2 / Qwen2.5: q, k and v projections carry biases.
+    Qwen2,
+    /// Qwen3 (dense): RMSNorm over each head of q and k before RoPE; explicit head_dim.
+    Qwen3,
+}
+
+impl Family {
+    /// Parse a GGUF `general.architecture` or a Hugging Face `model_type` / architecture name.
+    pub fn parse(name: &str) -> Result<Self> {
+        let lower = name.to_ascii_lowercase();
+        match lower.as_str() {
+            "llama" | "llamaforcausallm" | "mistral" | "mistralforcausallm" => Ok(Family::Llama),
+            "qwen2" | "qwen2forcausallm" => Ok(Family::Qwen2),
+            "qwen3" | "qwen3forcausallm" => Ok(Family::Qwen3),
+            _ => Err(Error::UnsupportedArchitecture(name.to_string())),
+        }
+    }
+
+    /// The family's name as GGUF writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Llama => "llama",
+            Family::Qwen2 => "qwen2",
+            Family::Qwen3 => "qwen3",
+        }
+    }
+}
+
+/// How RoPE pairs the dimensions of a head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Pairs (2i, 2i+1): what llama.cpp's converter leaves in GGUF llama weights (it permutes q/k).
+    Interleaved,
+    /// Pairs (i, i + d/2): Hugging Face checkpoints, and GGUF qwen2/qwen3 ("neox" style).
+    HalfSplit,
+}
+
+/// Llama 3.x frequency scaling (`rope_scaling.rope_type = "llama3"`).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+pub struct Llama3RopeScaling {
+    /// Overall scale factor.
+    pub factor: f32,
+    /// Low-frequency factor.
+    pub low_freq_factor: f32,
+    /// High-frequency factor.
+    pub high_freq_factor: f32,
+    /// Context length the base model was trained on.
+    pub original_max_position_embeddings: usize,
+}
+
+/// Everything the decoder needs to know about a model's shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    /// Which family's switches apply.
+    pub family: Family,
+    /// Number of decoder layers.
+    pub n_layers: usize,
+    /// Width of the residual stream.
+    pub hidden: usize,
+    /// Width of the MLP's inner layer.
+    pub ffn: usize,
+    /// Query heads.
+    pub n_heads: usize,
+    /// Key/value heads (GQA when fewer than `n_heads`).
+    pub n_kv_heads: usize,
+    /// Width of one head.
+    pub head_dim: usize,
+    /// RMSNorm epsilon.
+    pub rms_eps: f64,
+    /// RoPE base frequency.
+    pub rope_theta: f32,
+    /// RoPE pairing.
+    pub rope_style: RopeStyle,
+    /// Optional Llama-3 frequency scaling.
+    pub rope_scaling: Option<Llama3RopeScaling>,
+    /// The longest context the model was trained for.
+    pub max_position: usize,
+    /// Vocabulary size (rows of the embedding).
+    pub vocab_size: usize,
+    /// q, k, v projections have biases (Qwen2).
+    pub qkv_bias: bool,
+    /// Per-head RMSNorm on q and k (Qwen3).
+    pub qk_norm: bool,
+    /// The LM head is the embedding matrix.
+    pub tie_embeddings: bool,
+}
+
+impl ModelConfig {
+    /// A config with the family's switches set and the given sizes; used by tests and loaders.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        family: Family,
+        n_layers: usize,
+        hidden: usize,
+        ffn: usize,
+        n_heads: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        vocab_size: usize,
+    ) -> Self {
+        ModelConfig {
+            family,
+            n_layers,
+            hidden,
+            ffn,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            rms_eps: 1e-6,
+            rope_theta: 10_000.0,
+            rope_style: RopeStyle::HalfSplit,
+            rope_scaling: None,
+            max_position: 4096,
+            vocab_size,
+            qkv_bias: family == Family::Qwen2,
+            qk_norm: family == Family::Qwen3,
+            tie_embeddings: false,
+        }
+    }
+
+    /// Check the numbers fit together.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::Config(m));
+        if self.n_layers == 0 || self.hidden == 0 || self.n_heads == 0 || self.head_dim == 0 {
+            return bad(format!("empty model: {self:?}"));
+        }
+        if self.n_kv_heads == 0 || !self.n_heads.is_multiple_of(self.n_kv_heads) {
+            return bad(format!(
+                "{} query heads cannot share {} key/value heads",
+                self.n_heads, self.n_kv_heads
+            ));
+        }
+        if !self.head_dim.is_multiple_of(2) {
+            return bad(format!(
+                "head_dim {} is odd; RoPE needs pairs",
+                self.head_dim
+            ));
+        }
+        if self.vocab_size == 0 {
+            return bad("vocabulary size is 0".into());
+        }
+        Ok(())
+    }
+
+    /// Read the config from GGUF metadata.
+    pub fn from_gguf(content: &gguf_file::Content) -> Result<Self> {
+        let md = &content.metadata;
+        let arch = md
+            .get("general.architecture")
+            .and_then(|v| v.to_string().ok())
+            .ok_or_else(|| Error::Config("GGUF has no general.architecture".into()))?
+            .clone();
+        let family = Family::parse(&arch)?;
+        let key = |k: &str| format!("{arch}.{k}");
+        let get_u = |k: &str| -> Result<usize> {
+            let v = md
+                .get(&key(k))
+                .ok_or_else(|| Error::Config(format!("GGUF metadata lacks `{}`", key(k))))?;
+            gguf_usize(v).ok_or_else(|| Error::Config(format!("`{}` is not an integer", key(k))))
+        };
+        let get_f = |k: &str| -> Option<f64> { md.get(&key(k)).and_then(gguf_f64) };
+        let n_heads = get_u("attention.head_count")?;
+        let hidden = get_u("embedding_length")?;
+        let n_kv_heads = get_u("attention.head_count_kv").unwrap_or(n_heads);
+        let head_dim = get_u("attention.key_length").unwrap_or(hidden / n_heads.max(1));
+        let vocab_size = match md
+            .get("tokenizer.ggml.tokens")
+            .and_then(|v| v.to_vec().ok())
+        {
+            Some(tokens) => tokens.len(),
+            None => get_u("vocab_size")?,
+        };
+        let mut cfg = ModelConfig::new(
+            family,
+            get_u("block_count")?,
+            hidden,
+            get_u("feed_forward_length")?,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            vocab_size,
+        );
+        cfg.rms_eps = get_f("attention.layer_norm_rms_epsilon").unwrap_or(1e-5);
+        cfg.rope_theta = get_f("rope.freq_base").unwrap_or(10_000.0) as f32;
+        cfg.max_position = get_u("context_length").unwrap_or(4096);
+        cfg.rope_style = match family {
+            Family::Llama => RopeStyle::Interleaved,
+            Family::Qwen2 | Family::Qwen3 => RopeStyle::HalfSplit,
+        };
+        cfg.tie_embeddings = !content.tensor_infos.contains_key("output.weight");
+        cfg.qkv_bias = content.tensor_infos.contains_key("blk.0.attn_q.bias");
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Read the config from a Hugging Face `config.json`.
+    pub fn from_hf_json(text: &str) -> Result<Self> {
+        let raw: HfConfig =
+            serde_json::from_str(text).map_err(|e| Error::Config(format!("config.json: {e}")))?;
+        let arch_name = raw
+            .architectures
+            .as_ref()
+            .and_then(|a| a.first().cloned())
+            .or_else(|| raw.model_type.clone())
+            .ok_or_else(|| Error::Config("config.json names no architecture".into()))?;
+        let family = Family::parse(&arch_name).or_else(|e| match &raw.model_type {
+            Some(mt) => Family::parse(mt),
+            None => Err(e),
+        })?;
+        let head_dim = raw
+            .head_dim
+            .unwrap_or(raw.hidden_size / raw.num_attention_heads.max(1));
+        let mut cfg = ModelConfig::new(
+            family,
+            raw.num_hidden_layers,
+            raw.hidden_size,
+            raw.intermediate_size,
+            raw.num_attention_heads,
+            raw.num_key_value_heads.unwrap_or(raw.num_attention_heads),
+            head_dim,
+            raw.vocab_size,
+        );
+        cfg.rms_eps = raw.rms_norm_eps.unwrap_or(1e-6);
+        cfg.rope_theta = raw.rope_theta.unwrap_or(10_000.0);
+        cfg.max_position = raw.max_position_embeddings.unwrap_or(4096);
+        cfg.tie_embeddings = raw.tie_word_embeddings.unwrap_or(false);
+        cfg.qkv_bias = raw.attention_bias.unwrap_or(family == Family::Qwen2);
+        if let Some(scaling) = raw.rope_scaling {
+            let kind = scaling
+                .get("rope_type")
+                .or_else(|| scaling.get("type"))
+                .and_then(|v| v.as_str())
+                .unwrap_or("default");
+            match kind {
+                "default" => {}
+                "llama3" => {
+                    cfg.rope_scaling = Some(
+                        serde_json::from_value(scaling.clone())
+                            .map_err(|e| Error::Config(format!("rope_scaling: {e}")))?,
+                    )
+                }
+                other => {
+                    return Err(Error::Config(format!(
+                        "rope_scaling type `{other}` is not supported"
+                    )))
+                }
+            }
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+#[derive(Deserialize)]
+struct HfConfig {
+    architectures: Option<Vec<String>>,
+    model_type: Option<String>,
+    hidden_size: usize,
+    intermediate_size: usize,
+    num_hidden_layers: usize,
+    num_attention_heads: usize,
+    num_key_value_heads: Option<usize>,
+    head_dim: Option<usize>,
+    vocab_size: usize,
+    rms_norm_eps: Option<f64>,
+    rope_theta: Option<f32>,
+    max_position_embeddings: Option<usize>,
+    tie_word_embeddings: Option<bool>,
+    attention_bias: Option<bool>,
+    rope_scaling: Option<serde_json::Value>,
+}
+
+/// An integer-valued GGUF metadata value as usize.
+pub(crate) fn gguf_usize(v: &gguf_file::Value) -> Option<usize> {
+    use gguf_file::Value::*;
+    match v {
+        U8(x) => Some(*x as usize),
+        U16(x) => Some(*x as usize),
+        U32(x) => Some(*x as usize),
+        U64(x) => usize::try_from(*x).ok(),
+        I8(x) => usize::try_from(*x).ok(),
+        I16(x) => usize::try_from(*x).ok(),
+        I32(x) => usize::try_from(*x).ok(),
+        I64(x) => usize::try_from(*x).ok(),
+        _ => None,
+    }
+}
+
+/// A numeric GGUF metadata value as f64.
+pub(crate) fn gguf_f64(v: &gguf_file::Value) -> Option<f64> {
+    use gguf_file::Value::*;
+    match v {
+        F32(x) => Some(*x as f64),
+        F64(x) => Some(*x),
+        _ => gguf_usize(v).map(|x| x as f64),
+    }
+}

@@ -1,0 +1,685 @@
+//! One dense decoder for the Llama, Qwen2 and Qwen3 families, built for speculative decoding.
+//!
+//! Architecture: pre-norm transformer with RMSNorm, rotary position embeddings (RoPE, Su et al.,
+//! arXiv:2104.09864), grouped-query attention (Ainslie et al., arXiv:2305.13245) and a SwiGLU MLP
+//! (Shazeer, arXiv:2002.05202), as in Llama (Touvron et al., arXiv:2302.13971). The family switches
+//! are Qwen2's q/k/v biases and Qwen3's per-head q/k RMSNorm (Qwen technical reports,
+//! arXiv:2407.10671 and arXiv:2505.09388). Reference implementations: Hugging Face transformers'
+//! `modeling_llama.py`, `modeling_qwen2.py`, `modeling_qwen3.py`; llama.cpp's `llama-model.cpp`.
+//!
+//! Unlike candle-transformers' model files, [`Decoder::forward`] takes explicit positions per
+//! token, an optional mask over the new tokens (a draft tree's ancestor mask), computes logits only
+//! for the rows asked for, can return hidden states of chosen layers, and keeps a preallocated KV
+//! cache that can be truncated and compacted ([`Decoder::truncate`], [`Decoder::keep`]).
+
+use crate::error::{Error, Result};
+use crate::model::config::{ModelConfig, RopeStyle};
+use crate::model::kv_cache::KvCache;
+use crate::model::weights::{Embedding, Linear, WeightStore};
+use candle_core::{DType, Device, Tensor, D};
+
+/// Additive value for masked attention entries: large and finite, so that no row is all -inf.
+pub const MASKED: f32 = -1.0e9;
+
+/// Which tokens of a new block each new token may attend to. Every new token always attends to
+/// the whole committed prefix; this mask governs only the block itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockMask {
+    n: usize,
+    allowed: Vec<bool>,
+}
+
+impl BlockMask {
+    /// Each token sees itself and every earlier token of the block.
+    pub fn causal(n: usize) -> Self {
+        let mut allowed = vec![false; n * n];
+        for i in 0..n {
+            for j in 0..=i {
+                allowed[i * n + j] = true;
+            }
+        }
+        BlockMask { n, allowed }
+    }
+
+    /// A tree: `parents[i]` is the block index of token i's parent, or `None` for a root (a token
+    /// whose parent is the last committed token). Each token sees itself and its ancestors.
+    /// Parents must come before their children.
+    pub fn from_parents(parents: &[Option<usize>]) -> Result<Self> {
+        let n = parents.len();
+        let mut allowed = vec![false; n * n];
+        for i in 0..n {
+            allowed[i * n + i] = true;
+            if let Some(p) = parents[i] {
+                if p >= i {
+                    return Err(Error::InvalidArgument(format!(
+                        "tree node {i} has parent {p}, which does not come before it"
+                    )));
+                }
+                for j in 0..n {
+                    if allowed[p * n + j] {
+                        allowed[i * n + j] = true;
+                    }
+                }
+            }
+        }
+        Ok(BlockMask { n, allowed })
+    }
+
+    /// Block size.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    /// True for an empty block.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// May token `i` attend to token `j` of the block?
+    pub fn allows(&self, i: usize, j: usize) -> bool {
+        self.allowed[i * self.n + j]
+    }
+
+    /// Allow or forbid token `i` to attend to token `j`.
+    pub fn set(&mut self, i: usize, j: usize, allowed: bool) {
+        self.allowed[i * self.n + j] = allowed;
+    }
+
+    /// True when this is exactly the causal mask.
+    pub fn is_causal(&self) -> bool {
+        (0..self.n).all(|i| (0..self.n).all(|j| self.allows(i, j) == (j <= i)))
+    }
+}
+
+/// One forward call: new tokens, where they sit, what they may see, and what to return.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    /// Token ids of the new block.
+    pub tokens: Vec<u32>,
+    /// RoPE position of each new token.
+    pub positions: Vec<usize>,
+    /// Visibility inside the block (`None`: causal).
+    pub mask: Option<BlockMask>,
+    /// Block rows whose logits are wanted, in the order wanted.
+    pub logits_rows: Vec<usize>,
+    /// Layers whose output hidden states are wanted (0-based layer indices).
+    pub hidden_layers: Vec<usize>,
+}
+
+impl Batch {
+    /// A causal block at consecutive positions from `start`, asking for the last row's logits.
+    pub fn causal(tokens: &[u32], start: usize) -> Self {
+        let n = tokens.len();
+        Batch {
+            tokens: tokens.to_vec(),
+            positions: (start..start + n).collect(),
+            mask: None,
+            logits_rows: if n == 0 { vec![] } else { vec![n - 1] },
+            hidden_layers: vec![],
+        }
+    }
+
+    /// Ask for logits of every row.
+    pub fn all_logits(mut self) -> Self {
+        self.logits_rows = (0..self.tokens.len()).collect();
+        self
+    }
+
+    /// Ask for logits of these rows.
+    pub fn with_logits_rows(mut self, rows: Vec<usize>) -> Self {
+        self.logits_rows = rows;
+        self
+    }
+
+    /// Use these positions instead of consecutive ones.
+    pub fn with_positions(mut self, positions: Vec<usize>) -> Self {
+        self.positions = positions;
+        self
+    }
+
+    /// Use this mask instead of the causal one.
+    pub fn with_mask(mut self, mask: BlockMask) -> Self {
+        self.mask = Some(mask);
+        self
+    }
+
+    /// Return the hidden states after these layers.
+    pub fn with_hidden_layers(mut self, layers: Vec<usize>) -> Self {
+        self.hidden_layers = layers;
+        self
+    }
+}
+
+/// What a forward call returns.
+#[derive(Debug, Clone)]
+pub struct ForwardOutput {
+    /// `[logits_rows.len(), vocab]` f32 logits, in the order asked for (absent when none asked).
+    pub logits: Option<Tensor>,
+    /// One `[block, hidden]` tensor per requested layer, in the order asked for.
+    pub hidden: Vec<Tensor>,
+}
+
+impl ForwardOutput {
+    /// The logits as host rows.
+    pub fn logits_rows(&self) -> Result<Vec<Vec<f32>>> {
+        match &self.logits {
+            Some(t) => Ok(t.to_vec2::<f32>()?),
+            None => Ok(vec![]),
+        }
+    }
+}
+
+/// Projections that read the same input: one fused matrix where the weights can be joined
+/// (fewer, larger matmuls), else one matrix each.
+enum Projections {
+    Fused { linear: Linear, widths: Vec<usize> },
+    Separate(Vec<Linear>),
+}
+
+impl Projections {
+    /// Load the weights `blk.{layer}.{stem}.weight` (`[out_i, inp]`), with biases if asked.
+    fn load(
+        store: &mut WeightStore,
+        layer: usize,
+        parts: &[(&str, usize)],
+        inp: usize,
+        bias: bool,
+    ) -> Result<Self> {
+        let name = |stem: &str, what: &str| format!("blk.{layer}.{stem}.{what}");
+        let mut biases = Vec::new();
+        if bias {
+            for (stem, _) in parts {
+                biases.push(store.get_dense(&name(stem, "bias"))?);
+            }
+        }
+        let shapes: Vec<(String, [usize; 2])> = parts
+            .iter()
+            .map(|(stem, out)| (name(stem, "weight"), [*out, inp]))
+            .collect();
+        if let Some(w) = store.get_concat(&shapes)? {
+            let b = if bias {
+                Some(Tensor::cat(&biases, 0)?)
+            } else {
+                None
+            };
+            return Ok(Projections::Fused {
+                linear: Linear::new(w, b)?,
+                widths: parts.iter().map(|p| p.1).collect(),
+            });
+        }
+        let mut out = Vec::with_capacity(parts.len());
+        for (i, (n, shape)) in shapes.iter().enumerate() {
+            let w = store.get_checked(n, shape)?;
+            out.push(Linear::new(w, biases.get(i).cloned())?);
+        }
+        Ok(Projections::Separate(out))
+    }
+
+    /// Apply to `x` `[rows, in]`; one output per projection.
+    fn forward(&self, x: &Tensor) -> Result<Vec<Tensor>> {
+        match self {
+            Projections::Separate(ls) => ls.iter().map(|l| l.forward(x)).collect(),
+            Projections::Fused { linear, widths } => {
+                let y = linear.forward(x)?;
+                let mut off = 0;
+                let mut outs = Vec::with_capacity(widths.len());
+                for &w in widths {
+                    outs.push(y.narrow(1, off, w)?);
+                    off += w;
+                }
+                Ok(outs)
+            }
+        }
+    }
+}
+
+struct Layer {
+    attn_norm: Tensor,
+    qkv: Projections,
+    o: Linear,
+    q_norm: Option<Tensor>,
+    k_norm: Option<Tensor>,
+    ffn_norm: Tensor,
+    gate_up: Projections,
+    down: Linear,
+}
+
+/// A loaded decoder with its KV cache.
+pub struct Decoder {
+    cfg: ModelConfig,
+    embed: Embedding,
+    layers: Vec<Layer>,
+    norm: Tensor,
+    lm_head: Linear,
+    cos: Tensor,
+    sin: Tensor,
+    caches: Vec<KvCache>,
+    device: Device,
+    context: usize,
+}
+
+impl Decoder {
+    /// Build the decoder from a weight store, with a KV cache for `context` positions.
+    pub fn load(store: &mut WeightStore, cfg: ModelConfig, context: usize) -> Result<Self> {
+        cfg.validate()?;
+        if context == 0 {
+            return Err(Error::Config("context must hold at least one token".into()));
+        }
+        let device = store.device().clone();
+        let (h, hd) = (cfg.hidden, cfg.head_dim);
+        let q_out = cfg.n_heads * hd;
+        let kv_out = cfg.n_kv_heads * hd;
+        let embed_w = store.get_checked("token_embd.weight", &[cfg.vocab_size, h])?;
+        let embed = Embedding::new(embed_w);
+        let mut layers = Vec::with_capacity(cfg.n_layers);
+        for i in 0..cfg.n_layers {
+            let name = |s: &str| format!("blk.{i}.{s}");
+            let mut lin = |stem: &str, out: usize, inp: usize, bias: bool| -> Result<Linear> {
+                let w = store.get_checked(&name(&format!("{stem}.weight")), &[out, inp])?;
+                let b = if bias {
+                    Some(store.get_dense(&name(&format!("{stem}.bias")))?)
+                } else {
+                    None
+                };
+                Linear::new(w, b)
+            };
+            let o = lin("attn_output", h, q_out, false)?;
+            let down = lin("ffn_down", h, cfg.ffn, false)?;
+            let qkv = Projections::load(
+                store,
+                i,
+                &[("attn_q", q_out), ("attn_k", kv_out), ("attn_v", kv_out)],
+                h,
+                cfg.qkv_bias,
+            )?;
+            let gate_up = Projections::load(
+                store,
+                i,
+                &[("ffn_gate", cfg.ffn), ("ffn_up", cfg.ffn)],
+                h,
+                false,
+            )?;
+            let (q_norm, k_norm) = if cfg.qk_norm {
+                (
+                    Some(store.get_dense(&name("attn_q_norm.weight"))?),
+                    Some(store.get_dense(&name("attn_k_norm.weight"))?),
+                )
+            } else {
+                (None, None)
+            };
+            layers.push(Layer {
+                attn_norm: store.get_dense(&name("attn_norm.weight"))?,
+                qkv,
+                o,
+                q_norm,
+                k_norm,
+                ffn_norm: store.get_dense(&name("ffn_norm.weight"))?,
+                gate_up,
+                down,
+            });
+        }
+        let norm = store.get_dense("output_norm.weight")?;
+        let lm_head = if cfg.tie_embeddings || !store.contains("output.weight") {
+            embed.as_linear()?
+        } else {
+            Linear::new(
+                store.get_checked("output.weight", &[cfg.vocab_size, h])?,
+                None,
+            )?
+        };
+        let freq_factors = if store.contains("rope_freqs.weight") {
+            Some(store.get_dense("rope_freqs.weight")?.to_vec1::<f32>()?)
+        } else {
+            None
+        };
+        let (cos, sin) = rope_tables(&cfg, context, freq_factors.as_deref(), &device)?;
+        let caches = (0..cfg.n_layers)
+            .map(|_| KvCache::new(cfg.n_kv_heads, hd, context, DType::F32, &device))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Decoder {
+            cfg,
+            embed,
+            layers,
+            norm,
+            lm_head,
+            cos,
+            sin,
+            caches,
+            device,
+            context,
+        })
+    }
+
+    /// The model's configuration.
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    /// The device the model runs on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Tokens the KV cache can hold.
+    pub fn context(&self) -> usize {
+        self.context
+    }
+
+    /// Committed tokens in the KV cache.
+    pub fn len(&self) -> usize {
+        self.caches.first().map_or(0, |c| c.len())
+    }
+
+    /// True when nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drop every cached row from `len` on.
+    pub fn truncate(&mut self, len: usize) {
+        for c in &mut self.caches {
+            c.truncate(len);
+        }
+    }
+
+    /// Forget the whole sequence.
+    pub fn reset(&mut self) {
+        self.truncate(0);
+    }
+
+    /// Of the rows from `base` on (the last block), keep those at offsets `rows`, moved to sit
+    /// right after `base`.
+    pub fn keep(&mut self, base: usize, rows: &[usize]) -> Result<()> {
+        for c in &mut self.caches {
+            c.keep(base, rows)?;
+        }
+        Ok(())
+    }
+
+    /// Run one forward of each kernel shape (32, 4, 2 and 1 new tokens) and clear the cache.
+    ///
+    /// candle repacks quantised weights for its CPU kernels lazily, separately for one row, two
+    /// rows, small blocks and blocks of 32 or more (AMX tiles where the CPU has them); doing it here keeps that one-time cost (seconds for a 1.5B model)
+    /// out of the first answer and out of every timing.
+    pub fn warm_up(&mut self) -> Result<()> {
+        let saved = self.len();
+        for n in [32usize, 4, 2, 1] {
+            if saved + n > self.context {
+                continue;
+            }
+            let toks = vec![0u32; n];
+            self.forward(&Batch::causal(&toks, saved))?;
+            self.truncate(saved);
+        }
+        Ok(())
+    }
+
+    /// Embed token ids: `[n, hidden]`.
+    pub fn embed(&self, tokens: &[u32]) -> Result<Tensor> {
+        let ids = Tensor::from_vec(tokens.to_vec(), tokens.len(), &self.device)?;
+        self.embed.forward(&ids)
+    }
+
+    /// Final norm and LM head over hidden states `[n, hidden]`: `[n, vocab]` logits.
+    pub fn logits_from_hidden(&self, hidden: &Tensor) -> Result<Tensor> {
+        let x = candle_nn::ops::rms_norm(hidden, &self.norm, self.cfg.rms_eps as f32)?;
+        self.lm_head.forward(&x)
+    }
+
+    /// Run the new block through the model, appending its K/V to the cache.
+    pub fn forward(&mut self, batch: &Batch) -> Result<ForwardOutput> {
+        let n = batch.tokens.len();
+        if n == 0 {
+            return Err(Error::InvalidArgument("forward of an empty block".into()));
+        }
+        if batch.positions.len() != n {
+            return Err(Error::InvalidArgument(format!(
+                "{} tokens but {} positions",
+                n,
+                batch.positions.len()
+            )));
+        }
+        let prefix = self.len();
+        if prefix + n > self.context {
+            return Err(Error::ContextOverflow {
+                prompt: prefix + n,
+                context: self.context,
+            });
+        }
+        if let Some(&p) = batch.positions.iter().find(|&&p| p >= self.context) {
+            return Err(Error::InvalidArgument(format!(
+                "position {p} is past the context of {}",
+                self.context
+            )));
+        }
+        if let Some(&r) = batch.logits_rows.iter().find(|&&r| r >= n) {
+            return Err(Error::InvalidArgument(format!(
+                "logits row {r} of a block of {n}"
+            )));
+        }
+        if let Some(&l) = batch
+            .hidden_layers
+            .iter()
+            .find(|&&l| l >= self.cfg.n_layers)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "hidden layer {l} of a model with {} layers",
+                self.cfg.n_layers
+            )));
+        }
+        if let Some(m) = &batch.mask {
+            if m.len() != n {
+                return Err(Error::InvalidArgument(format!(
+                    "mask of {} rows for a block of {n}",
+                    m.len()
+                )));
+            }
+        }
+        if let Some(&t) = batch
+            .tokens
+            .iter()
+            .find(|&&t| t as usize >= self.cfg.vocab_size)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "token id {t} is outside the vocabulary of {}",
+                self.cfg.vocab_size
+            )));
+        }
+
+        let pos = Tensor::from_vec(
+            batch
+                .positions
+                .iter()
+                .map(|&p| p as u32)
+                .collect::<Vec<_>>(),
+            n,
+            &self.device,
+        )?;
+        let cos = self.cos.index_select(&pos, 0)?;
+        let sin = self.sin.index_select(&pos, 0)?;
+        let mask = self.attention_mask(batch.mask.as_ref(), n, prefix)?;
+
+        let mut x = self.embed(&batch.tokens)?;
+        let mut hidden = vec![None; batch.hidden_layers.len()];
+        for li in 0..self.layers.len() {
+            x = self.layer_forward(li, &x, &cos, &sin, mask.as_ref())?;
+            for (slot, &want) in batch.hidden_layers.iter().enumerate() {
+                if want == li {
+                    hidden[slot] = Some(x.clone());
+                }
+            }
+        }
+        let hidden = hidden.into_iter().flatten().collect();
+        let logits = if batch.logits_rows.is_empty() {
+            None
+        } else {
+            let rows = if batch.logits_rows.len() == n
+                && batch.logits_rows.iter().enumerate().all(|(i, &r)| i == r)
+            {
+                x
+            } else {
+                let idx = Tensor::from_vec(
+                    batch
+                        .logits_rows
+                        .iter()
+                        .map(|&r| r as u32)
+                        .collect::<Vec<_>>(),
+                    batch.logits_rows.len(),
+                    &self.device,
+                )?;
+                x.index_select(&idx, 0)?
+            };
+            Some(self.logits_from_hidden(&rows)?)
+        };
+        Ok(ForwardOutput { logits, hidden })
+    }
+
+    /// The additive mask `[n_rep * n, prefix + n]` for the grouped attention, or `None` where
+    /// every token may see everything cached (a single new token).
+    fn attention_mask(
+        &self,
+        mask: Option<&BlockMask>,
+        n: usize,
+        prefix: usize,
+    ) -> Result<Option<Tensor>> {
+        if n == 1 {
+            return Ok(None);
+        }
+        let total = prefix + n;
+        let mut m = vec![0f32; n * total];
+        for i in 0..n {
+            for j in 0..n {
+                let ok = match mask {
+                    Some(bm) => bm.allows(i, j),
+                    None => j <= i,
+                };
+                if !ok {
+                    m[i * total + prefix + j] = MASKED;
+                }
+            }
+        }
+        let n_rep = self.cfg.n_heads / self.cfg.n_kv_heads;
+        let t = Tensor::from_vec(m, (n, total), &self.device)?;
+        let t = if n_rep > 1 { t.repeat((n_rep, 1))? } else { t };
+        Ok(Some(t))
+    }
+
+    fn layer_forward(
+        &mut self,
+        li: usize,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        let cfg = &self.cfg;
+        let eps = cfg.rms_eps as f32;
+        let layer = &self.layers[li];
+        let n = x.dim(0)?;
+        let (nh, nkv, hd) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
+
+        let h = candle_nn::ops::rms_norm(x, &layer.attn_norm, eps)?;
+        let qkv = layer.qkv.forward(&h)?;
+        let q = qkv[0].reshape((n, nh, hd))?;
+        let k = qkv[1].reshape((n, nkv, hd))?;
+        let v = qkv[2].reshape((n, nkv, hd))?;
+        let q = match &layer.q_norm {
+            Some(w) => candle_nn::ops::rms_norm(&q.contiguous()?, w, eps)?,
+            None => q,
+        };
+        let k = match &layer.k_norm {
+            Some(w) => candle_nn::ops::rms_norm(&k.contiguous()?, w, eps)?,
+            None => k,
+        };
+        // [heads, n, hd]
+        let q = apply_rope(&q.transpose(0, 1)?, cos, sin, cfg.rope_style)?;
+        let k = apply_rope(&k.transpose(0, 1)?, cos, sin, cfg.rope_style)?;
+        let v = v.transpose(0, 1)?.contiguous()?;
+        self.caches[li].append(&k, &v)?;
+        let (kc, vc) = self.caches[li].view()?;
+
+        // Grouped-query attention without copying K/V: query heads that share a K/V head are
+        // stacked along the row axis, [kv_heads, n_rep * n, hd].
+        let n_rep = nh / nkv;
+        let qg = q.reshape((nkv, n_rep * n, hd))?;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let att = (qg.matmul(&kc.t()?)? * scale)?;
+        let att = match mask {
+            Some(m) => att.broadcast_add(m)?,
+            None => att,
+        };
+        let att = candle_nn::ops::softmax_last_dim(&att)?;
+        let out = att.matmul(&vc)?; // [nkv, n_rep * n, hd]
+        let out = out
+            .reshape((nh, n, hd))?
+            .transpose(0, 1)?
+            .reshape((n, nh * hd))?;
+        let x = (x + layer.o.forward(&out)?)?;
+
+        let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, eps)?;
+        let gu = layer.gate_up.forward(&h)?;
+        let g = candle_nn::ops::silu(&gu[0])?;
+        let x = (x + layer.down.forward(&(g * &gu[1])?)?)?;
+        Ok(x)
+    }
+}
+
+fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor, style: RopeStyle) -> Result<Tensor> {
+    let x = x.contiguous()?.unsqueeze(0)?;
+    let y = match style {
+        RopeStyle::HalfSplit => candle_nn::rotary_emb::rope(&x, cos, sin)?,
+        RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(&x, cos, sin)?,
+    };
+    Ok(y.squeeze(0)?)
+}
+
+/// cos and sin tables `[context, head_dim / 2]`.
+fn rope_tables(
+    cfg: &ModelConfig,
+    context: usize,
+    freq_factors: Option<&[f32]>,
+    device: &Device,
+) -> Result<(Tensor, Tensor)> {
+    let half = cfg.head_dim / 2;
+    let mut inv_freq: Vec<f32> = (0..half)
+        .map(|i| 1.0 / cfg.rope_theta.powf(2.0 * i as f32 / cfg.head_dim as f32))
+        .collect();
+    if let Some(f) = freq_factors {
+        if f.len() != half {
+            return Err(Error::Config(format!(
+                "rope_freqs has {} entries, expected {half}",
+                f.len()
+            )));
+        }
+        for (x, d) in inv_freq.iter_mut().zip(f) {
+            *x /= d;
+        }
+    } else if let Some(s) = cfg.rope_scaling {
+        let low_wavelen = s.original_max_position_embeddings as f32 / s.low_freq_factor;
+        let high_wavelen = s.original_max_position_embeddings as f32 / s.high_freq_factor;
+        for x in inv_freq.iter_mut() {
+            let wavelen = 2.0 * std::f32::consts::PI / *x;
+            *x = if wavelen < high_wavelen {
+                *x
+            } else if wavelen > low_wavelen {
+                *x / s.factor
+            } else {
+                let smooth = (s.original_max_position_embeddings as f32 / wavelen
+                    - s.low_freq_factor)
+                    / (s.high_freq_factor - s.low_freq_factor);
+                (1.0 - smooth) * *x / s.factor + smooth * *x
+            };
+        }
+    }
+    let inv = Tensor::from_vec(inv_freq, (1, half), device)?;
+    let t = Tensor::arange(0u32, context as u32, device)?
+        .to_dtype(DType::F32)?
+        .reshape((context, 1))?;
+    let freqs = t.broadcast_mul(&inv)?;
+    Ok((freqs.cos()?.contiguous()?, freqs.sin()?.contiguous()?))
+}
+
+/// Row-wise argmax of a `[rows, vocab]` logits tensor (ties go to the lowest id).
+pub fn argmax_rows(logits: &Tensor) -> Result<Vec<u32>> {
+    Ok(logits.argmax(D::Minus1)?.to_vec1::<u32>()?)
+}

@@ -1,0 +1,110 @@
+//! A key/value cache allocated once for the whole context, with the two edits speculative decoding
+//! needs: `truncate` (drop rejected rows) and `keep` (gather the accepted rows of a tree block so
+//! they sit right after the prefix).
+
+use crate::error::{Error, Result};
+use candle_core::{DType, Device, Tensor};
+
+/// One layer's K and V, each `[kv_heads, capacity, head_dim]`, of which the first `len` rows along
+/// the middle axis are valid.
+#[derive(Debug, Clone)]
+pub struct KvCache {
+    k: Tensor,
+    v: Tensor,
+    len: usize,
+    capacity: usize,
+}
+
+impl KvCache {
+    /// Allocate a cache for `capacity` positions.
+    pub fn new(
+        kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
+        let k = Tensor::zeros((kv_heads, capacity, head_dim), dtype, device)?;
+        let v = Tensor::zeros((kv_heads, capacity, head_dim), dtype, device)?;
+        Ok(KvCache {
+            k,
+            v,
+            len: 0,
+            capacity,
+        })
+    }
+
+    /// Valid rows.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when no row is valid.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Rows the cache can hold.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Write `k` and `v` (`[kv_heads, n, head_dim]`) after the valid rows.
+    pub fn append(&mut self, k: &Tensor, v: &Tensor) -> Result<()> {
+        let n = k.dim(1)?;
+        if self.len + n > self.capacity {
+            return Err(Error::ContextOverflow {
+                prompt: self.len + n,
+                context: self.capacity,
+            });
+        }
+        self.k.slice_set(&k.contiguous()?, 1, self.len)?;
+        self.v.slice_set(&v.contiguous()?, 1, self.len)?;
+        self.len += n;
+        Ok(())
+    }
+
+    /// Views of the valid rows: `([kv_heads, len, head_dim], [kv_heads, len, head_dim])`.
+    pub fn view(&self) -> Result<(Tensor, Tensor)> {
+        Ok((
+            self.k.narrow(1, 0, self.len)?,
+            self.v.narrow(1, 0, self.len)?,
+        ))
+    }
+
+    /// Forget every row from `len` on.
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    /// Keep, of the rows from `base` on, only those at offsets `rows` (ascending offsets relative to
+    /// `base`), moved so they sit at `base, base+1, ...`; everything after them is dropped.
+    pub fn keep(&mut self, base: usize, rows: &[usize]) -> Result<()> {
+        if base > self.len {
+            return Err(Error::InvalidArgument(format!(
+                "keep: base {base} is past the {} valid rows",
+                self.len
+            )));
+        }
+        let block = self.len - base;
+        if let Some(&bad) = rows.iter().find(|&&r| r >= block) {
+            return Err(Error::InvalidArgument(format!(
+                "keep: row {bad} is outside the block of {block} rows"
+            )));
+        }
+        let identity = rows.iter().enumerate().all(|(i, &r)| i == r);
+        if !identity {
+            let idx = Tensor::from_vec(
+                rows.iter().map(|&r| (base + r) as u32).collect::<Vec<_>>(),
+                rows.len(),
+                self.k.device(),
+            )?;
+            let k = self.k.index_select(&idx, 1)?;
+            let v = self.v.index_select(&idx, 1)?;
+            self.k.slice_set(&k, 1, base)?;
+            self.v.slice_set(&v, 1, base)?;
+        }
+        self.len = base + rows.len();
+        Ok(())
+    }
+}

@@ -1,0 +1,160 @@
+//! The model runtime: weights, the decoder with its KV cache, the tokenizer and chat template,
+//! and loading all of it from a `--model` argument.
+
+pub mod chat_template;
+pub mod config;
+pub mod decoder;
+pub mod kv_cache;
+pub mod requant;
+pub mod source;
+pub mod tokenizer;
+pub mod weights;
+
+use crate::error::{Error, Result};
+use candle_core::Device;
+use chat_template::{ChatTemplate, CHATML};
+use config::ModelConfig;
+use decoder::Decoder;
+use source::ModelFiles;
+use std::path::Path;
+use tokenizer::TextTokenizer;
+use weights::{read_gguf_header, WeightStore};
+
+/// How to load a model.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Where to run it.
+    pub device: Device,
+    /// Dequantise every weight to f32 (bit-exact comparisons between decoding modes).
+    pub exact: bool,
+    /// KV cache capacity in tokens (clamped to the model's trained context).
+    pub context: usize,
+    /// Re-quantise formats without a fast CPU kernel to Q8_0 (cached) when running on the CPU.
+    pub requantize: bool,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            device: Device::Cpu,
+            exact: false,
+            context: 4096,
+            requantize: true,
+        }
+    }
+}
+
+/// A model ready to run: decoder, tokenizer and chat template.
+pub struct LoadedModel {
+    /// Short name for display.
+    pub name: String,
+    /// Where it was loaded from (after re-quantisation, the cached copy).
+    pub files: ModelFiles,
+    /// The decoder and its cache.
+    pub decoder: Decoder,
+    /// The tokenizer.
+    pub tokenizer: TextTokenizer,
+    /// The chat template.
+    pub template: ChatTemplate,
+}
+
+impl std::fmt::Debug for LoadedModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedModel")
+            .field("name", &self.name)
+            .field("files", &self.files)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Resolve and load a model.
+pub fn load(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
+    let files = source::resolve(spec)?;
+    load_files(&files, opts)
+}
+
+/// Load a model from files already on disk.
+pub fn load_files(files: &ModelFiles, opts: &LoadOptions) -> Result<LoadedModel> {
+    match files {
+        ModelFiles::Gguf(path) => load_gguf(path, opts),
+        ModelFiles::Checkpoint(dir) => load_checkpoint(dir, opts),
+    }
+}
+
+fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
+    let name = ModelFiles::Gguf(path.to_path_buf()).display_name();
+    let mut content = read_gguf_header(path)?;
+    let mut weights_path = path.to_path_buf();
+    if opts.requantize && !opts.exact && opts.device.is_cpu() && requant::needs_requant(&content) {
+        weights_path = requant::requantized_copy(path, &crate::paths::cache_dir().join("requant"))?;
+        content = read_gguf_header(&weights_path)?;
+    }
+    let cfg = ModelConfig::from_gguf(&content)?;
+    let tokenizer = TextTokenizer::from_gguf(&content)?;
+    let template_src = content
+        .metadata
+        .get("tokenizer.chat_template")
+        .and_then(|v| v.to_string().ok())
+        .cloned()
+        .unwrap_or_else(|| CHATML.to_string());
+    let template = ChatTemplate::new(&template_src, tokenizer.bos_text(), tokenizer.eos_text())?;
+    let context = opts.context.min(cfg.max_position).max(1);
+    let mut store = WeightStore::gguf(&weights_path, content, &opts.device, opts.exact)?;
+    let mut decoder = Decoder::load(&mut store, cfg, context)?;
+    decoder.warm_up()?;
+    Ok(LoadedModel {
+        name,
+        files: ModelFiles::Gguf(weights_path),
+        decoder,
+        tokenizer,
+        template,
+    })
+}
+
+fn load_checkpoint(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
+    let name = ModelFiles::Checkpoint(dir.to_path_buf()).display_name();
+    let cfg_path = dir.join("config.json");
+    let text = std::fs::read_to_string(&cfg_path).map_err(|_| Error::NotFound(cfg_path.clone()))?;
+    let cfg = ModelConfig::from_hf_json(&text).map_err(|e| match e {
+        Error::Config(m) => Error::BadCheckpoint {
+            path: cfg_path.clone(),
+            reason: m,
+        },
+        other => other,
+    })?;
+    let tokenizer = TextTokenizer::from_dir(dir)?;
+    let template_src = read_template(dir).unwrap_or_else(|| CHATML.to_string());
+    let template = ChatTemplate::new(&template_src, tokenizer.bos_text(), tokenizer.eos_text())?;
+    let files = source::safetensors_files(dir)?;
+    let mut store = WeightStore::safetensors(&files, &opts.device)?;
+    let context = opts.context.min(cfg.max_position).max(1);
+    let decoder = Decoder::load(&mut store, cfg, context)?;
+    Ok(LoadedModel {
+        name,
+        files: ModelFiles::Checkpoint(dir.to_path_buf()),
+        decoder,
+        tokenizer,
+        template,
+    })
+}
+
+/// The chat template of a checkpoint: `chat_template.jinja`, or `chat_template` in
+/// tokenizer_config.json (a string, or a list of named templates of which `default` is used).
+fn read_template(dir: &Path) -> Option<String> {
+    if let Ok(t) = std::fs::read_to_string(dir.join("chat_template.jinja")) {
+        return Some(t);
+    }
+    let text = std::fs::read_to_string(dir.join("tokenizer_config.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    match v.get("chat_template")? {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Array(list) => list
+            .iter()
+            .find(|e| e.get("name").and_then(|n| n.as_str()) == Some("default"))
+            .or_else(|| list.first())
+            .and_then(|e| e.get("template"))
+            .and_then(|t| t.as_str())
+            .map(str::to_string),
+        _ => None,
+    }
+}

@@ -1,0 +1,432 @@
+//! Weight storage: GGUF files (quantised tensors kept as `QTensor`s) and safetensors checkpoints,
+//! behind one name space (llama.cpp's GGUF tensor names), plus the two layer kinds built from them.
+
+use crate::error::{candle_message, Error, Result};
+use candle_core::quantized::{gguf_file, GgmlDType, QMatMul, QStorage, QTensor};
+use candle_core::{DType, Device, Module, Tensor};
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// One weight tensor as stored: still quantised, or a plain tensor.
+#[derive(Debug, Clone)]
+pub enum Weight {
+    /// A quantised GGUF tensor, used through `QMatMul` / quantised embedding lookups.
+    Quantized(Arc<QTensor>),
+    /// A plain tensor in the compute dtype.
+    Dense(Tensor),
+}
+
+impl Weight {
+    /// The tensor's dimensions.
+    pub fn dims(&self) -> Vec<usize> {
+        match self {
+            Weight::Quantized(q) => q.shape().dims().to_vec(),
+            Weight::Dense(t) => t.dims().to_vec(),
+        }
+    }
+
+    /// The weight as a plain f32 tensor on `device`.
+    pub fn to_dense(&self, device: &Device) -> Result<Tensor> {
+        Ok(match self {
+            Weight::Quantized(q) => q.dequantize(device)?,
+            Weight::Dense(t) => t.to_device(device)?.to_dtype(DType::F32)?,
+        })
+    }
+}
+
+/// Where the tensors come from.
+enum Backing {
+    Gguf {
+        path: PathBuf,
+        content: gguf_file::Content,
+        reader: BufReader<File>,
+    },
+    Safetensors {
+        path: PathBuf,
+        tensors: candle_core::safetensors::MmapedSafetensors,
+        prefix: String,
+    },
+    Memory(HashMap<String, Tensor>),
+}
+
+/// A source of named weights, addressed by GGUF tensor names (`blk.3.attn_q.weight`, ...).
+pub struct WeightStore {
+    backing: Backing,
+    device: Device,
+    exact: bool,
+}
+
+impl WeightStore {
+    /// Open a GGUF file. `content` is its parsed header (see [`read_gguf_header`]).
+    pub fn gguf(
+        path: &Path,
+        content: gguf_file::Content,
+        device: &Device,
+        exact: bool,
+    ) -> Result<Self> {
+        let file = File::open(path).map_err(|_| Error::NotFound(path.to_path_buf()))?;
+        Ok(WeightStore {
+            backing: Backing::Gguf {
+                path: path.to_path_buf(),
+                content,
+                reader: BufReader::new(file),
+            },
+            device: device.clone(),
+            exact,
+        })
+    }
+
+    /// Memory-map safetensors files. Tensor names are Hugging Face names, with or without the
+    /// `model.` prefix; they are translated from GGUF names on each lookup.
+    pub fn safetensors(paths: &[PathBuf], device: &Device) -> Result<Self> {
+        let first = paths.first().cloned().unwrap_or_default();
+        // SAFETY: the files are memory-mapped read-only; treespec never writes them, and a
+        // checkpoint changed under a running process is outside what any loader can defend.
+        let tensors = unsafe { candle_core::safetensors::MmapedSafetensors::multi(paths) }
+            .map_err(|e| Error::BadCheckpoint {
+                path: first.clone(),
+                reason: candle_message(&e),
+            })?;
+        let prefix = if tensors.get("model.embed_tokens.weight").is_ok()
+            || tensors.get("model.layers.0.input_layernorm.weight").is_ok()
+        {
+            "model.".to_string()
+        } else {
+            String::new()
+        };
+        Ok(WeightStore {
+            backing: Backing::Safetensors {
+                path: first,
+                tensors,
+                prefix,
+            },
+            device: device.clone(),
+            exact: true,
+        })
+    }
+
+    /// Tensors held in memory under GGUF names (tests build random models this way).
+    pub fn from_tensors(tensors: HashMap<String, Tensor>, device: &Device) -> Self {
+        WeightStore {
+            backing: Backing::Memory(tensors),
+            device: device.clone(),
+            exact: true,
+        }
+    }
+
+    /// The device weights are loaded onto.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// True when a tensor of that (GGUF) name exists.
+    pub fn contains(&self, name: &str) -> bool {
+        match &self.backing {
+            Backing::Gguf { content, .. } => content.tensor_infos.contains_key(name),
+            Backing::Safetensors {
+                tensors, prefix, ..
+            } => tensors.get(&hf_name(name, prefix)).is_ok(),
+            Backing::Memory(map) => map.contains_key(name),
+        }
+    }
+
+    /// Load a weight. Quantised GGUF tensors stay quantised unless the store is exact (then they
+    /// are dequantised to f32); everything else becomes an f32 tensor on the store's device.
+    pub fn get(&mut self, name: &str) -> Result<Weight> {
+        let host = self.get_host(name)?;
+        self.upload(host)
+    }
+
+    /// Load several weights of the given shapes (`[out_i, in]`) as one `[sum out_i, in]` weight
+    /// (fused projections). Returns `None` when they cannot be joined (quantised in different
+    /// formats).
+    pub fn get_concat(&mut self, parts: &[(String, [usize; 2])]) -> Result<Option<Weight>> {
+        let parts = parts
+            .iter()
+            .map(|(n, shape)| {
+                let w = self.get_host(n)?;
+                check_shape(n, &w, shape)?;
+                Ok(w)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let joined = match parts.first() {
+            Some(Weight::Quantized(first)) => {
+                let dtype = first.dtype();
+                let cols = first.shape().dims().get(1).copied().unwrap_or(0);
+                let mut rows = 0;
+                let mut bytes = Vec::new();
+                for p in &parts {
+                    match p {
+                        Weight::Quantized(q)
+                            if q.dtype() == dtype
+                                && q.shape().dims().get(1).copied() == Some(cols) =>
+                        {
+                            rows += q.shape().dims()[0];
+                            bytes.extend_from_slice(&q.data()?);
+                        }
+                        _ => return Ok(None),
+                    }
+                }
+                let storage = QStorage::from_data(Cow::Owned(bytes), &Device::Cpu, dtype)?;
+                Weight::Quantized(Arc::new(QTensor::new(storage, (rows, cols))?))
+            }
+            Some(Weight::Dense(_)) => {
+                let mut ts = Vec::with_capacity(parts.len());
+                for p in &parts {
+                    match p {
+                        Weight::Dense(t) => ts.push(t.clone()),
+                        Weight::Quantized(_) => return Ok(None),
+                    }
+                }
+                Weight::Dense(Tensor::cat(&ts, 0)?)
+            }
+            None => return Ok(None),
+        };
+        Ok(Some(self.upload(joined)?))
+    }
+
+    /// Move a host weight to the store's device.
+    fn upload(&self, w: Weight) -> Result<Weight> {
+        if self.device.is_cpu() {
+            return Ok(w);
+        }
+        Ok(match w {
+            Weight::Dense(t) => Weight::Dense(t.to_device(&self.device)?),
+            Weight::Quantized(q) => {
+                let storage = QStorage::from_data(q.data()?, &self.device, q.dtype())?;
+                Weight::Quantized(Arc::new(QTensor::new(storage, q.shape().clone())?))
+            }
+        })
+    }
+
+    /// Load a weight into host memory.
+    fn get_host(&mut self, name: &str) -> Result<Weight> {
+        let host = Device::Cpu;
+        match &mut self.backing {
+            Backing::Gguf {
+                path,
+                content,
+                reader,
+            } => {
+                let info = content
+                    .tensor_infos
+                    .get(name)
+                    .ok_or_else(|| Error::MissingTensor(name.to_string()))?;
+                let q = info
+                    .read(reader, content.tensor_data_offset, &host)
+                    .map_err(|e| Error::BadGguf {
+                        path: path.clone(),
+                        reason: format!("tensor `{name}`: {}", candle_message(&e)),
+                    })?;
+                let plain = matches!(q.dtype(), GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
+                if plain || self.exact {
+                    Ok(Weight::Dense(q.dequantize(&host)?))
+                } else {
+                    Ok(Weight::Quantized(Arc::new(q)))
+                }
+            }
+            Backing::Safetensors {
+                path,
+                tensors,
+                prefix,
+            } => {
+                let hf = hf_name(name, prefix);
+                let t = tensors.load(&hf, &host).map_err(|_| {
+                    if tensors.get(&hf).is_err() {
+                        Error::MissingTensor(hf.clone())
+                    } else {
+                        Error::BadCheckpoint {
+                            path: path.clone(),
+                            reason: format!("tensor `{hf}` cannot be read"),
+                        }
+                    }
+                })?;
+                Ok(Weight::Dense(t.to_dtype(DType::F32)?))
+            }
+            Backing::Memory(map) => {
+                let t = map
+                    .get(name)
+                    .ok_or_else(|| Error::MissingTensor(name.to_string()))?;
+                Ok(Weight::Dense(t.to_device(&host)?.to_dtype(DType::F32)?))
+            }
+        }
+    }
+
+    /// Load a weight as a plain f32 tensor (norm weights, biases).
+    pub fn get_dense(&mut self, name: &str) -> Result<Tensor> {
+        let device = self.device.clone();
+        self.get(name)?.to_dense(&device)
+    }
+
+    /// Load a weight and check its shape (outer dimension first, as candle orders them).
+    pub fn get_checked(&mut self, name: &str, expected: &[usize]) -> Result<Weight> {
+        let w = self.get(name)?;
+        check_shape(name, &w, expected)?;
+        Ok(w)
+    }
+}
+
+fn check_shape(name: &str, w: &Weight, expected: &[usize]) -> Result<()> {
+    let got = w.dims();
+    if got != expected {
+        return Err(Error::TensorShape {
+            name: name.to_string(),
+            got,
+            expected: expected.to_vec(),
+        });
+    }
+    Ok(())
+}
+
+/// Translate a GGUF tensor name to its Hugging Face name (`prefix` is `model.` or empty).
+pub fn hf_name(gguf: &str, prefix: &str) -> String {
+    match gguf {
+        "token_embd.weight" => return format!("{prefix}embed_tokens.weight"),
+        "output_norm.weight" => return format!("{prefix}norm.weight"),
+        "output.weight" => return "lm_head.weight".to_string(),
+        _ => {}
+    }
+    if let Some(rest) = gguf.strip_prefix("blk.") {
+        if let Some((layer, tail)) = rest.split_once('.') {
+            let (stem, suffix) = tail.rsplit_once('.').unwrap_or((tail, "weight"));
+            let module = match stem {
+                "attn_norm" => "input_layernorm",
+                "ffn_norm" => "post_attention_layernorm",
+                "attn_q" => "self_attn.q_proj",
+                "attn_k" => "self_attn.k_proj",
+                "attn_v" => "self_attn.v_proj",
+                "attn_output" => "self_attn.o_proj",
+                "attn_q_norm" => "self_attn.q_norm",
+                "attn_k_norm" => "self_attn.k_norm",
+                "ffn_gate" => "mlp.gate_proj",
+                "ffn_up" => "mlp.up_proj",
+                "ffn_down" => "mlp.down_proj",
+                other => other,
+            };
+            return format!("{prefix}layers.{layer}.{module}.{suffix}");
+        }
+    }
+    format!("{prefix}{gguf}")
+}
+
+/// Parse a GGUF header, turning every failure (bad magic, cut-short file, tensor data past the
+/// end of the file) into one clear error that names the file.
+pub fn read_gguf_header(path: &Path) -> Result<gguf_file::Content> {
+    let mut file = File::open(path).map_err(|_| Error::NotFound(path.to_path_buf()))?;
+    let file_len = file.metadata()?.len();
+    let bad = |reason: String| Error::BadGguf {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let content = gguf_file::Content::read(&mut file).map_err(|e| {
+        if file_len < 8 {
+            bad(format!("only {file_len} bytes"))
+        } else {
+            bad(candle_message(&e))
+        }
+    })?;
+    let mut end = content.tensor_data_offset;
+    for (name, info) in &content.tensor_infos {
+        let elems = info.shape.elem_count();
+        let block = info.ggml_dtype.block_size();
+        if elems % block != 0 {
+            return Err(bad(format!(
+                "tensor `{name}` has {elems} elements, not a multiple of {block}"
+            )));
+        }
+        let bytes = (elems / block * info.ggml_dtype.type_size()) as u64;
+        end = end.max(content.tensor_data_offset + info.offset + bytes);
+    }
+    if end > file_len {
+        return Err(bad(format!(
+            "truncated: its tensors need {end} bytes but the file has {file_len} (an interrupted download?)"
+        )));
+    }
+    Ok(content)
+}
+
+/// A linear layer `y = x W^T + b` over a quantised or a plain weight.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    weight: LinearWeight,
+    bias: Option<Tensor>,
+    out_features: usize,
+}
+
+#[derive(Debug, Clone)]
+enum LinearWeight {
+    Quantized(QMatMul),
+    Dense(Tensor),
+}
+
+impl Linear {
+    /// Build from a weight `[out, in]` and an optional bias `[out]`.
+    pub fn new(weight: Weight, bias: Option<Tensor>) -> Result<Self> {
+        let out_features = weight.dims().first().copied().unwrap_or(0);
+        let weight = match weight {
+            Weight::Quantized(q) => LinearWeight::Quantized(QMatMul::QTensor(q)),
+            Weight::Dense(t) => LinearWeight::Dense(t.contiguous()?),
+        };
+        Ok(Linear {
+            weight,
+            bias,
+            out_features,
+        })
+    }
+
+    /// Output width.
+    pub fn out_features(&self) -> usize {
+        self.out_features
+    }
+
+    /// Apply to `x` of shape `[rows, in]`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let y = match &self.weight {
+            LinearWeight::Quantized(q) => q.forward(x)?,
+            LinearWeight::Dense(w) => x.matmul(&w.t()?)?,
+        };
+        Ok(match &self.bias {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
+        })
+    }
+}
+
+/// A token embedding table, quantised or plain.
+#[derive(Debug, Clone)]
+pub enum Embedding {
+    /// Rows looked up straight from the quantised table.
+    Quantized(Arc<QTensor>),
+    /// A plain `[vocab, hidden]` table.
+    Dense(Tensor),
+}
+
+impl Embedding {
+    /// Build from a `[vocab, hidden]` weight.
+    pub fn new(weight: Weight) -> Self {
+        match weight {
+            Weight::Quantized(q) => Embedding::Quantized(q),
+            Weight::Dense(t) => Embedding::Dense(t),
+        }
+    }
+
+    /// Look up `ids` (a u32 tensor of shape `[n]`), giving `[n, hidden]` in f32.
+    pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        Ok(match self {
+            Embedding::Quantized(q) => q.embedding(ids)?.to_dtype(DType::F32)?,
+            Embedding::Dense(t) => t.index_select(ids, 0)?,
+        })
+    }
+
+    /// The same table as an LM head (tied embeddings).
+    pub fn as_linear(&self) -> Result<Linear> {
+        match self {
+            Embedding::Quantized(q) => Linear::new(Weight::Quantized(q.clone()), None),
+            Embedding::Dense(t) => Linear::new(Weight::Dense(t.clone()), None),
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! The `treespec` binary end to end on a tiny GGUF model written by the test, and every kind of
+//! bad input: one clear line on stderr and a non-zero exit, never a panic.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn treespec(args: &[&str], envs: &[(&str, &str)], home: &Path) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_treespec"));
+    cmd.args(args)
+        .env("TREESPEC_CACHE", home.join("cache"))
+        .env("TREESPEC_DATA", home.join("data"))
+        .env("TREESPEC_CONFIG", home.join("config"))
+        .env("HF_HOME", home.join("hf"))
+        .env_remove("HF_HUB_OFFLINE");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run treespec")
+}
+
+/// The run failed with exactly one line on stderr containing `needle`, and did not panic.
+fn assert_clean_error(out: &Output, needle: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "expected failure, got success; stderr: {err}"
+    );
+    assert!(!err.contains("panicked"), "panicked: {err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "expected one line on stderr, got: {err}");
+    assert!(
+        lines[0].to_lowercase().contains(&needle.to_lowercase()),
+        "stderr `{}` does not mention `{needle}`",
+        lines[0]
+    );
+}
+
+#[test]
+fn generate_runs_on_a_tiny_gguf_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::write_tiny_gguf(dir.path(), "llama", 7);
+    let out = treespec(
+        &[
+            "generate",
+            "-m",
+            model.to_str().unwrap(),
+            "-p",
+            "hello",
+            "--max-tokens",
+            "12",
+        ],
+        &[],
+        dir.path(),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stderr: {err}");
+    let last = err.lines().last().unwrap_or("");
+    assert!(
+        last.contains("prompt") && last.contains("prefill") && last.contains("tok/s"),
+        "{err}"
+    );
+}
+
+#[test]
+fn seeded_sampling_is_reproducible() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::write_tiny_gguf(dir.path(), "qwen2", 8);
+    let run = |seed: &str| {
+        treespec(
+            &[
+                "generate",
+                "-m",
+                model.to_str().unwrap(),
+                "-p",
+                "abc",
+                "--max-tokens",
+                "24",
+                "--temperature",
+                "1.0",
+                "--seed",
+                seed,
+            ],
+            &[],
+            dir.path(),
+        )
+        .stdout
+    };
+    assert_eq!(run("1"), run("1"));
+    assert_ne!(
+        run("1"),
+        run("2"),
+        "different seeds gave the same 24 random tokens"
+    );
+}
+
+#[test]
+fn missing_model_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = treespec(
+        &["generate", "-m", "/nonexistent/model.gguf", "-p", "hi"],
+        &[],
+        dir.path(),
+    );
+    assert_clean_error(&out, "not found");
+}
+
+#[test]
+fn corrupt_gguf() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("junk.gguf");
+    std::fs::write(
+        &p,
+        b"this is not a gguf file at all, just some bytes........",
+    )
+    .unwrap();
+    let out = treespec(
+        &["generate", "-m", p.to_str().unwrap(), "-p", "hi"],
+        &[],
+        dir.path(),
+    );
+    assert_clean_error(&out, "not a usable GGUF");
+}
+
+#[test]
+fn truncated_gguf() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::write_tiny_gguf(dir.path(), "llama", 9);
+    let bytes = std::fs::read(&model).unwrap();
+    let cut = dir.path().join("cut.gguf");
+    std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).unwrap();
+    let out = treespec(
+        &["generate", "-m", cut.to_str().unwrap(), "-p", "hi"],
+        &[],
+        dir.path(),
+    );
+    assert_clean_error(&out, "truncated");
+    // Cut inside the header, too.
+    std::fs::write(&cut, &bytes[..100]).unwrap();
+    let out = treespec(
+        &["generate", "-m", cut.to_str().unwrap(), "-p", "hi"],
+        &[],
+        dir.path(),
+    );
+    assert_clean_error(&out, "not a usable GGUF");
+}
+
+#[test]
+fn unknown_architecture() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::write_tiny_gguf(dir.path(), "mamba", 10);
+    let out = treespec(
+        &["generate", "-m", model.to_str().unwrap(), "-p", "hi"],
+        &[],
+        dir.path(),
+    );
+    assert_clean_error(&out, "unsupported architecture `mamba`");
+}
+
+#[test]
+fn hub_id_offline_and_not_cached() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = treespec(
+        &[
+            "generate",
+            "-m",
+            "SomeOrg/some-model-GGUF:model-q4.gguf",
+            "-p",
+            "hi",
+        ],
+        &[("HF_HUB_OFFLINE", "1")],
+        dir.path(),
+    );
+    assert_clean_error(&out, "not in the local cache");
+}
+
+#[test]
+fn hub_unreachable() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = treespec(
+        &[
+            "generate",
+            "-m",
+            "SomeOrg/some-model-GGUF:model-q4.gguf",
+            "-p",
+            "hi",
+        ],
+        &[("HF_ENDPOINT", "http://127.0.0.1:9")],
+        dir.path(),
+    );
+    assert_clean_error(&out, "model hub");
+}
+
+#[test]
+fn prompt_longer_than_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::write_tiny_gguf(dir.path(), "llama", 11);
+    let long = "word ".repeat(100);
+    let out = treespec(
+        &[
+            "generate",
+            "-m",
+            model.to_str().unwrap(),
+            "-p",
+            &long,
+            "--context",
+            "64",
+        ],
+        &[],
+        dir.path(),
+    );
+    assert_clean_error(&out, "context holds 64");
+}
+
+#[test]
+fn bad_device_and_bad_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::write_tiny_gguf(dir.path(), "llama", 12);
+    let m = model.to_str().unwrap();
+    let out = treespec(
+        &["generate", "-m", m, "-p", "hi", "--device", "tpu"],
+        &[],
+        dir.path(),
+    );
+    assert_clean_error(&out, "not a device");
+    if !cfg!(feature = "cuda") {
+        let out = treespec(
+            &["generate", "-m", m, "-p", "hi", "--device", "cuda:0"],
+            &[],
+            dir.path(),
+        );
+        assert_clean_error(&out, "no CUDA support");
+    }
+    let out = treespec(
+        &["generate", "-m", m, "-p", "hi", "--top-p", "0"],
+        &[],
+        dir.path(),
+    );
+    assert_clean_error(&out, "top-p");
+}
+
+#[test]
+fn checksum_mismatch_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("f.bin");
+    std::fs::write(&p, b"abc").unwrap();
+    let good = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+    treespec::fetch::verify(&p, good, false).unwrap();
+    let err = treespec::fetch::verify(&p, &"0".repeat(64), false).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("checksum mismatch") && msg.contains(good),
+        "{msg}"
+    );
+}
+
+#[test]
+fn fetch_rejects_unknown_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = treespec(&["fetch", "llama-70b"], &[], dir.path());
+    assert_clean_error(&out, "unknown model");
+}

@@ -1,0 +1,224 @@
+//! Shared test fixtures: tiny random-weight models (in memory and as GGUF files) and the real
+//! small model when present.
+#![allow(dead_code)]
+
+use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
+use candle_core::{DType, Device, Tensor};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use treespec::model::config::{Family, ModelConfig};
+use treespec::model::decoder::Decoder;
+use treespec::model::weights::WeightStore;
+
+/// A tiny config of each family (Qwen3 with a head_dim that is not hidden / heads).
+pub fn tiny_config(family: Family, vocab: usize) -> ModelConfig {
+    let head_dim = if family == Family::Qwen3 { 12 } else { 8 };
+    let mut cfg = ModelConfig::new(family, 2, 32, 64, 4, 2, head_dim, vocab);
+    cfg.rope_theta = 10_000.0;
+    cfg.max_position = 512;
+    cfg
+}
+
+/// Random weights for `cfg`, under GGUF names. Scaled so activations stay O(1).
+pub fn random_weights(cfg: &ModelConfig, seed: u64) -> HashMap<String, Tensor> {
+    let dev = Device::Cpu;
+    let mut rng = Lcg(seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407));
+    let mut t = |shape: &[usize], scale: f32| -> Tensor {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| rng.next_f32() * scale).collect();
+        Tensor::from_vec(v, shape, &dev).unwrap()
+    };
+    let (h, hd) = (cfg.hidden, cfg.head_dim);
+    let q_out = cfg.n_heads * hd;
+    let kv_out = cfg.n_kv_heads * hd;
+    let mut m = HashMap::new();
+    m.insert("token_embd.weight".into(), t(&[cfg.vocab_size, h], 1.0));
+    m.insert("output.weight".into(), t(&[cfg.vocab_size, h], 0.5));
+    m.insert("output_norm.weight".into(), (t(&[h], 0.1) + 1.0).unwrap());
+    for i in 0..cfg.n_layers {
+        let p = |s: &str| format!("blk.{i}.{s}");
+        let ws = 1.0 / (h as f32).sqrt();
+        m.insert(p("attn_norm.weight"), (t(&[h], 0.1) + 1.0).unwrap());
+        m.insert(p("ffn_norm.weight"), (t(&[h], 0.1) + 1.0).unwrap());
+        m.insert(p("attn_q.weight"), t(&[q_out, h], 2.0 * ws));
+        m.insert(p("attn_k.weight"), t(&[kv_out, h], 2.0 * ws));
+        m.insert(p("attn_v.weight"), t(&[kv_out, h], ws));
+        m.insert(p("attn_output.weight"), t(&[h, q_out], ws));
+        m.insert(p("ffn_gate.weight"), t(&[cfg.ffn, h], ws));
+        m.insert(p("ffn_up.weight"), t(&[cfg.ffn, h], ws));
+        m.insert(
+            p("ffn_down.weight"),
+            t(&[h, cfg.ffn], 1.0 / (cfg.ffn as f32).sqrt()),
+        );
+        if cfg.qkv_bias {
+            m.insert(p("attn_q.bias"), t(&[q_out], 0.5));
+            m.insert(p("attn_k.bias"), t(&[kv_out], 0.5));
+            m.insert(p("attn_v.bias"), t(&[kv_out], 0.5));
+        }
+        if cfg.qk_norm {
+            m.insert(p("attn_q_norm.weight"), (t(&[hd], 0.1) + 1.0).unwrap());
+            m.insert(p("attn_k_norm.weight"), (t(&[hd], 0.1) + 1.0).unwrap());
+        }
+    }
+    m
+}
+
+/// A tiny random decoder of `family` with a cache of `context` tokens.
+pub fn tiny_decoder(family: Family, seed: u64, context: usize) -> Decoder {
+    let cfg = tiny_config(family, 61);
+    let w = random_weights(&cfg, seed);
+    let mut store = WeightStore::from_tensors(w, &Device::Cpu);
+    Decoder::load(&mut store, cfg, context).unwrap()
+}
+
+/// A deterministic pseudo-random source for fixtures.
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    /// Uniform in [-1, 1).
+    pub fn next_f32(&mut self) -> f32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    /// Uniform in 0..n.
+    pub fn below(&mut self, n: usize) -> usize {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 33) % n as u64) as usize
+    }
+}
+
+/// The printable stand-ins GPT-2's byte-level BPE uses for the 256 byte values.
+pub fn byte_level_alphabet() -> Vec<String> {
+    let mut bs: Vec<u32> = (b'!' as u32..=b'~' as u32)
+        .chain(0xA1..=0xAC)
+        .chain(0xAE..=0xFF)
+        .collect();
+    let mut cs = bs.clone();
+    let mut n = 0;
+    for b in 0..256u32 {
+        if !bs.contains(&b) {
+            bs.push(b);
+            cs.push(256 + n);
+            n += 1;
+        }
+    }
+    let mut pairs: Vec<(u32, u32)> = bs.into_iter().zip(cs).collect();
+    pairs.sort();
+    pairs
+        .into_iter()
+        .map(|(_, c)| char::from_u32(c).unwrap().to_string())
+        .collect()
+}
+
+/// Write a tiny llama-family GGUF model with a byte-level vocabulary (256 bytes + ChatML
+/// specials), random Q8_0 weights, and a ChatML template. Returns its path.
+pub fn write_tiny_gguf(dir: &Path, arch: &str, seed: u64) -> PathBuf {
+    let mut vocab = byte_level_alphabet();
+    vocab.push("<|im_start|>".into());
+    vocab.push("<|im_end|>".into());
+    let n_vocab = vocab.len();
+    let family = Family::parse(arch).unwrap_or(Family::Llama);
+    let mut cfg = ModelConfig::new(family, 2, 64, 128, 4, 2, 16, n_vocab);
+    cfg.qkv_bias = false;
+    cfg.qk_norm = false;
+    let weights = random_weights(&cfg, seed);
+    let mut tensors: Vec<(String, QTensor)> = weights
+        .into_iter()
+        .map(|(name, t)| {
+            let q = if t.rank() == 2 {
+                QTensor::quantize(&t, GgmlDType::Q8_0).unwrap()
+            } else {
+                QTensor::quantize(&t.to_dtype(DType::F32).unwrap(), GgmlDType::F32).unwrap()
+            };
+            (name, q)
+        })
+        .collect();
+    tensors.sort_by(|a, b| a.0.cmp(&b.0));
+    use gguf_file::Value as V;
+    let s = |x: &str| V::String(x.to_string());
+    let md: Vec<(String, V)> = vec![
+        ("general.architecture".into(), s(arch)),
+        (format!("{arch}.block_count"), V::U32(2)),
+        (format!("{arch}.context_length"), V::U32(256)),
+        (format!("{arch}.embedding_length"), V::U32(64)),
+        (format!("{arch}.feed_forward_length"), V::U32(128)),
+        (format!("{arch}.attention.head_count"), V::U32(4)),
+        (format!("{arch}.attention.head_count_kv"), V::U32(2)),
+        (
+            format!("{arch}.attention.layer_norm_rms_epsilon"),
+            V::F32(1e-5),
+        ),
+        (format!("{arch}.rope.freq_base"), V::F32(10000.0)),
+        ("tokenizer.ggml.model".into(), s("gpt2")),
+        ("tokenizer.ggml.pre".into(), s("gpt2")),
+        (
+            "tokenizer.ggml.tokens".into(),
+            V::Array(vocab.iter().map(|t| s(t)).collect()),
+        ),
+        ("tokenizer.ggml.merges".into(), V::Array(vec![])),
+        (
+            "tokenizer.ggml.token_type".into(),
+            V::Array(
+                (0..n_vocab)
+                    .map(|i| V::I32(if i >= 256 { 3 } else { 1 }))
+                    .collect(),
+            ),
+        ),
+        ("tokenizer.ggml.eos_token_id".into(), V::U32(257)),
+        (
+            "tokenizer.chat_template".into(),
+            s(treespec::model::chat_template::CHATML),
+        ),
+    ];
+    let md_refs: Vec<(&str, &V)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let path = dir.join(format!("tiny-{arch}.gguf"));
+    let mut f = std::fs::File::create(&path).unwrap();
+    gguf_file::write(&mut f, &md_refs, &t_refs).unwrap();
+    path
+}
+
+/// The real SmolLM2-135M-Instruct GGUF, if fetched. Where `TREESPEC_REQUIRE_MODELS` is set
+/// (CI), its absence is a failure; elsewhere the caller skips with a message.
+pub fn smollm2_path() -> Option<PathBuf> {
+    let p = std::env::var_os("TREESPEC_SMOLLM2")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| treespec::fetch::cached_path(&treespec::fetch::SMOLLM2));
+    if p.is_file() {
+        return Some(p);
+    }
+    if std::env::var_os("TREESPEC_REQUIRE_MODELS").is_some() {
+        panic!(
+            "{} is missing and TREESPEC_REQUIRE_MODELS is set (run `treespec fetch smollm2`)",
+            p.display()
+        );
+    }
+    eprintln!(
+        "skipping: {} not found (run `cargo run --release -- fetch smollm2`)",
+        p.display()
+    );
+    None
+}
+
+/// Largest absolute difference of two equally shaped tensors.
+pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
+}
