@@ -186,12 +186,18 @@ pub fn verify(path: &Path, expected: &str, show_progress: bool) -> Result<()> {
 }
 
 /// Make sure a known model is on disk and verified; returns its path. Prints progress to stderr.
+/// Safe to call from several processes at once: one fetches while the others wait on a lock.
 pub fn ensure(m: &KnownModel) -> Result<PathBuf> {
     if let Some(p) = find_cached(m) {
         return Ok(p);
     }
     let dest = cached_path(m);
     std::fs::create_dir_all(crate::paths::models_dir())?;
+    let lock = File::create(dest.with_extension("lock"))?;
+    lock.lock()?;
+    if let Some(p) = find_cached(m) {
+        return Ok(p);
+    }
     if dest.is_file() {
         // Present but not yet verified (or the marker was lost): check it once.
         match verify(&dest, m.sha256, true) {

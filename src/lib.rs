@@ -1,8 +1,12 @@
 //! treespec: a terminal chat for local LLMs whose decoding core is speculative decoding with
-//! tree-walk verification (DDTree). This crate holds the engine-side library: the model runtime,
-//! sampling, plain generation and model fetching. The binary (`src/main.rs`) is a thin CLI over it.
+//! tree-walk verification (DDTree). This crate holds the engine side: the model runtime, drafters,
+//! the DDTree builder and walk, lossless verification, the decode engine, benchmarking and model
+//! fetching. The binary (`src/main.rs`) is a thin CLI over it.
 
+pub mod bench;
 pub mod device;
+pub mod draft;
+pub mod engine;
 pub mod error;
 pub mod fetch;
 pub mod generate;
@@ -10,5 +14,6 @@ pub mod model;
 pub mod paths;
 pub mod sampling;
 pub mod tree;
+pub mod verify;
 
 pub use error::{Error, Result};

@@ -3,10 +3,15 @@
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
-use treespec::generate::{generate, GenerateOptions};
-use treespec::model::chat_template::{ChatMessage, Role};
-use treespec::model::{self, LoadOptions};
+use treespec::bench::{self, BenchConfig};
+use treespec::draft::{check_same_vocabulary, CausalDrafter};
+use treespec::engine::{Engine, Mode, Settings, DEFAULT_BUDGET, DEFAULT_DEPTH, DEFAULT_GAMMA};
+use treespec::generate::generate;
+use treespec::model::chat_template::{ChatMessage, ChatTemplate, Role};
+use treespec::model::tokenizer::TextTokenizer;
+use treespec::model::{self, LoadOptions, LoadedModel};
 use treespec::sampling::SamplingParams;
 use treespec::{device, fetch};
 
@@ -23,45 +28,38 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Generate an answer to one prompt with plain autoregressive decoding, streaming to stdout.
+    /// Answer one prompt, streaming to stdout (plain decoding unless --mode says otherwise).
     Generate(GenerateArgs),
+    /// Measure decode speed, tokens per target pass and acceptance per mode and prompt file.
+    Bench(BenchArgs),
     /// Fetch known models into the cache (default: the target and drafter pair).
     Fetch(FetchArgs),
 }
 
 #[derive(Args)]
-struct ModelArgs {
-    /// A GGUF file, a checkpoint directory, a hub id (org/name or org/name:file), or a known
-    /// model: target, drafter, smollm2 (fetched if missing).
-    #[arg(long, short = 'm', default_value = "target")]
-    model: String,
+struct RuntimeArgs {
     /// Where to run: cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     device: String,
     /// KV cache capacity in tokens.
     #[arg(long, default_value_t = 4096)]
     context: usize,
-    /// Dequantise every weight to f32 (slow; for exact comparisons).
+    /// Dequantise every weight to f32 (slow; for exact comparisons between modes).
     #[arg(long)]
     exact: bool,
 }
 
 #[derive(Args)]
-struct GenerateArgs {
-    #[command(flatten)]
-    model: ModelArgs,
-    /// The user's message.
-    #[arg(long, short = 'p')]
-    prompt: String,
-    /// A system prompt (otherwise the template's default).
-    #[arg(long)]
-    system: Option<String>,
-    /// Feed the prompt as is, without the chat template.
-    #[arg(long)]
-    raw: bool,
-    /// Most new tokens.
-    #[arg(long, default_value_t = 256)]
-    max_tokens: usize,
+struct DecodeArgs {
+    /// Tree nodes per step in `tree` mode (the root not counted).
+    #[arg(long, default_value_t = DEFAULT_BUDGET)]
+    budget: usize,
+    /// Tree depth in `tree` mode.
+    #[arg(long, default_value_t = DEFAULT_DEPTH)]
+    depth: usize,
+    /// Drafted tokens per step in `linear` mode.
+    #[arg(long, default_value_t = DEFAULT_GAMMA)]
+    gamma: usize,
     /// Sampling temperature (0: greedy).
     #[arg(long, default_value_t = 0.0)]
     temperature: f32,
@@ -74,6 +72,92 @@ struct GenerateArgs {
     /// Sampler seed.
     #[arg(long, default_value_t = 299_792_458)]
     seed: u64,
+}
+
+impl DecodeArgs {
+    fn settings(&self, mode: Mode) -> anyhow::Result<Settings> {
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            anyhow::bail!("--temperature must be a finite number >= 0");
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            anyhow::bail!("--top-p must be in (0, 1]");
+        }
+        if self.budget == 0 || self.depth == 0 || self.gamma == 0 {
+            anyhow::bail!("--budget, --depth and --gamma must be at least 1");
+        }
+        Ok(Settings {
+            mode,
+            budget: self.budget,
+            depth: self.depth,
+            gamma: self.gamma,
+            sampling: SamplingParams {
+                temperature: self.temperature,
+                top_k: self.top_k,
+                top_p: self.top_p,
+            },
+            ..Settings::default()
+        })
+    }
+}
+
+#[derive(Args)]
+struct GenerateArgs {
+    /// The target: a GGUF file, a checkpoint directory, a hub id (org/name or org/name:file), or
+    /// a known model (target, drafter, smollm2; fetched if missing).
+    #[arg(long, short = 'm', alias = "target", default_value = "target")]
+    model: String,
+    /// The drafter for `linear` and `tree` (default: the default drafter when the target is the
+    /// default target).
+    #[arg(long)]
+    drafter: Option<String>,
+    /// Decoding mode: ar, linear, tree.
+    #[arg(long, default_value = "ar")]
+    mode: String,
+    /// The user's message.
+    #[arg(long, short = 'p')]
+    prompt: String,
+    /// A system prompt (otherwise the template's default).
+    #[arg(long)]
+    system: Option<String>,
+    /// Feed the prompt as is, without the chat template.
+    #[arg(long)]
+    raw: bool,
+    /// Most new tokens.
+    #[arg(long, default_value_t = 256)]
+    max_tokens: usize,
+    #[command(flatten)]
+    decode: DecodeArgs,
+    #[command(flatten)]
+    runtime: RuntimeArgs,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// The target model.
+    #[arg(long, default_value = "target")]
+    target: String,
+    /// The drafter model.
+    #[arg(long, default_value = "drafter")]
+    drafter: String,
+    /// Prompt files (JSON lines with a "prompt" field), each reported separately.
+    #[arg(long, num_args = 1.., required = true)]
+    prompts: Vec<PathBuf>,
+    /// Modes to compare, comma-separated (ar always runs: speedups are ratios to it).
+    #[arg(long, default_value = "ar,linear,tree")]
+    modes: String,
+    /// New tokens per prompt.
+    #[arg(long, default_value_t = 64)]
+    max_tokens: usize,
+    /// Only the first K prompts of each file.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Write the full numbers as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    #[command(flatten)]
+    decode: DecodeArgs,
+    #[command(flatten)]
+    runtime: RuntimeArgs,
 }
 
 #[derive(Args)]
@@ -94,22 +178,78 @@ fn model_path(spec: &str) -> anyhow::Result<String> {
     Ok(spec.to_string())
 }
 
-fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
-    if !(a.temperature >= 0.0 && a.temperature.is_finite()) {
-        anyhow::bail!("--temperature must be a finite number >= 0");
-    }
-    if !(a.top_p > 0.0 && a.top_p <= 1.0) {
-        anyhow::bail!("--top-p must be in (0, 1]");
-    }
-    let dev = device::parse_device(&a.model.device)?;
-    let path = model_path(&a.model.model)?;
+fn load_model(spec: &str, rt: &RuntimeArgs) -> anyhow::Result<LoadedModel> {
     let opts = LoadOptions {
-        device: dev,
-        exact: a.model.exact,
-        context: a.model.context,
+        device: device::parse_device(&rt.device)?,
+        exact: rt.exact,
+        context: rt.context,
         ..LoadOptions::default()
     };
-    let mut m = model::load(&path, &opts)?;
+    let path = model_path(spec)?;
+    Ok(model::load(&path, &opts)?)
+}
+
+/// The text side of the target: what turns messages into ids and ids into text.
+struct TextSide {
+    name: String,
+    tokenizer: TextTokenizer,
+    template: ChatTemplate,
+}
+
+/// Load the target (and the drafter, when given) into an engine.
+fn build_engine(
+    target: &str,
+    drafter: Option<&str>,
+    settings: Settings,
+    seed: u64,
+    rt: &RuntimeArgs,
+) -> anyhow::Result<(Engine, TextSide)> {
+    let t = load_model(target, rt)?;
+    let d = match drafter {
+        Some(spec) => {
+            let d = load_model(spec, rt)?;
+            check_same_vocabulary(&t.name, &t.tokenizer, &d.name, &d.tokenizer)?;
+            Some(d)
+        }
+        None => None,
+    };
+    let drafter = d.map(|d| CausalDrafter::new(d.decoder, d.name));
+    // The engine takes the decoders; the tokenizer and template stay here.
+    let engine = Engine::new(
+        t.decoder,
+        drafter,
+        t.tokenizer.stop_ids().clone(),
+        settings,
+        seed,
+    )?;
+    let text = TextSide {
+        name: t.name,
+        tokenizer: t.tokenizer,
+        template: t.template,
+    };
+    Ok((engine, text))
+}
+
+fn parse_mode(s: &str) -> anyhow::Result<Mode> {
+    Mode::parse(s).ok_or_else(|| anyhow::anyhow!("unknown mode `{s}` (ar, linear, tree, mtp)"))
+}
+
+fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
+    let mode = parse_mode(&a.mode)?;
+    let settings = a.decode.settings(mode)?;
+    let drafter = match (&a.drafter, mode.needs_drafter()) {
+        (Some(d), _) => Some(d.clone()),
+        (None, true) if a.model == "target" => Some("drafter".to_string()),
+        (None, true) => anyhow::bail!("--mode {mode} needs --drafter"),
+        (None, false) => None,
+    };
+    let (mut engine, m) = build_engine(
+        &a.model,
+        drafter.as_deref(),
+        settings,
+        a.decode.seed,
+        &a.runtime,
+    )?;
     let text = if a.raw {
         a.prompt.clone()
     } else {
@@ -121,24 +261,68 @@ fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
         m.template.render(&msgs, true)?
     };
     let ids = m.tokenizer.encode(&text, true)?;
-    let gen = GenerateOptions {
-        max_tokens: a.max_tokens,
-        sampling: SamplingParams {
-            temperature: a.temperature,
-            top_k: a.top_k,
-            top_p: a.top_p,
-        },
-        seed: a.seed,
-        ..GenerateOptions::default()
-    };
     let mut stdout = std::io::stdout().lock();
-    let (_, stats) = generate(&mut m.decoder, &m.tokenizer, &ids, &gen, |piece| {
+    let (_, stats) = generate(&mut engine, &m.tokenizer, &ids, a.max_tokens, |piece| {
         let _ = stdout.write_all(piece.as_bytes());
         let _ = stdout.flush();
     })?;
     let _ = writeln!(stdout);
     drop(stdout);
-    eprintln!("[{}] {}", m.name, stats.summary());
+    eprintln!("[{} {}] {}", m.name, mode, stats.summary());
+    Ok(())
+}
+
+fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
+    let modes = a
+        .modes
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(parse_mode)
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let needs_drafter = modes.iter().any(|m| m.needs_drafter());
+    let sets = a
+        .prompts
+        .iter()
+        .map(|p| bench::load_prompts(p, a.limit))
+        .collect::<treespec::Result<Vec<_>>>()?;
+    let settings = a.decode.settings(Mode::Ar)?;
+    let (mut engine, m) = build_engine(
+        &a.target,
+        needs_drafter.then_some(a.drafter.as_str()),
+        settings,
+        a.decode.seed,
+        &a.runtime,
+    )?;
+    let cfg = BenchConfig {
+        modes,
+        max_tokens: a.max_tokens,
+        check_exact: a.runtime.exact,
+        seed: a.decode.seed,
+    };
+    let report = bench::run(
+        &mut engine,
+        &m.tokenizer,
+        &m.template,
+        &sets,
+        &cfg,
+        |line| eprintln!("{line}"),
+    )?;
+    println!("{}", bench::markdown(&report));
+    if let Some(path) = &a.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if a.runtime.exact {
+        let first = report.sets.iter().find_map(|s| {
+            s.mismatches
+                .first()
+                .map(|(m, id)| (s.name.clone(), *m, id.clone()))
+        });
+        if let Some((set, mode, id)) = first {
+            anyhow::bail!("{mode} output differs from ar on {set} prompt {id}");
+        }
+        eprintln!("exact: every mode emitted exactly the ar tokens");
+    }
     Ok(())
 }
 
@@ -168,6 +352,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Generate(a) => run_generate(a),
+        Command::Bench(a) => run_bench(a),
         Command::Fetch(a) => run_fetch(a),
     };
     match result {

@@ -414,6 +414,11 @@ impl Decoder {
         Ok(())
     }
 
+    /// The valid K and V rows of every layer (`[kv_heads, len, head_dim]` each), for inspection.
+    pub fn kv_views(&self) -> Result<Vec<(Tensor, Tensor)>> {
+        self.caches.iter().map(|c| c.view()).collect()
+    }
+
     /// Embed token ids: `[n, hidden]`.
     pub fn embed(&self, tokens: &[u32]) -> Result<Tensor> {
         let ids = Tensor::from_vec(tokens.to_vec(), tokens.len(), &self.device)?;

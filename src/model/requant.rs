@@ -34,6 +34,12 @@ pub fn requantized_copy(src: &Path, cache_dir: &Path) -> Result<PathBuf> {
         return Ok(dst);
     }
     std::fs::create_dir_all(cache_dir)?;
+    // One process converts while any other waits, then finds the finished copy.
+    let lock = File::create(dst.with_extension("lock"))?;
+    lock.lock()?;
+    if dst.is_file() && read_gguf_header(&dst).is_ok() {
+        return Ok(dst);
+    }
     let content = read_gguf_header(src)?;
     let mut reader = BufReader::new(File::open(src)?);
     let mut names: Vec<&String> = content.tensor_infos.keys().collect();

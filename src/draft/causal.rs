@@ -1,0 +1,156 @@
+//! A causal-LM drafter: its own decoder and KV cache, kept a prefix of the committed sequence.
+
+use crate::error::{Error, Result};
+use crate::model::decoder::{Batch, Decoder};
+use crate::sampling::{argmax, distribution, draw, SamplingParams};
+use rand::Rng;
+
+/// How the chain's tokens are picked.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ChainPick {
+    /// The drafter's argmax at each depth.
+    Greedy,
+    /// A draw from the drafter's processed distribution (for rejection sampling).
+    Sample(SamplingParams),
+}
+
+/// One depth of a drafted chain.
+#[derive(Debug, Clone)]
+pub struct ChainStep {
+    /// The drafted token.
+    pub token: u32,
+    /// The drafter's raw logits at this depth (the tree builder's q_d).
+    pub logits: Vec<f32>,
+    /// The processed distribution the token was drawn from (sampled chains only).
+    pub q: Option<Vec<(u32, f32)>>,
+}
+
+/// A drafted chain, depth 1 first.
+#[derive(Debug, Clone, Default)]
+pub struct Chain {
+    /// The steps.
+    pub steps: Vec<ChainStep>,
+}
+
+impl Chain {
+    /// The drafted tokens.
+    pub fn tokens(&self) -> Vec<u32> {
+        self.steps.iter().map(|s| s.token).collect()
+    }
+}
+
+/// A small causal LM used as a drafter.
+pub struct CausalDrafter {
+    model: Decoder,
+    name: String,
+}
+
+impl CausalDrafter {
+    /// Wrap a loaded decoder.
+    pub fn new(model: Decoder, name: impl Into<String>) -> Self {
+        CausalDrafter {
+            model,
+            name: name.into(),
+        }
+    }
+
+    /// The drafter's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The drafter's decoder.
+    pub fn model(&self) -> &Decoder {
+        &self.model
+    }
+
+    /// Committed rows in the drafter's cache.
+    pub fn len(&self) -> usize {
+        self.model.len()
+    }
+
+    /// True when its cache is empty.
+    pub fn is_empty(&self) -> bool {
+        self.model.is_empty()
+    }
+
+    /// Drop cached rows from `len` on.
+    pub fn truncate(&mut self, len: usize) {
+        self.model.truncate(len);
+    }
+
+    /// Bring the cache up to `seq` (whose prefix it must already hold) and return the logits for
+    /// the token after it. The cache then holds all of `seq`.
+    fn sync(&mut self, seq: &[u32]) -> Result<Vec<f32>> {
+        let have = self.model.len().min(seq.len().saturating_sub(1));
+        self.model.truncate(have);
+        let rest = &seq[have..];
+        if rest.is_empty() {
+            return Err(Error::InvalidArgument(
+                "drafting from an empty sequence".into(),
+            ));
+        }
+        let mut last = vec![];
+        for piece in rest.chunks(512) {
+            let out = self
+                .model
+                .forward(&Batch::causal(piece, self.model.len()))?;
+            last = out.logits_rows()?.pop().unwrap_or_default();
+        }
+        Ok(last)
+    }
+
+    /// Draft `depth` tokens after `seq`. The cache ends holding `seq` plus the first `depth - 1`
+    /// drafted tokens (the last one is never fed).
+    pub fn draft(
+        &mut self,
+        seq: &[u32],
+        depth: usize,
+        pick: ChainPick,
+        rng: &mut impl Rng,
+    ) -> Result<Chain> {
+        let mut chain = Chain::default();
+        if depth == 0 {
+            return Ok(chain);
+        }
+        let room = self.model.context().saturating_sub(seq.len());
+        let depth = depth.min(room + 1);
+        let mut logits = self.sync(seq)?;
+        for d in 0..depth {
+            let (token, q) = match pick {
+                ChainPick::Greedy => (argmax(&logits).unwrap_or(0), None),
+                ChainPick::Sample(p) => {
+                    let q = distribution(&logits, &p);
+                    (draw(&q, rng).unwrap_or(0), Some(q))
+                }
+            };
+            let next = if d + 1 < depth {
+                let pos = self.model.len();
+                let out = self.model.forward(&Batch::causal(&[token], pos))?;
+                Some(out.logits_rows()?.pop().unwrap_or_default())
+            } else {
+                None
+            };
+            chain.steps.push(ChainStep { token, logits, q });
+            match next {
+                Some(l) => logits = l,
+                None => break,
+            }
+        }
+        Ok(chain)
+    }
+
+    /// After a step that committed `emitted` after `seq_before`, keep the cache rows still valid:
+    /// `seq_before` plus the drafted tokens that match the start of `emitted`, and never all of
+    /// the new sequence (its last token is the next root, which drafting feeds).
+    pub fn rollback(&mut self, seq_before_len: usize, chain: &[u32], emitted: &[u32]) {
+        let common = chain
+            .iter()
+            .zip(emitted)
+            .take_while(|(a, b)| a == b)
+            .count();
+        let new_len = seq_before_len + emitted.len();
+        let keep = (seq_before_len + common).min(new_len.saturating_sub(1));
+        self.model.truncate(keep.min(self.model.len()));
+    }
+}

@@ -1,0 +1,352 @@
+//! The engine on tiny random f32 models: greedy `linear` and `tree` emit exactly the `ar` tokens
+//! (many seeds, budget 1, depth 1, stop tokens and token limits inside accepted paths, mode
+//! switches mid-answer); caches after a tree step equal caches of the emitted tokens alone; and
+//! under sampling, the first two tokens follow the target's own distribution (and a lossy rule
+//! is caught).
+
+mod common;
+
+use candle_core::{Device, Tensor};
+use std::collections::{BTreeSet, HashMap};
+use treespec::draft::CausalDrafter;
+use treespec::engine::{Engine, Mode, Settings, StopReason};
+use treespec::model::config::Family;
+use treespec::model::decoder::{Batch, Decoder};
+use treespec::model::weights::WeightStore;
+use treespec::sampling::{distribution, SamplingParams};
+use treespec::verify::Verification;
+
+const CONTEXT: usize = 256;
+
+/// A target and a drafter that agrees with it often but not always: the target's weights plus
+/// a random perturbation.
+fn pair(family: Family, vocab: usize, seed: u64, noise: f32) -> (Decoder, Decoder) {
+    let cfg = common::tiny_config(family, vocab);
+    let t = common::random_weights(&cfg, seed);
+    let n = common::random_weights(&cfg, seed + 1000);
+    let d: HashMap<String, Tensor> = t
+        .iter()
+        .map(|(k, v)| (k.clone(), (v + (&n[k] * noise as f64).unwrap()).unwrap()))
+        .collect();
+    let mut ts = WeightStore::from_tensors(t, &Device::Cpu);
+    let mut ds = WeightStore::from_tensors(d, &Device::Cpu);
+    (
+        Decoder::load(&mut ts, cfg.clone(), CONTEXT).unwrap(),
+        Decoder::load(&mut ds, cfg, CONTEXT).unwrap(),
+    )
+}
+
+fn engine(family: Family, vocab: usize, seed: u64, stops: &[u32], s: Settings) -> Engine {
+    let (t, d) = pair(family, vocab, seed, 0.35);
+    let stops: BTreeSet<u32> = stops.iter().copied().collect();
+    Engine::new(t, Some(CausalDrafter::new(d, "drafter")), stops, s, seed).unwrap()
+}
+
+fn settings(mode: Mode, budget: usize, depth: usize, gamma: usize) -> Settings {
+    Settings {
+        mode,
+        budget,
+        depth,
+        gamma,
+        ..Settings::default()
+    }
+}
+
+fn prompt(seed: u64, vocab: usize) -> Vec<u32> {
+    let mut r = common::Lcg(seed * 7 + 3);
+    (0..6 + seed as usize % 5)
+        .map(|_| r.below(vocab) as u32)
+        .collect()
+}
+
+fn run(e: &mut Engine, prompt: &[u32], max: usize) -> (Vec<u32>, StopReason, usize) {
+    e.reset();
+    let o = e.generate(prompt, max, |_| true).unwrap();
+    (o.tokens, o.stop, o.steps)
+}
+
+#[test]
+fn greedy_speculation_equals_ar_over_many_seeds() {
+    let configs = [
+        settings(Mode::Linear, 1, 1, 1),
+        settings(Mode::Linear, 1, 1, 4),
+        settings(Mode::Linear, 1, 1, 7),
+        settings(Mode::Tree, 1, 4, 1),
+        settings(Mode::Tree, 4, 1, 1),
+        settings(Mode::Tree, 8, 4, 1),
+        settings(Mode::Tree, 32, 6, 1),
+        settings(Mode::Tree, 64, 3, 1),
+    ];
+    let mut drafted_accepts = 0;
+    let mut steps_total = 0;
+    for family in [Family::Llama, Family::Qwen2, Family::Qwen3] {
+        for seed in 0..6u64 {
+            let p = prompt(seed, 61);
+            let mut e = engine(family, 61, seed, &[], settings(Mode::Ar, 1, 1, 1));
+            let (ar, _, ar_steps) = run(&mut e, &p, 40);
+            assert_eq!(ar.len(), 40);
+            assert_eq!(ar_steps, 40);
+            for s in configs {
+                e.set_settings(s).unwrap();
+                let (out, stop, steps) = run(&mut e, &p, 40);
+                assert_eq!(out, ar, "{family:?} seed {seed} {s:?}");
+                assert_eq!(stop, StopReason::MaxTokens);
+                drafted_accepts += 40 - steps;
+                steps_total += steps;
+            }
+        }
+    }
+    eprintln!("{drafted_accepts} drafted tokens accepted over {steps_total} steps");
+    // The drafter is good enough that speculation pays, and bad enough that it is rejected too.
+    assert!(
+        drafted_accepts > steps_total / 4,
+        "{drafted_accepts} accepted over {steps_total} steps"
+    );
+    assert!(steps_total > 3 * 6 * 8 * 40 / 8);
+}
+
+#[test]
+fn stop_token_and_token_limit_inside_accepted_paths() {
+    for seed in 0..5u64 {
+        let p = prompt(seed, 61);
+        let mut e = engine(Family::Qwen2, 61, seed, &[], settings(Mode::Ar, 1, 1, 1));
+        let (ar, _, _) = run(&mut e, &p, 30);
+        // Make a token from the middle of the answer a stop token.
+        let stop = ar[11];
+        let cut = ar.iter().position(|&t| t == stop).unwrap();
+        let mut e = engine(
+            Family::Qwen2,
+            61,
+            seed,
+            &[stop],
+            settings(Mode::Ar, 1, 1, 1),
+        );
+        let (ar_stopped, why, _) = run(&mut e, &p, 30);
+        assert_eq!(ar_stopped, &ar[..cut]);
+        assert_eq!(why, StopReason::StopToken);
+        for s in [
+            settings(Mode::Tree, 16, 5, 1),
+            settings(Mode::Linear, 1, 1, 6),
+        ] {
+            e.set_settings(s).unwrap();
+            let (out, why, _) = run(&mut e, &p, 30);
+            assert_eq!(out, ar_stopped, "seed {seed} {s:?}");
+            assert_eq!(why, StopReason::StopToken);
+        }
+        // Every token limit, so that some fall inside an accepted path.
+        for max in 1..9 {
+            let mut e = engine(Family::Qwen2, 61, seed, &[], settings(Mode::Tree, 16, 6, 1));
+            let (out, why, _) = run(&mut e, &p, max);
+            assert_eq!(out, &ar[..max], "seed {seed} max {max}");
+            assert_eq!(why, StopReason::MaxTokens);
+        }
+    }
+}
+
+#[test]
+fn mode_switch_mid_answer() {
+    let schedule = [
+        settings(Mode::Tree, 8, 4, 1),
+        settings(Mode::Linear, 1, 1, 3),
+        settings(Mode::Ar, 1, 1, 1),
+        settings(Mode::Tree, 32, 6, 1),
+        settings(Mode::Tree, 1, 1, 1),
+        settings(Mode::Linear, 1, 1, 8),
+    ];
+    for seed in 0..4u64 {
+        let p = prompt(seed, 61);
+        let mut e = engine(Family::Llama, 61, seed, &[], settings(Mode::Ar, 1, 1, 1));
+        let (ar, _, _) = run(&mut e, &p, 48);
+        e.reset();
+        e.begin(&p).unwrap();
+        let mut step = 0;
+        while e.answer().len() < 48 {
+            e.set_settings(schedule[step % schedule.len()]).unwrap();
+            let ev = e.step(48 - e.answer().len()).unwrap();
+            step += 1;
+            if ev.finished.is_some() {
+                break;
+            }
+        }
+        assert_eq!(e.answer(), ar.as_slice(), "seed {seed}");
+    }
+}
+
+#[test]
+fn caches_after_tree_steps_equal_caches_of_the_emitted_tokens() {
+    let (t, d) = pair(Family::Qwen3, 61, 42, 0.35);
+    let mut e = Engine::new(
+        t,
+        Some(CausalDrafter::new(d, "drafter")),
+        BTreeSet::new(),
+        settings(Mode::Tree, 16, 5, 1),
+        1,
+    )
+    .unwrap();
+    let p = prompt(3, 61);
+    e.begin(&p).unwrap();
+    let mut accepted_any = false;
+    for _ in 0..6 {
+        let ev = e.step(100).unwrap();
+        accepted_any |= ev.accepted_drafts() > 0 && ev.tree.num_drafted() > ev.tree.max_depth();
+    }
+    assert!(accepted_any, "no step accepted a path in a branching tree");
+    let seq = e.sequence().to_vec();
+    let (mut fresh, _) = pair(Family::Qwen3, 61, 42, 0.35);
+    fresh
+        .forward(&Batch::causal(&seq[..seq.len() - 1], 0))
+        .unwrap();
+    let a = e.target().kv_views().unwrap();
+    let b = fresh.kv_views().unwrap();
+    assert_eq!(a.len(), b.len());
+    for ((ka, va), (kb, vb)) in a.iter().zip(&b) {
+        assert_eq!(ka.dims(), kb.dims());
+        assert!(common::max_abs_diff(ka, kb) < 1e-4);
+        assert!(common::max_abs_diff(va, vb) < 1e-4);
+    }
+}
+
+/// Chi-square statistic of `counts` against exact probabilities (cells with expected counts
+/// under 5 pooled), and its degrees of freedom.
+fn chi_square(
+    counts: &HashMap<(u32, u32), usize>,
+    probs: &HashMap<(u32, u32), f64>,
+    n: usize,
+) -> (f64, usize) {
+    let mut stat = 0.0;
+    let mut cells = 0;
+    let (mut pool_o, mut pool_e) = (0.0, 0.0);
+    for (k, &p) in probs {
+        let e = p * n as f64;
+        let o = *counts.get(k).unwrap_or(&0) as f64;
+        if e < 5.0 {
+            pool_o += o;
+            pool_e += e;
+        } else {
+            stat += (o - e).powi(2) / e;
+            cells += 1;
+        }
+    }
+    if pool_e > 0.0 {
+        stat += (pool_o - pool_e).powi(2) / pool_e.max(1e-9);
+        cells += 1;
+    }
+    // Tokens never predicted by the exact distribution but drawn anyway.
+    let stray: usize = counts
+        .iter()
+        .filter(|(k, _)| !probs.contains_key(k))
+        .map(|(_, &c)| c)
+        .sum();
+    if stray > 0 {
+        stat += 1e9;
+    }
+    (stat, cells - 1)
+}
+
+/// The 99.9% quantile of chi-square with `df` degrees of freedom (Wilson-Hilferty).
+fn chi2_critical(df: usize) -> f64 {
+    let k = df as f64;
+    let z = 3.090; // standard normal 99.9%
+    k * (1.0 - 2.0 / (9.0 * k) + z * (2.0 / (9.0 * k)).sqrt()).powi(3)
+}
+
+#[test]
+fn sampling_is_lossless_for_the_first_two_tokens() {
+    let vocab = 8;
+    let params = SamplingParams {
+        temperature: 1.0,
+        top_k: 0,
+        top_p: 0.95,
+    };
+    let p = vec![1u32, 5, 2, 7, 3];
+    // The exact joint distribution of the first two tokens under the target's own sampler.
+    let (mut target, _) = pair(Family::Llama, vocab, 77, 0.6);
+    let first = target
+        .forward(&Batch::causal(&p, 0))
+        .unwrap()
+        .logits_rows()
+        .unwrap()
+        .pop()
+        .unwrap();
+    let mut probs = HashMap::new();
+    for (x1, p1) in distribution(&first, &params) {
+        target.truncate(p.len());
+        let second = target
+            .forward(&Batch::causal(&[x1], p.len()))
+            .unwrap()
+            .logits_rows()
+            .unwrap()
+            .pop()
+            .unwrap();
+        for (x2, p2) in distribution(&second, &params) {
+            probs.insert((x1, x2), p1 as f64 * p2 as f64);
+        }
+    }
+    let draws = 4000;
+    let run_mode = |s: Settings| -> (f64, usize) {
+        // Same weights as `target` (same seed); the drafter is noisy so that it is often rejected.
+        let (t, d) = pair(Family::Llama, vocab, 77, 0.6);
+        let mut e =
+            Engine::new(t, Some(CausalDrafter::new(d, "d")), BTreeSet::new(), s, 0).unwrap();
+        let mut counts = HashMap::new();
+        for i in 0..draws {
+            e.reset();
+            // Seeds differ per mode: with equal seeds sample-and-match reproduces ar's draws exactly.
+            e.reseed(1_000_003 * i as u64 + 17 + 7919 * (s.mode as u64 + s.budget as u64));
+            let o = e.generate(&p, 2, |_| true).unwrap();
+            *counts.entry((o.tokens[0], o.tokens[1])).or_insert(0) += 1;
+        }
+        chi_square(&counts, &probs, draws)
+    };
+    let with = |mode, budget, depth, gamma, v| Settings {
+        sampling: params,
+        verification: v,
+        ..settings(mode, budget, depth, gamma)
+    };
+    for s in [
+        with(Mode::Ar, 1, 1, 1, Verification::Lossless),
+        with(Mode::Tree, 6, 2, 1, Verification::Lossless),
+        with(Mode::Tree, 2, 1, 1, Verification::Lossless),
+        with(Mode::Linear, 1, 1, 2, Verification::Lossless),
+    ] {
+        let (stat, df) = run_mode(s);
+        eprintln!(
+            "{:?}: chi-square {stat:.1}, {df} df, critical {:.1}",
+            s.mode,
+            chi2_critical(df)
+        );
+        assert!(
+            stat < chi2_critical(df),
+            "{:?}: chi-square {stat:.1} with {df} df exceeds {:.1}",
+            s.mode,
+            chi2_critical(df)
+        );
+    }
+    // A walk that accepts the drafter's first child unchecked must fail the same test.
+    let (stat, df) = run_mode(with(Mode::Tree, 6, 2, 1, Verification::UncheckedFirstChild));
+    eprintln!("lossy: chi-square {stat:.1}, {df} df");
+    assert!(
+        stat > chi2_critical(df),
+        "the lossy rule passed: chi-square {stat:.1} with {df} df"
+    );
+}
+
+#[test]
+fn modes_without_a_drafter_are_refused() {
+    let (t, _) = pair(Family::Llama, 61, 1, 0.1);
+    let err = Engine::new(t, None, BTreeSet::new(), settings(Mode::Tree, 4, 2, 1), 0)
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("needs a drafter"));
+    let (t, d) = pair(Family::Llama, 61, 1, 0.1);
+    let mut e = Engine::new(
+        t,
+        Some(CausalDrafter::new(d, "d")),
+        BTreeSet::new(),
+        Settings::default(),
+        0,
+    )
+    .unwrap();
+    let err = e.set_settings(settings(Mode::Mtp, 4, 2, 1)).unwrap_err();
+    assert!(err.to_string().contains("multi-token-prediction"));
+}
