@@ -4,6 +4,7 @@
 //! fetching. The binary (`src/main.rs`) is a thin CLI over it.
 
 pub mod bench;
+pub mod chat;
 pub mod device;
 pub mod draft;
 pub mod engine;

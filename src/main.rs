@@ -140,7 +140,7 @@ struct BenchArgs {
     #[arg(long, default_value = "drafter")]
     drafter: String,
     /// Prompt files (JSON lines with a "prompt" field), each reported separately.
-    #[arg(long, num_args = 1.., required = true)]
+    #[arg(long, num_args = 1.., required_unless_present = "costs")]
     prompts: Vec<PathBuf>,
     /// Modes to compare, comma-separated (ar always runs: speedups are ratios to it).
     #[arg(long, default_value = "ar,linear,tree")]
@@ -154,6 +154,10 @@ struct BenchArgs {
     /// Write the full numbers as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Only time the passes speculation is made of (target step, verify pass per block size,
+    /// LM head, drafter step) and exit.
+    #[arg(long)]
+    costs: bool,
     #[command(flatten)]
     decode: DecodeArgs,
     #[command(flatten)]
@@ -272,7 +276,26 @@ fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn run_costs(a: &BenchArgs) -> anyhow::Result<()> {
+    let mut t = load_model(&a.target, &a.runtime)?;
+    let mut d = load_model(&a.drafter, &a.runtime)?;
+    let sizes = [1, 2, 4, 8, 16, 32, 64];
+    let rows = bench::measure_costs(&mut t.decoder, Some(&mut d.decoder), 256, &sizes, 7)?;
+    println!(
+        "target {}, drafter {}, device {}, context 256 tokens\n",
+        t.name, d.name, a.runtime.device
+    );
+    println!("{}", bench::costs_markdown(&rows));
+    if let Some(path) = &a.json {
+        std::fs::write(path, serde_json::to_string_pretty(&rows)?)?;
+    }
+    Ok(())
+}
+
 fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
+    if a.costs {
+        return run_costs(&a);
+    }
     let modes = a
         .modes
         .split(',')

@@ -9,7 +9,52 @@ use treespec::model::{self, LoadOptions};
 
 /// Token ids from llama.cpp's own tokenizer (llama-cpp-python 0.3.x `Llama.tokenize(text,
 /// add_bos=False, special=True)`) on the same GGUF file.
-const REFERENCE: &[(&str, &[u32])] = &[];
+const REFERENCE: &[(&str, &[u32])] = &[
+    (
+        "What is the capital of France?",
+        &[1780, 314, 260, 3575, 282, 4649, 47],
+    ),
+    (
+        "Hello, world! 12345 and 3.14159",
+        &[
+            19556, 28, 905, 17, 216, 33, 34, 35, 36, 37, 284, 216, 35, 30, 33, 36, 33, 37, 41,
+        ],
+    ),
+    (
+        "  leading spaces\tand tabs\nnew lines\n\n",
+        &[216, 2899, 5600, 197, 397, 29416, 198, 2241, 3204, 1116],
+    ),
+    (
+        "def f(x):\n    return x ** 2  # square",
+        &[
+            1604, 275, 24, 104, 727, 472, 1003, 1792, 1903, 216, 34, 216, 907, 5222,
+        ],
+    ),
+    (
+        "Ünïcödé façade — naïve café, 日本語のテキスト, emoji 🤖🎨",
+        &[
+            142, 246, 94, 25972, 83, 7466, 84, 2756, 40852, 1841, 15486, 46494, 37366, 28, 17097,
+            241, 115, 40993, 179, 120, 248, 26453, 11100, 224, 10391, 251, 10391, 134, 11100, 226,
+            28, 649, 33777, 15107, 114, 240, 10813, 232, 118,
+        ],
+    ),
+    (
+        "<|im_start|>user\nHi<|im_end|>\n",
+        &[1, 4093, 198, 26843, 2, 198],
+    ),
+    (
+        "don't won't it's I'M WE'LL",
+        &[
+            12420, 982, 3763, 982, 357, 506, 339, 23, 61, 26587, 23, 16421,
+        ],
+    ),
+    (
+        "https://example.com/path?q=1&r=two",
+        &[
+            4687, 1742, 7434, 30, 824, 31, 1537, 47, 97, 45, 33, 22, 98, 45, 11355,
+        ],
+    ),
+];
 
 #[test]
 fn tokenizer_matches_llama_cpp() {
@@ -20,11 +65,11 @@ fn tokenizer_matches_llama_cpp() {
     for (text, want) in REFERENCE {
         let got = m.tokenizer.encode(text, false).unwrap();
         assert_eq!(&got, want, "ids of {text:?}");
-        assert_eq!(
-            m.tokenizer.decode(&got).unwrap(),
-            *text,
-            "round trip of {text:?}"
-        );
+        if !text.contains("<|") {
+            // Decoding for display drops special tokens; everything else round-trips.
+            let back = m.tokenizer.decode(&got).unwrap();
+            assert_eq!(back, *text, "round trip of {text:?}");
+        }
     }
 }
 

@@ -24,12 +24,21 @@ pub fn needs_requant(content: &gguf_file::Content) -> bool {
 
 /// The cached Q8_0 copy of `src`, made on first use.
 pub fn requantized_copy(src: &Path, cache_dir: &Path) -> Result<PathBuf> {
+    requantized_copy_as(src, cache_dir, GgmlDType::Q8_0)
+}
+
+/// The cached copy of `src` with every slow-format tensor re-quantised to `to` (Q8_0 or Q4_0).
+pub fn requantized_copy_as(src: &Path, cache_dir: &Path, to: GgmlDType) -> Result<PathBuf> {
+    let suffix = match to {
+        GgmlDType::Q4_0 => "q4_0",
+        _ => "q8_0",
+    };
     let meta = std::fs::metadata(src).map_err(|_| Error::NotFound(src.to_path_buf()))?;
     let stem = src
         .file_stem()
         .map(|s| s.to_string_lossy().to_string())
         .unwrap_or_else(|| "model".into());
-    let dst = cache_dir.join(format!("{stem}.{}.q8_0.gguf", meta.len()));
+    let dst = cache_dir.join(format!("{stem}.{}.{suffix}.gguf", meta.len()));
     if dst.is_file() && read_gguf_header(&dst).is_ok() {
         return Ok(dst);
     }
@@ -45,10 +54,8 @@ pub fn requantized_copy(src: &Path, cache_dir: &Path) -> Result<PathBuf> {
     let mut names: Vec<&String> = content.tensor_infos.keys().collect();
     names.sort();
     let bar = indicatif::ProgressBar::new(names.len() as u64).with_style(
-        indicatif::ProgressStyle::with_template(
-            "re-quantising {msg} to Q8_0 {bar:30} {pos}/{len} tensors",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        indicatif::ProgressStyle::with_template("re-quantising {msg} {bar:30} {pos}/{len} tensors")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     bar.set_message(stem.clone());
     let mut tensors: Vec<(String, QTensor)> = Vec::with_capacity(names.len());
@@ -56,7 +63,7 @@ pub fn requantized_copy(src: &Path, cache_dir: &Path) -> Result<PathBuf> {
         let q = content.tensor(&mut reader, name, &Device::Cpu)?;
         let q = if is_slow_on_cpu(q.dtype()) && q.shape().dims().last().is_some_and(|d| d % 32 == 0)
         {
-            QTensor::quantize(&q.dequantize(&Device::Cpu)?, GgmlDType::Q8_0)?
+            QTensor::quantize(&q.dequantize(&Device::Cpu)?, to)?
         } else {
             q
         };

@@ -1,0 +1,154 @@
+//! The chat session between the engine and the terminal UI: display-ready events (text pieces
+//! with their origin, the draft tree with token labels) and the [`ChatEngine`] trait the UI talks
+//! to. The live implementation runs the real engine on its thread; the scripted one replays
+//! prepared steps, so the UI can be tested without weights.
+
+pub mod live;
+pub mod scripted;
+
+use crate::engine::{Mode, Settings, StageTimes, StopReason};
+use crate::model::chat_template::ChatMessage;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Where an emitted token came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// Plain decoding (`ar`): the target's own token, no draft involved.
+    Plain,
+    /// A drafted token the verifier accepted, at this depth of the tree (1 = child of the root).
+    Drafted {
+        /// Depth in the draft tree.
+        depth: usize,
+    },
+    /// The target's own token that ends a speculative step (a bonus token or a correction).
+    Target,
+}
+
+/// One emitted token as text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenPiece {
+    /// The text the token completes (may be empty while a multi-byte character is incomplete).
+    pub text: String,
+    /// Where it came from.
+    pub origin: Origin,
+    /// The step (1-based within the answer) that emitted it.
+    pub step: usize,
+}
+
+/// A draft tree for display: node 0 is the root.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TreeView {
+    /// Token text of each node.
+    pub labels: Vec<String>,
+    /// Parent of each node.
+    pub parents: Vec<Option<usize>>,
+    /// Depth of each node.
+    pub depths: Vec<usize>,
+    /// Accepted nodes, root first.
+    pub accepted: Vec<usize>,
+    /// The target's own token after the accepted path (bonus or correction).
+    pub next: String,
+}
+
+impl TreeView {
+    /// Drafted nodes (the root not counted).
+    pub fn drafted(&self) -> usize {
+        self.labels.len().saturating_sub(1)
+    }
+}
+
+/// One step, ready to show.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepView {
+    /// 1-based step number within the answer.
+    pub step: usize,
+    /// The mode it ran in.
+    pub mode: Mode,
+    /// Emitted tokens as text.
+    pub pieces: Vec<TokenPiece>,
+    /// The verified tree.
+    pub tree: TreeView,
+    /// Time per stage.
+    pub times: StageTimes,
+}
+
+impl StepView {
+    /// Drafted tokens accepted.
+    pub fn accepted(&self) -> usize {
+        self.tree.accepted.len().saturating_sub(1)
+    }
+}
+
+/// What the UI hears from the engine.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChatEvent {
+    /// The prompt was read.
+    Started {
+        /// Prompt tokens.
+        prompt_tokens: usize,
+        /// Time to read them.
+        prefill: Duration,
+    },
+    /// One step.
+    Step(StepView),
+    /// The answer ended.
+    Finished {
+        /// Why.
+        reason: StopReason,
+        /// Tokens in the answer.
+        tokens: usize,
+        /// Target passes.
+        steps: usize,
+        /// Time of the passes.
+        decode: Duration,
+    },
+    /// New settings are in force.
+    SettingsApplied(Settings),
+    /// Something failed.
+    Error(String),
+}
+
+/// What the UI shows about the loaded models.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EngineInfo {
+    /// Target name.
+    pub target: String,
+    /// Drafter name, if any.
+    pub drafter: Option<String>,
+    /// Drafter kind ("causal LM").
+    pub drafter_kind: Option<String>,
+    /// Device description.
+    pub device: String,
+    /// Context size in tokens.
+    pub context: usize,
+    /// Modes that cannot run, with the reason.
+    pub unavailable: Vec<(Mode, String)>,
+}
+
+impl EngineInfo {
+    /// Why `mode` cannot run, if it cannot.
+    pub fn why_unavailable(&self, mode: Mode) -> Option<&str> {
+        self.unavailable
+            .iter()
+            .find(|(m, _)| *m == mode)
+            .map(|(_, why)| why.as_str())
+    }
+}
+
+/// The engine as the chat UI sees it.
+pub trait ChatEngine {
+    /// The loaded models.
+    fn info(&self) -> &EngineInfo;
+    /// The settings in force (or last asked for).
+    fn settings(&self) -> Settings;
+    /// Start answering the conversation; events follow through [`ChatEngine::poll`].
+    fn generate(&mut self, messages: &[ChatMessage], max_tokens: usize) -> crate::Result<()>;
+    /// Stop the answer in progress (takes effect between two steps).
+    fn stop(&mut self);
+    /// Ask for new settings.
+    fn apply(&mut self, settings: Settings);
+    /// Events that arrived since the last call (never blocks).
+    fn poll(&mut self) -> Vec<ChatEvent>;
+}

@@ -1,0 +1,223 @@
+//! A scripted chat engine: replays prepared answers step by step, with no model. The UI tests
+//! run on it, and `treespec chat --demo` shows the interface without weights.
+
+use super::{ChatEngine, ChatEvent, EngineInfo, Origin, StepView, TokenPiece, TreeView};
+use crate::engine::{Mode, Settings, StageTimes, StopReason};
+use crate::model::chat_template::ChatMessage;
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// One scripted answer: the steps it streams.
+#[derive(Debug, Clone, Default)]
+pub struct ScriptedAnswer {
+    /// The steps, in order.
+    pub steps: Vec<StepView>,
+}
+
+impl ScriptedAnswer {
+    /// An answer made of steps given as `(accepted drafted pieces, the target's own piece)`,
+    /// each drafted piece at depth 1, 2, ... in a chain tree with one rejected sibling.
+    pub fn from_steps(mode: Mode, steps: &[(&[&str], &str)]) -> Self {
+        let steps = steps
+            .iter()
+            .enumerate()
+            .map(|(i, (drafted, own))| {
+                let step = i + 1;
+                let mut pieces: Vec<TokenPiece> = drafted
+                    .iter()
+                    .enumerate()
+                    .map(|(d, t)| TokenPiece {
+                        text: t.to_string(),
+                        origin: Origin::Drafted { depth: d + 1 },
+                        step,
+                    })
+                    .collect();
+                pieces.push(TokenPiece {
+                    text: own.to_string(),
+                    origin: if mode == Mode::Ar {
+                        Origin::Plain
+                    } else {
+                        Origin::Target
+                    },
+                    step,
+                });
+                let mut tree = TreeView {
+                    labels: vec!["<root>".into()],
+                    parents: vec![None],
+                    depths: vec![0],
+                    accepted: vec![0],
+                    next: own.to_string(),
+                };
+                if mode != Mode::Ar {
+                    for (d, t) in drafted.iter().enumerate() {
+                        tree.labels.push(t.to_string());
+                        tree.parents
+                            .push(Some(if d == 0 { 0 } else { tree.labels.len() - 2 }));
+                        tree.depths.push(d + 1);
+                        tree.accepted.push(tree.labels.len() - 1);
+                    }
+                    // A rejected alternative under the last accepted node.
+                    let last = *tree.accepted.last().unwrap_or(&0);
+                    tree.labels.push(format!("{own}?"));
+                    tree.parents.push(Some(last));
+                    tree.depths.push(tree.depths[last] + 1);
+                }
+                StepView {
+                    step,
+                    mode,
+                    pieces,
+                    tree,
+                    times: StageTimes {
+                        draft: Duration::from_millis(3),
+                        build: Duration::from_micros(50),
+                        verify: Duration::from_millis(9),
+                        walk: Duration::from_millis(1),
+                        commit: Duration::from_micros(100),
+                    },
+                }
+            })
+            .collect();
+        ScriptedAnswer { steps }
+    }
+}
+
+/// A chat engine that replays scripted answers, one step per poll.
+pub struct ScriptedEngine {
+    info: EngineInfo,
+    settings: Settings,
+    answers: VecDeque<ScriptedAnswer>,
+    pending: VecDeque<ChatEvent>,
+    /// Every conversation it was asked to answer.
+    pub requests: Vec<Vec<ChatMessage>>,
+    /// Settings it was asked to apply, in order.
+    pub applied: Vec<Settings>,
+    /// How many times it was asked to stop.
+    pub stops: usize,
+}
+
+impl ScriptedEngine {
+    /// An engine that answers with `answers` in turn (and with a short default answer after).
+    pub fn new(answers: Vec<ScriptedAnswer>) -> Self {
+        ScriptedEngine {
+            info: EngineInfo {
+                target: "scripted-target".into(),
+                drafter: Some("scripted-drafter".into()),
+                drafter_kind: Some("causal LM".into()),
+                device: "cpu".into(),
+                context: 4096,
+                unavailable: vec![(
+                    Mode::Mtp,
+                    "the target has no multi-token-prediction head".into(),
+                )],
+            },
+            settings: Settings::default(),
+            answers: answers.into(),
+            pending: VecDeque::new(),
+            requests: vec![],
+            applied: vec![],
+            stops: 0,
+        }
+    }
+
+    /// A demonstration script.
+    pub fn demo() -> Self {
+        let a = ScriptedAnswer::from_steps(
+            Mode::Tree,
+            &[
+                (&["Tree", " speculation", " drafts"], " a"),
+                (&[" tree", " of"], " continuations"),
+                (&[",", " and", " the", " target"], " checks"),
+                (&[" every", " branch", " in"], " one"),
+                (&[" pass", "."], "\n"),
+            ],
+        );
+        Self::new(vec![a])
+    }
+
+    /// Events still queued.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+impl ChatEngine for ScriptedEngine {
+    fn info(&self) -> &EngineInfo {
+        &self.info
+    }
+
+    fn settings(&self) -> Settings {
+        self.settings
+    }
+
+    fn generate(&mut self, messages: &[ChatMessage], max_tokens: usize) -> crate::Result<()> {
+        self.requests.push(messages.to_vec());
+        let answer = self
+            .answers
+            .pop_front()
+            .unwrap_or_else(|| ScriptedAnswer::from_steps(self.settings.mode, &[(&["OK"], ".")]));
+        self.pending.push_back(ChatEvent::Started {
+            prompt_tokens: messages.iter().map(|m| m.content.len()).sum(),
+            prefill: Duration::from_millis(5),
+        });
+        let mut tokens = 0;
+        let mut steps = 0;
+        let mut reason = StopReason::StopToken;
+        for s in answer.steps {
+            if tokens + s.pieces.len() > max_tokens {
+                reason = StopReason::MaxTokens;
+                break;
+            }
+            tokens += s.pieces.len();
+            steps += 1;
+            self.pending.push_back(ChatEvent::Step(s));
+        }
+        self.pending.push_back(ChatEvent::Finished {
+            reason,
+            tokens,
+            steps,
+            decode: Duration::from_millis(10 * steps as u64),
+        });
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        self.stops += 1;
+        if self.pending.is_empty() {
+            return;
+        }
+        self.pending
+            .retain(|e| !matches!(e, ChatEvent::Step(_) | ChatEvent::Finished { .. }));
+        self.pending.push_back(ChatEvent::Finished {
+            reason: StopReason::Cancelled,
+            tokens: 0,
+            steps: 0,
+            decode: Duration::ZERO,
+        });
+    }
+
+    fn apply(&mut self, settings: Settings) {
+        self.applied.push(settings);
+        if let Some(why) = self.info.why_unavailable(settings.mode) {
+            self.pending.push_back(ChatEvent::Error(format!(
+                "mode {} is unavailable: {why}",
+                settings.mode
+            )));
+            return;
+        }
+        self.settings = settings;
+        self.pending.push_back(ChatEvent::SettingsApplied(settings));
+    }
+
+    fn poll(&mut self) -> Vec<ChatEvent> {
+        // One step per poll, so that the UI sees a stream.
+        let mut out = vec![];
+        while let Some(e) = self.pending.pop_front() {
+            let is_step = matches!(e, ChatEvent::Step(_));
+            out.push(e);
+            if is_step {
+                break;
+            }
+        }
+        out
+    }
+}
