@@ -5,6 +5,7 @@
 
 pub mod bench;
 pub mod chat;
+pub mod config;
 pub mod device;
 pub mod draft;
 pub mod engine;
@@ -14,7 +15,9 @@ pub mod generate;
 pub mod model;
 pub mod paths;
 pub mod sampling;
+pub mod transcript;
 pub mod tree;
+pub mod tui;
 pub mod verify;
 
 pub use error::{Error, Result};

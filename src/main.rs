@@ -23,11 +23,14 @@ use treespec::{device, fetch};
 )]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// The terminal chat (the default): streams answers, colours accepted draft tokens, draws the
+    /// draft tree of each step.
+    Chat(ChatArgs),
     /// Answer one prompt, streaming to stdout (plain decoding unless --mode says otherwise).
     Generate(GenerateArgs),
     /// Measure decode speed, tokens per target pass and acceptance per mode and prompt file.
@@ -162,6 +165,61 @@ struct BenchArgs {
     decode: DecodeArgs,
     #[command(flatten)]
     runtime: RuntimeArgs,
+}
+
+#[derive(Args, Default)]
+struct ChatArgs {
+    /// The target model (default: config file, else the default target).
+    #[arg(long, short = 'm', alias = "model")]
+    target: Option<String>,
+    /// The drafter, or `none` (default: config file, else the default drafter).
+    #[arg(long)]
+    drafter: Option<String>,
+    /// Starting mode: ar, linear, tree.
+    #[arg(long)]
+    mode: Option<String>,
+    /// Tree budget.
+    #[arg(long)]
+    budget: Option<usize>,
+    /// Tree depth.
+    #[arg(long)]
+    depth: Option<usize>,
+    /// Chain length in linear mode.
+    #[arg(long)]
+    gamma: Option<usize>,
+    /// Temperature (0: greedy).
+    #[arg(long)]
+    temperature: Option<f32>,
+    /// Nucleus sampling mass.
+    #[arg(long)]
+    top_p: Option<f32>,
+    /// Top-k.
+    #[arg(long)]
+    top_k: Option<usize>,
+    /// Sampler seed.
+    #[arg(long, default_value_t = 299_792_458)]
+    seed: u64,
+    /// Token limit per answer.
+    #[arg(long)]
+    max_tokens: Option<usize>,
+    /// Theme name (dark, light, high-contrast, or one of yours).
+    #[arg(long)]
+    theme: Option<String>,
+    /// Continue a saved chat (default: the most recent one).
+    #[arg(long, num_args = 0..=1, default_missing_value = "")]
+    resume: Option<String>,
+    /// Where to run: cpu, cuda or cuda:N.
+    #[arg(long)]
+    device: Option<String>,
+    /// KV cache capacity in tokens.
+    #[arg(long)]
+    context: Option<usize>,
+    /// Dequantise every weight to f32.
+    #[arg(long)]
+    exact: bool,
+    /// Show the interface with a scripted engine and no model.
+    #[arg(long)]
+    demo: bool,
 }
 
 #[derive(Args)]
@@ -371,9 +429,116 @@ fn run_fetch(a: FetchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
+    use treespec::chat::live::LiveEngine;
+    use treespec::chat::scripted::ScriptedEngine;
+    use treespec::chat::{ChatEngine, EngineInfo};
+    use treespec::config::{self, Config};
+    use treespec::transcript::{self, Transcript};
+    use treespec::tui::app::{App, AppOptions};
+
+    let cfg = Config::load(&config::path())?;
+    let pick = |flag: &Option<String>, conf: &Option<String>, default: &str| {
+        flag.clone()
+            .or_else(|| conf.clone())
+            .unwrap_or_else(|| default.to_string())
+    };
+    let mode = parse_mode(&pick(&a.mode, &cfg.mode, "tree"))?;
+    let decode = DecodeArgs {
+        budget: a.budget.or(cfg.budget).unwrap_or(DEFAULT_BUDGET),
+        depth: a.depth.or(cfg.depth).unwrap_or(DEFAULT_DEPTH),
+        gamma: a.gamma.or(cfg.gamma).unwrap_or(DEFAULT_GAMMA),
+        temperature: a.temperature.or(cfg.temperature).unwrap_or(0.0),
+        top_p: a.top_p.or(cfg.top_p).unwrap_or(1.0),
+        top_k: a.top_k.or(cfg.top_k).unwrap_or(0),
+        seed: a.seed,
+    };
+    let runtime = RuntimeArgs {
+        device: pick(&a.device, &cfg.device, "cpu"),
+        context: a.context.or(cfg.context).unwrap_or(4096),
+        exact: a.exact,
+    };
+    let target = pick(&a.target, &cfg.target, "target");
+    let drafter = pick(&a.drafter, &cfg.drafter, "drafter");
+    let drafter = (drafter != "none").then_some(drafter);
+    // Without a drafter only ar runs.
+    let mode = if drafter.is_none() && mode.needs_drafter() {
+        Mode::Ar
+    } else {
+        mode
+    };
+    let settings = decode.settings(mode)?;
+    let dir = transcript::default_dir();
+    let (engine, info): (Box<dyn ChatEngine>, EngineInfo) = if a.demo {
+        let e = ScriptedEngine::demo();
+        let info = e.info().clone();
+        (Box::new(e), info)
+    } else {
+        eprintln!(
+            "loading {target}{} ...",
+            drafter
+                .as_deref()
+                .map(|d| format!(" and {d}"))
+                .unwrap_or_default()
+        );
+        let (engine, text) =
+            build_engine(&target, drafter.as_deref(), settings, decode.seed, &runtime)?;
+        let info = EngineInfo {
+            target: text.name.clone(),
+            drafter: engine.drafter().map(|d| d.name().to_string()),
+            drafter_kind: engine.drafter().map(|_| "causal LM".to_string()),
+            device: device::describe(engine.target().device()),
+            context: engine.target().context(),
+            unavailable: vec![],
+        };
+        let live = LiveEngine::new(engine, text.tokenizer, text.template, info);
+        let info = live.info().clone();
+        (Box::new(live), info)
+    };
+    let mut notice = None;
+    let transcript = match &a.resume {
+        None => Transcript::new(&dir, &info.target, info.drafter.as_deref(), &info.device),
+        Some(file) => {
+            let path = if file.is_empty() {
+                transcript::latest(&dir).ok_or_else(|| {
+                    anyhow::anyhow!("no saved chats in {} to resume", dir.display())
+                })?
+            } else {
+                PathBuf::from(file)
+            };
+            let loaded = Transcript::load(&path)?;
+            if let Some(d) = loaded.dropped {
+                notice = Some(format!("resumed {}; dropped {d}", path.display()));
+            }
+            loaded.transcript
+        }
+    };
+    let opts = AppOptions {
+        max_tokens: a.max_tokens.or(cfg.max_tokens).unwrap_or(1024),
+        theme: a.theme.clone().or(cfg.theme.clone()),
+        user_theme_dir: Some(config::themes_dir()),
+        keys: cfg.keys.clone(),
+    };
+    let mut app = App::new(engine, transcript, opts);
+    if let Some(n) = notice {
+        app.notice = Some(treespec::tui::app::Notice {
+            text: n,
+            error: false,
+        });
+    }
+    treespec::tui::run(&mut app)?;
+    let saved = app.transcript.path.clone();
+    drop(app);
+    if saved.exists() {
+        eprintln!("chat saved to {}", saved.display());
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
+    let result = match cli.command.unwrap_or(Command::Chat(ChatArgs::default())) {
+        Command::Chat(a) => run_chat(a),
         Command::Generate(a) => run_generate(a),
         Command::Bench(a) => run_bench(a),
         Command::Fetch(a) => run_fetch(a),

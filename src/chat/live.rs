@@ -69,11 +69,7 @@ impl LiveEngine {
                 step: self.step,
             });
         }
-        let next = ev
-            .emitted
-            .get(ev.accepted_drafts())
-            .map(|&t| self.label(t))
-            .unwrap_or_default();
+        let next = self.label(ev.next);
         let tree = TreeView {
             labels: ev.tree.tokens.iter().map(|&t| self.label(t)).collect(),
             parents: ev.tree.parents.clone(),

@@ -5,6 +5,7 @@ use super::{ChatEngine, ChatEvent, EngineInfo, Origin, StepView, TokenPiece, Tre
 use crate::engine::{Mode, Settings, StageTimes, StopReason};
 use crate::model::chat_template::ChatMessage;
 use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// One scripted answer: the steps it streams.
@@ -81,18 +82,25 @@ impl ScriptedAnswer {
     }
 }
 
-/// A chat engine that replays scripted answers, one step per poll.
-pub struct ScriptedEngine {
-    info: EngineInfo,
-    settings: Settings,
-    answers: VecDeque<ScriptedAnswer>,
-    pending: VecDeque<ChatEvent>,
+/// What a scripted engine was asked to do (shared, so tests can read it after handing the
+/// engine to the app).
+#[derive(Debug, Clone, Default)]
+pub struct ScriptLog {
     /// Every conversation it was asked to answer.
     pub requests: Vec<Vec<ChatMessage>>,
     /// Settings it was asked to apply, in order.
     pub applied: Vec<Settings>,
     /// How many times it was asked to stop.
     pub stops: usize,
+}
+
+/// A chat engine that replays scripted answers, one step per poll.
+pub struct ScriptedEngine {
+    info: EngineInfo,
+    settings: Settings,
+    answers: VecDeque<ScriptedAnswer>,
+    pending: VecDeque<ChatEvent>,
+    log: Arc<Mutex<ScriptLog>>,
 }
 
 impl ScriptedEngine {
@@ -113,9 +121,18 @@ impl ScriptedEngine {
             settings: Settings::default(),
             answers: answers.into(),
             pending: VecDeque::new(),
-            requests: vec![],
-            applied: vec![],
-            stops: 0,
+            log: Arc::new(Mutex::new(ScriptLog::default())),
+        }
+    }
+
+    /// The shared log of what it was asked.
+    pub fn log(&self) -> Arc<Mutex<ScriptLog>> {
+        Arc::clone(&self.log)
+    }
+
+    fn record(&self, f: impl FnOnce(&mut ScriptLog)) {
+        if let Ok(mut l) = self.log.lock() {
+            f(&mut l);
         }
     }
 
@@ -150,7 +167,7 @@ impl ChatEngine for ScriptedEngine {
     }
 
     fn generate(&mut self, messages: &[ChatMessage], max_tokens: usize) -> crate::Result<()> {
-        self.requests.push(messages.to_vec());
+        self.record(|l| l.requests.push(messages.to_vec()));
         let answer = self
             .answers
             .pop_front()
@@ -181,7 +198,7 @@ impl ChatEngine for ScriptedEngine {
     }
 
     fn stop(&mut self) {
-        self.stops += 1;
+        self.record(|l| l.stops += 1);
         if self.pending.is_empty() {
             return;
         }
@@ -196,7 +213,7 @@ impl ChatEngine for ScriptedEngine {
     }
 
     fn apply(&mut self, settings: Settings) {
-        self.applied.push(settings);
+        self.record(|l| l.applied.push(settings));
         if let Some(why) = self.info.why_unavailable(settings.mode) {
             self.pending.push_back(ChatEvent::Error(format!(
                 "mode {} is unavailable: {why}",

@@ -162,6 +162,8 @@ pub struct StepEvent {
     /// Tokens emitted by this step: the accepted drafted tokens, then the target's own token
     /// (bonus or correction), cut at a stop token or the token limit.
     pub emitted: Vec<u32>,
+    /// The target's own token after the accepted path (before any cut).
+    pub next: u32,
     /// Time per stage.
     pub times: StageTimes,
     /// Set when the answer ended with this step.
@@ -353,6 +355,7 @@ impl Engine {
                 tree: DraftTree::root(root),
                 accepted: vec![0],
                 emitted: vec![],
+                next: root,
                 times: StageTimes::default(),
                 finished: Some(why),
             });
@@ -519,6 +522,7 @@ impl Engine {
             tree,
             accepted,
             emitted,
+            next,
             times,
             finished,
         })

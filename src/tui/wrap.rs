@@ -1,0 +1,144 @@
+//! Word wrapping of styled text into lines of a given width (in terminal cells).
+
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use unicode_width::UnicodeWidthChar;
+
+/// Wrap styled pieces into lines of at most `width` cells. Newlines in the text start new lines;
+/// lines break after whitespace where they can, inside a word only when it is longer than a line.
+/// Every line gets `indent` leading spaces (counted in the width).
+pub fn wrap(pieces: &[(&str, Style)], width: usize, indent: usize) -> Vec<Line<'static>> {
+    let width = width.max(indent + 1);
+    let mut out = vec![];
+    let mut para: Vec<(char, Style)> = vec![];
+    let flush = |para: &mut Vec<(char, Style)>, out: &mut Vec<Line<'static>>| {
+        for line in wrap_paragraph(para, width - indent) {
+            out.push(to_line(&line, indent));
+        }
+        para.clear();
+    };
+    for (text, style) in pieces {
+        for c in text.chars() {
+            if c == '\n' {
+                flush(&mut para, &mut out);
+            } else if c == '\t' {
+                para.extend(std::iter::repeat_n((' ', *style), 4));
+            } else if !c.is_control() {
+                para.push((c, *style));
+            }
+        }
+    }
+    flush(&mut para, &mut out);
+    out
+}
+
+fn cw(c: char) -> usize {
+    c.width().unwrap_or(0)
+}
+
+fn wrap_paragraph(chars: &[(char, Style)], width: usize) -> Vec<Vec<(char, Style)>> {
+    if chars.is_empty() {
+        return vec![vec![]];
+    }
+    let mut lines = vec![];
+    let mut line: Vec<(char, Style)> = vec![];
+    let mut line_w = 0;
+    let mut i = 0;
+    while i < chars.len() {
+        // A word: non-space characters, then the spaces after them.
+        let start = i;
+        while i < chars.len() && !chars[i].0.is_whitespace() {
+            i += 1;
+        }
+        while i < chars.len() && chars[i].0.is_whitespace() {
+            i += 1;
+        }
+        let word = &chars[start..i];
+        let word_w: usize = word.iter().map(|(c, _)| cw(*c)).sum();
+        let text_w: usize = word
+            .iter()
+            .take_while(|(c, _)| !c.is_whitespace())
+            .map(|(c, _)| cw(*c))
+            .sum();
+        if line_w + text_w <= width {
+            line.extend_from_slice(word);
+            line_w += word_w;
+            continue;
+        }
+        if text_w <= width && !line.is_empty() {
+            lines.push(std::mem::take(&mut line));
+            line.extend_from_slice(word);
+            line_w = word_w;
+            continue;
+        }
+        // Longer than a line: break it where it overflows.
+        for &(c, s) in word {
+            if line_w + cw(c) > width && !line.is_empty() {
+                lines.push(std::mem::take(&mut line));
+                line_w = 0;
+            }
+            line.push((c, s));
+            line_w += cw(c);
+        }
+    }
+    lines.push(line);
+    // Trailing spaces may run past the width; they are invisible, so trim them.
+    for l in &mut lines {
+        let mut w: usize = l.iter().map(|(c, _)| cw(*c)).sum();
+        while w > width {
+            match l.last() {
+                Some((c, _)) if c.is_whitespace() => {
+                    w -= cw(*c);
+                    l.pop();
+                }
+                _ => break,
+            }
+        }
+    }
+    lines
+}
+
+fn to_line(chars: &[(char, Style)], indent: usize) -> Line<'static> {
+    let mut spans: Vec<Span<'static>> = vec![];
+    if indent > 0 {
+        spans.push(Span::raw(" ".repeat(indent)));
+    }
+    let mut cur = String::new();
+    let mut cur_style: Option<Style> = None;
+    for &(c, s) in chars {
+        if cur_style != Some(s) {
+            if let Some(st) = cur_style {
+                spans.push(Span::styled(std::mem::take(&mut cur), st));
+            }
+            cur_style = Some(s);
+        }
+        cur.push(c);
+    }
+    if let Some(st) = cur_style {
+        spans.push(Span::styled(cur, st));
+    }
+    Line::from(spans)
+}
+
+/// Display width of a string.
+pub fn width(s: &str) -> usize {
+    s.chars().map(cw).sum()
+}
+
+/// Cut a string to at most `max` cells, with an ellipsis when cut.
+pub fn truncate(s: &str, max: usize) -> String {
+    if width(s) <= max {
+        return s.to_string();
+    }
+    let mut out = String::new();
+    let mut w = 0;
+    for c in s.chars() {
+        if w + cw(c) + 1 > max {
+            break;
+        }
+        out.push(c);
+        w += cw(c);
+    }
+    out.push('…');
+    out
+}
