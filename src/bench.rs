@@ -1,7 +1,7 @@
 //! `treespec bench`: decode speed, speedup over `ar`, tokens per target pass (tau), acceptance by
 //! depth and the time split by stage, per prompt file and mode, measured side by side in one run.
 
-use crate::engine::{Engine, Mode, StageTimes};
+use crate::engine::{Engine, Mode, Settings, StageTimes};
 use crate::error::{Error, Result};
 use crate::model::chat_template::{ChatMessage, ChatTemplate, Role};
 use crate::model::tokenizer::TextTokenizer;
@@ -60,11 +60,72 @@ pub fn load_prompts(path: &Path, limit: Option<usize>) -> Result<PromptSet> {
     Ok(PromptSet { name, prompts })
 }
 
+/// One decoding configuration to measure: a mode with its shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Variant {
+    /// Label in the tables (`ar`, `linear`, `tree`, or with a shape: `tree:16x4`, `linear:6`).
+    pub label: String,
+    /// Settings it runs with.
+    pub settings: Settings,
+}
+
+impl Variant {
+    /// Parse `ar`, `linear`, `tree`, `linear:G` or `tree:BxL`, optionally followed by
+    /// `@P` (the drafter's chain stops below probability P); bare modes take the shape of `base`.
+    pub fn parse(spec: &str, base: &Settings) -> Result<Variant> {
+        let spec = spec.trim();
+        let (spec_shape, prob) = match spec.split_once('@') {
+            Some((a, p)) => (
+                a,
+                Some(p.parse::<f32>().map_err(|_| {
+                    Error::InvalidArgument(format!("`{spec}`: @P takes a probability"))
+                })?),
+            ),
+            None => (spec, None),
+        };
+        let (mode_s, shape) = match spec_shape.split_once(':') {
+            Some((m, s)) => (m, Some(s)),
+            None => (spec_shape, None),
+        };
+        let mode = Mode::parse(mode_s)
+            .ok_or_else(|| Error::InvalidArgument(format!("unknown mode `{mode_s}`")))?;
+        let mut settings = Settings { mode, ..*base };
+        if let Some(p) = prob {
+            settings.min_chain_prob = p;
+        }
+        let bad =
+            || Error::InvalidArgument(format!("`{spec}`: write linear:GAMMA or tree:BUDGETxDEPTH"));
+        match (mode, shape) {
+            (_, None) => {}
+            (Mode::Linear, Some(g)) => settings.gamma = g.parse().map_err(|_| bad())?,
+            (Mode::Tree, Some(s)) => {
+                let (b, l) = s.split_once('x').ok_or_else(bad)?;
+                settings.budget = b.parse().map_err(|_| bad())?;
+                settings.depth = l.parse().map_err(|_| bad())?;
+            }
+            _ => return Err(bad()),
+        }
+        if settings.budget == 0 || settings.depth == 0 || settings.gamma == 0 {
+            return Err(bad());
+        }
+        let mut label = match mode {
+            Mode::Linear => format!("linear γ{}", settings.gamma),
+            Mode::Tree => format!("tree B{} L{}", settings.budget, settings.depth),
+            m => m.name().to_string(),
+        };
+        if settings.min_chain_prob > 0.0 && mode != Mode::Ar {
+            label.push_str(&format!(" p≥{}", settings.min_chain_prob));
+        }
+        Ok(Variant { label, settings })
+    }
+}
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
-    /// Modes, in order (`ar` is added first when missing: every speedup is a ratio to it).
-    pub modes: Vec<Mode>,
+    /// Configurations, in order (`ar` is added first when missing: every speedup is a ratio to
+    /// it).
+    pub variants: Vec<Variant>,
     /// New tokens per prompt.
     pub max_tokens: usize,
     /// Check that every mode emitted exactly the `ar` tokens.
@@ -120,9 +181,11 @@ impl StageSeconds {
     }
 }
 
-/// Totals of one mode over one prompt file.
+/// Totals of one configuration over one prompt file.
 #[derive(Debug, Clone, Serialize)]
 pub struct ModeResult {
+    /// The configuration's label.
+    pub label: String,
     /// The mode.
     pub mode: Mode,
     /// Tokens emitted over all prompts.
@@ -155,8 +218,8 @@ pub struct SetResult {
     pub prompts: usize,
     /// One entry per mode.
     pub modes: Vec<ModeResult>,
-    /// The first prompt whose output differed from `ar` (with --exact), per mode.
-    pub mismatches: Vec<(Mode, String)>,
+    /// The first prompt whose output differed from `ar` (with --exact), per configuration.
+    pub mismatches: Vec<(String, String)>,
 }
 
 /// The whole report.
@@ -188,25 +251,25 @@ pub fn run(
     cfg: &BenchConfig,
     mut progress: impl FnMut(&str),
 ) -> Result<BenchReport> {
-    let mut modes = cfg.modes.clone();
-    if !modes.contains(&Mode::Ar) {
-        modes.insert(0, Mode::Ar);
-    }
     let base_settings = *engine.settings();
+    let mut variants = cfg.variants.clone();
+    if !variants.iter().any(|v| v.settings.mode == Mode::Ar) {
+        variants.insert(0, Variant::parse("ar", &base_settings)?);
+    }
+    // The ar run goes first: the others compare their output against it.
+    variants.sort_by_key(|v| v.settings.mode != Mode::Ar);
     let mut out = vec![];
     for set in sets {
-        let mut accs: Vec<Acc> = modes.iter().map(|_| Acc::default()).collect();
-        let mut mismatches: Vec<(Mode, String)> = vec![];
+        let mut accs: Vec<Acc> = variants.iter().map(|_| Acc::default()).collect();
+        let mut mismatches: Vec<(String, String)> = vec![];
         for p in &set.prompts {
             let text = template.render(&[ChatMessage::new(Role::User, p.text.clone())], true)?;
             let ids = tokenizer.encode(&text, true)?;
             let mut ar_output: Option<Vec<u32>> = None;
             // Modes interleaved per prompt, so that drift in machine speed hits all alike.
-            for (mi, &mode) in modes.iter().enumerate() {
-                engine.set_settings(crate::engine::Settings {
-                    mode,
-                    ..base_settings
-                })?;
+            for (mi, variant) in variants.iter().enumerate() {
+                let mode = variant.settings.mode;
+                engine.set_settings(variant.settings)?;
                 engine.reseed(cfg.seed);
                 engine.reset();
                 let acc = &mut accs[mi];
@@ -231,21 +294,21 @@ pub fn run(
                 acc.steps += outcome.steps;
                 acc.seconds += secs;
                 progress(&format!(
-                    "{} {} {:>7}: {} tokens, {} passes, {:.2} tok/s",
+                    "{} {} {:>14}: {} tokens, {} passes, {:.2} tok/s",
                     set.name,
                     p.id,
-                    mode.name(),
+                    variant.label,
                     outcome.tokens.len(),
                     outcome.steps,
                     outcome.tokens.len() as f64 / secs.max(1e-9)
                 ));
-                if mode == Mode::Ar {
+                if mode == Mode::Ar && ar_output.is_none() {
                     ar_output = Some(outcome.tokens.clone());
                 } else if cfg.check_exact
                     && ar_output.as_ref() != Some(&outcome.tokens)
-                    && !mismatches.iter().any(|(m, _)| *m == mode)
+                    && !mismatches.iter().any(|(m, _)| *m == variant.label)
                 {
-                    mismatches.push((mode, p.id.clone()));
+                    mismatches.push((variant.label.clone(), p.id.clone()));
                 }
                 acc.prompts.push(PromptRun {
                     id: p.id.clone(),
@@ -260,13 +323,14 @@ pub fn run(
             let a = &accs[0];
             a.tokens as f64 / a.seconds.max(1e-9)
         };
-        let results = modes
+        let results = variants
             .iter()
             .zip(accs)
-            .map(|(&mode, a)| {
+            .map(|(v, a)| {
                 let tps = a.tokens as f64 / a.seconds.max(1e-9);
                 ModeResult {
-                    mode,
+                    label: v.label.clone(),
+                    mode: v.settings.mode,
                     tokens: a.tokens,
                     steps: a.steps,
                     seconds: a.seconds,
@@ -293,9 +357,13 @@ pub fn run(
     }
     engine.set_settings(base_settings)?;
     let s = base_settings;
+    let drafter = engine
+        .drafter()
+        .map(|d| format!("{} ({})", d.name(), d.kind()))
+        .unwrap_or_else(|| "none".into());
     Ok(BenchReport {
         settings: format!(
-            "budget {} depth {} gamma {} temperature {} top-p {} top-k {} max-tokens {}",
+            "drafter {drafter}; budget {} depth {} gamma {} temperature {} top-p {} top-k {} max-tokens {}",
             s.budget,
             s.depth,
             s.gamma,
@@ -332,7 +400,7 @@ pub fn markdown(r: &BenchReport) -> String {
             let pct = |x: f64| format!("{:.0}%", 100.0 * x / total);
             s.push_str(&format!(
                 "| {} | {:.2} | {:.2}x | {:.2} | {} | {} | {} | {} | {} | {} |\n",
-                m.mode,
+                m.label,
                 m.tokens_per_sec,
                 m.speedup,
                 m.tau,

@@ -28,6 +28,8 @@ pub struct Config {
     pub top_p: Option<f32>,
     /// Top-k.
     pub top_k: Option<usize>,
+    /// Confidence below which a causal drafter's chain stops.
+    pub min_chain_prob: Option<f32>,
     /// Token limit per answer.
     pub max_tokens: Option<usize>,
     /// Theme name.

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use treespec::bench::{self, BenchConfig};
-use treespec::draft::{check_same_vocabulary, CausalDrafter};
+use treespec::draft::{check_same_vocabulary, CausalDrafter, DFlashDrafter, Drafter};
 use treespec::engine::{Engine, Mode, Settings, DEFAULT_BUDGET, DEFAULT_DEPTH, DEFAULT_GAMMA};
 use treespec::generate::generate;
 use treespec::model::chat_template::{ChatMessage, ChatTemplate, Role};
@@ -75,6 +75,10 @@ struct DecodeArgs {
     /// Sampler seed.
     #[arg(long, default_value_t = 299_792_458)]
     seed: u64,
+    /// A causal drafter's chain stops once its own probability of the chain falls below this
+    /// (0: always draft the full depth).
+    #[arg(long, default_value_t = treespec::engine::DEFAULT_MIN_CHAIN_PROB)]
+    min_chain_prob: f32,
 }
 
 impl DecodeArgs {
@@ -98,6 +102,7 @@ impl DecodeArgs {
                 top_k: self.top_k,
                 top_p: self.top_p,
             },
+            min_chain_prob: self.min_chain_prob,
             ..Settings::default()
         })
     }
@@ -145,7 +150,9 @@ struct BenchArgs {
     /// Prompt files (JSON lines with a "prompt" field), each reported separately.
     #[arg(long, num_args = 1.., required_unless_present = "costs")]
     prompts: Vec<PathBuf>,
-    /// Modes to compare, comma-separated (ar always runs: speedups are ratios to it).
+    /// Configurations to compare, comma-separated: ar, linear, tree (shaped by --gamma,
+    /// --budget, --depth), or shaped here: linear:GAMMA, tree:BUDGETxDEPTH. ar always runs:
+    /// speedups are ratios to it.
     #[arg(long, default_value = "ar,linear,tree")]
     modes: String,
     /// New tokens per prompt.
@@ -251,6 +258,30 @@ fn load_model(spec: &str, rt: &RuntimeArgs) -> anyhow::Result<LoadedModel> {
     Ok(model::load(&path, &opts)?)
 }
 
+/// Load a drafter: a DFlash checkpoint (recognised by its config) or a small causal LM, which
+/// must share the target's vocabulary.
+fn load_drafter(spec: &str, target: &LoadedModel, rt: &RuntimeArgs) -> anyhow::Result<Drafter> {
+    let path = model_path(spec)?;
+    if let Ok(model::source::ModelFiles::Checkpoint(dir)) = model::source::resolve(&path) {
+        let config: Option<serde_json::Value> = std::fs::read_to_string(dir.join("config.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        if config
+            .as_ref()
+            .is_some_and(treespec::draft::dflash::is_dflash_config)
+        {
+            let device = device::parse_device(&rt.device)?;
+            let mut d = DFlashDrafter::load_dir(&dir, &device, target.decoder.context())?;
+            d.set_name(model::source::ModelFiles::Checkpoint(dir).display_name());
+            d.check_target(target.decoder.config())?;
+            return Ok(Drafter::DFlash(d));
+        }
+    }
+    let d = load_model(&path, rt)?;
+    check_same_vocabulary(&target.name, &target.tokenizer, &d.name, &d.tokenizer)?;
+    Ok(Drafter::Causal(CausalDrafter::new(d.decoder, d.name)))
+}
+
 /// The text side of the target: what turns messages into ids and ids into text.
 struct TextSide {
     name: String,
@@ -267,15 +298,10 @@ fn build_engine(
     rt: &RuntimeArgs,
 ) -> anyhow::Result<(Engine, TextSide)> {
     let t = load_model(target, rt)?;
-    let d = match drafter {
-        Some(spec) => {
-            let d = load_model(spec, rt)?;
-            check_same_vocabulary(&t.name, &t.tokenizer, &d.name, &d.tokenizer)?;
-            Some(d)
-        }
+    let drafter: Option<Drafter> = match drafter {
+        Some(spec) => Some(load_drafter(spec, &t, rt)?),
         None => None,
     };
-    let drafter = d.map(|d| CausalDrafter::new(d.decoder, d.name));
     // The engine takes the decoders; the tokenizer and template stay here.
     let engine = Engine::new(
         t.decoder,
@@ -354,13 +380,14 @@ fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
     if a.costs {
         return run_costs(&a);
     }
-    let modes = a
+    let base = a.decode.settings(Mode::Ar)?;
+    let variants = a
         .modes
         .split(',')
         .filter(|s| !s.trim().is_empty())
-        .map(parse_mode)
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let needs_drafter = modes.iter().any(|m| m.needs_drafter());
+        .map(|s| bench::Variant::parse(s, &base))
+        .collect::<treespec::Result<Vec<_>>>()?;
+    let needs_drafter = variants.iter().any(|v| v.settings.mode.needs_drafter());
     let sets = a
         .prompts
         .iter()
@@ -375,7 +402,7 @@ fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
         &a.runtime,
     )?;
     let cfg = BenchConfig {
-        modes,
+        variants,
         max_tokens: a.max_tokens,
         check_exact: a.runtime.exact,
         seed: a.decode.seed,
@@ -397,7 +424,7 @@ fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
         let first = report.sets.iter().find_map(|s| {
             s.mismatches
                 .first()
-                .map(|(m, id)| (s.name.clone(), *m, id.clone()))
+                .map(|(m, id)| (s.name.clone(), m.clone(), id.clone()))
         });
         if let Some((set, mode, id)) = first {
             anyhow::bail!("{mode} output differs from ar on {set} prompt {id}");
@@ -452,6 +479,9 @@ fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
         top_p: a.top_p.or(cfg.top_p).unwrap_or(1.0),
         top_k: a.top_k.or(cfg.top_k).unwrap_or(0),
         seed: a.seed,
+        min_chain_prob: cfg
+            .min_chain_prob
+            .unwrap_or(treespec::engine::DEFAULT_MIN_CHAIN_PROB),
     };
     let runtime = RuntimeArgs {
         device: pick(&a.device, &cfg.device, "cpu"),
@@ -486,7 +516,7 @@ fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
         let info = EngineInfo {
             target: text.name.clone(),
             drafter: engine.drafter().map(|d| d.name().to_string()),
-            drafter_kind: engine.drafter().map(|_| "causal LM".to_string()),
+            drafter_kind: engine.drafter().map(|d| d.kind().to_string()),
             device: device::describe(engine.target().device()),
             context: engine.target().context(),
             unavailable: vec![],
@@ -497,7 +527,10 @@ fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
     };
     let mut notice = None;
     let transcript = match &a.resume {
-        None => Transcript::new(&dir, &info.target, info.drafter.as_deref(), &info.device),
+        None => {
+            let drafter = info.drafter_label();
+            Transcript::new(&dir, &info.target, drafter.as_deref(), &info.device)
+        }
         Some(file) => {
             let path = if file.is_empty() {
                 transcript::latest(&dir).ok_or_else(|| {

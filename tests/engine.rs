@@ -39,7 +39,14 @@ fn pair(family: Family, vocab: usize, seed: u64, noise: f32) -> (Decoder, Decode
 fn engine(family: Family, vocab: usize, seed: u64, stops: &[u32], s: Settings) -> Engine {
     let (t, d) = pair(family, vocab, seed, 0.35);
     let stops: BTreeSet<u32> = stops.iter().copied().collect();
-    Engine::new(t, Some(CausalDrafter::new(d, "drafter")), stops, s, seed).unwrap()
+    Engine::new(
+        t,
+        Some(CausalDrafter::new(d, "drafter").into()),
+        stops,
+        s,
+        seed,
+    )
+    .unwrap()
 }
 
 fn settings(mode: Mode, budget: usize, depth: usize, gamma: usize) -> Settings {
@@ -177,7 +184,7 @@ fn caches_after_tree_steps_equal_caches_of_the_emitted_tokens() {
     let (t, d) = pair(Family::Qwen3, 61, 42, 0.35);
     let mut e = Engine::new(
         t,
-        Some(CausalDrafter::new(d, "drafter")),
+        Some(CausalDrafter::new(d, "drafter").into()),
         BTreeSet::new(),
         settings(Mode::Tree, 16, 5, 1),
         1,
@@ -286,8 +293,14 @@ fn sampling_is_lossless_for_the_first_two_tokens() {
     let run_mode = |s: Settings| -> (f64, usize) {
         // Same weights as `target` (same seed); the drafter is noisy so that it is often rejected.
         let (t, d) = pair(Family::Llama, vocab, 77, 0.6);
-        let mut e =
-            Engine::new(t, Some(CausalDrafter::new(d, "d")), BTreeSet::new(), s, 0).unwrap();
+        let mut e = Engine::new(
+            t,
+            Some(CausalDrafter::new(d, "d").into()),
+            BTreeSet::new(),
+            s,
+            0,
+        )
+        .unwrap();
         let mut counts = HashMap::new();
         for i in 0..draws {
             e.reset();
@@ -341,7 +354,7 @@ fn modes_without_a_drafter_are_refused() {
     let (t, d) = pair(Family::Llama, 61, 1, 0.1);
     let mut e = Engine::new(
         t,
-        Some(CausalDrafter::new(d, "d")),
+        Some(CausalDrafter::new(d, "d").into()),
         BTreeSet::new(),
         Settings::default(),
         0,

@@ -128,6 +128,14 @@ pub struct EngineInfo {
 }
 
 impl EngineInfo {
+    /// "name (kind)" of the drafter, as transcripts record it.
+    pub fn drafter_label(&self) -> Option<String> {
+        self.drafter.as_ref().map(|d| match &self.drafter_kind {
+            Some(k) => format!("{d} ({k})"),
+            None => d.clone(),
+        })
+    }
+
     /// Why `mode` cannot run, if it cannot.
     pub fn why_unavailable(&self, mode: Mode) -> Option<&str> {
         self.unavailable

@@ -39,6 +39,17 @@ impl Chain {
     }
 }
 
+/// The softmax probability of the largest logit.
+fn top_probability(logits: &[f32]) -> f64 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let sum: f64 = logits.iter().map(|&x| (x as f64 - max).exp()).sum();
+    if sum > 0.0 {
+        1.0 / sum
+    } else {
+        0.0
+    }
+}
+
 /// A small causal LM used as a drafter.
 pub struct CausalDrafter {
     model: Decoder,
@@ -100,13 +111,19 @@ impl CausalDrafter {
         Ok(last)
     }
 
-    /// Draft `depth` tokens after `seq`. The cache ends holding `seq` plus the first `depth - 1`
-    /// drafted tokens (the last one is never fed).
+    /// Draft up to `depth` tokens after `seq`. The cache ends holding `seq` plus all drafted
+    /// tokens but the last (which is never fed).
+    ///
+    /// With `min_chain_prob` > 0 a greedy chain stops early once the drafter's own probability of
+    /// the chain so far (the product of its top probabilities) falls below it: a drafter step costs
+    /// a sizeable part of a target step, and a chain the drafter itself doubts is seldom accepted
+    /// whole. At least one token is always drafted.
     pub fn draft(
         &mut self,
         seq: &[u32],
         depth: usize,
         pick: ChainPick,
+        min_chain_prob: f32,
         rng: &mut impl Rng,
     ) -> Result<Chain> {
         let mut chain = Chain::default();
@@ -116,6 +133,7 @@ impl CausalDrafter {
         let room = self.model.context().saturating_sub(seq.len());
         let depth = depth.min(room + 1);
         let mut logits = self.sync(seq)?;
+        let mut chain_prob = 1.0f64;
         for d in 0..depth {
             let (token, q) = match pick {
                 ChainPick::Greedy => (argmax(&logits).unwrap_or(0), None),
@@ -124,7 +142,11 @@ impl CausalDrafter {
                     (draw(&q, rng).unwrap_or(0), Some(q))
                 }
             };
-            let next = if d + 1 < depth {
+            if pick == ChainPick::Greedy && min_chain_prob > 0.0 {
+                chain_prob *= top_probability(&logits);
+            }
+            let confident = (chain_prob as f32) >= min_chain_prob;
+            let next = if d + 1 < depth && confident {
                 let pos = self.model.len();
                 let out = self.model.forward(&Batch::causal(&[token], pos))?;
                 Some(out.logits_rows()?.pop().unwrap_or_default())

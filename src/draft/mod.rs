@@ -5,8 +5,69 @@
 //! its tree from those per-depth distributions).
 
 pub mod causal;
+pub mod dflash;
 
 pub use causal::{CausalDrafter, Chain, ChainStep};
+pub use dflash::{DFlashConfig, DFlashDrafter};
+
+/// The drafter an engine runs with.
+pub enum Drafter {
+    /// A small causal LM: one forward pass per drafted depth.
+    Causal(CausalDrafter),
+    /// A DFlash block-diffusion drafter: one pass for the whole block.
+    DFlash(DFlashDrafter),
+}
+
+impl Drafter {
+    /// Display name.
+    pub fn name(&self) -> &str {
+        match self {
+            Drafter::Causal(d) => d.name(),
+            Drafter::DFlash(d) => d.name(),
+        }
+    }
+
+    /// What kind of drafter it is, for display: "causal LM" or "DFlash".
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Drafter::Causal(_) => "causal LM",
+            Drafter::DFlash(_) => "DFlash",
+        }
+    }
+
+    /// Forget everything from position `len` on.
+    pub fn truncate(&mut self, len: usize) {
+        match self {
+            Drafter::Causal(d) => d.truncate(len.min(d.len())),
+            Drafter::DFlash(d) => d.truncate(len),
+        }
+    }
+
+    /// Positions the drafter's state covers.
+    pub fn len(&self) -> usize {
+        match self {
+            Drafter::Causal(d) => d.len(),
+            Drafter::DFlash(d) => d.context_len(),
+        }
+    }
+
+    /// True when it covers nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl From<CausalDrafter> for Drafter {
+    fn from(d: CausalDrafter) -> Self {
+        Drafter::Causal(d)
+    }
+}
+
+impl From<DFlashDrafter> for Drafter {
+    fn from(d: DFlashDrafter) -> Self {
+        Drafter::DFlash(d)
+    }
+}
 
 use crate::error::{Error, Result};
 use crate::model::tokenizer::TextTokenizer;

@@ -9,7 +9,7 @@
 pub mod thread;
 
 use crate::draft::causal::ChainPick;
-use crate::draft::CausalDrafter;
+use crate::draft::Drafter;
 use crate::error::{Error, Result};
 use crate::model::decoder::{Batch, Decoder};
 use crate::sampling::SamplingParams;
@@ -81,6 +81,9 @@ pub struct Settings {
     pub gamma: usize,
     /// The target's sampler (and the drafter's, for sampled chains).
     pub sampling: SamplingParams,
+    /// A causal drafter stops its greedy chain once its own probability of the chain falls
+    /// below this (0: always draft the full depth); see [`crate::draft::CausalDrafter::draft`].
+    pub min_chain_prob: f32,
     /// The acceptance rule (always lossless outside the tests).
     pub verification: Verification,
 }
@@ -93,6 +96,7 @@ impl Default for Settings {
             depth: DEFAULT_DEPTH,
             gamma: DEFAULT_GAMMA,
             sampling: SamplingParams::greedy(),
+            min_chain_prob: DEFAULT_MIN_CHAIN_PROB,
             verification: Verification::Lossless,
         }
     }
@@ -104,6 +108,8 @@ pub const DEFAULT_BUDGET: usize = 8;
 pub const DEFAULT_DEPTH: usize = 4;
 /// Default chain length for `linear`.
 pub const DEFAULT_GAMMA: usize = 4;
+/// Default confidence below which a causal drafter's chain stops early (0: off).
+pub const DEFAULT_MIN_CHAIN_PROB: f32 = 0.0;
 
 /// Time spent in each stage of one step.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
@@ -188,7 +194,9 @@ impl StepEvent {
 /// A loaded target, an optional drafter, and the state of the current answer.
 pub struct Engine {
     target: Decoder,
-    drafter: Option<CausalDrafter>,
+    drafter: Option<Drafter>,
+    /// Target layers whose hidden states feed the drafter (DFlash), empty otherwise.
+    feature_layers: Vec<usize>,
     stop_ids: BTreeSet<u32>,
     settings: Settings,
     seq: Vec<u32>,
@@ -198,19 +206,28 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// An engine over `target` and an optional drafter (check their vocabularies first with
-    /// [`crate::draft::check_same_vocabulary`]).
+    /// An engine over `target` and an optional drafter (a causal drafter's vocabulary is checked
+    /// by [`crate::draft::check_same_vocabulary`] when loading; a DFlash drafter's fit to the
+    /// target is checked here).
     pub fn new(
         target: Decoder,
-        drafter: Option<CausalDrafter>,
+        drafter: Option<Drafter>,
         stop_ids: BTreeSet<u32>,
         settings: Settings,
         seed: u64,
     ) -> Result<Self> {
         let lazy_logits = target.device().is_cpu();
+        let feature_layers = match &drafter {
+            Some(Drafter::DFlash(d)) => {
+                d.check_target(target.config())?;
+                d.config().target_layer_ids.clone()
+            }
+            _ => vec![],
+        };
         let mut e = Engine {
             target,
             drafter,
+            feature_layers,
             stop_ids,
             settings: Settings {
                 mode: Mode::Ar,
@@ -260,6 +277,9 @@ impl Engine {
         if !(s.sampling.top_p > 0.0 && s.sampling.top_p <= 1.0) {
             return Err(Error::Config("top-p must be in (0, 1]".into()));
         }
+        if !(0.0..=1.0).contains(&s.min_chain_prob) {
+            return Err(Error::Config("min-chain-prob must be in [0, 1]".into()));
+        }
         self.settings = s;
         Ok(())
     }
@@ -275,8 +295,36 @@ impl Engine {
     }
 
     /// The drafter, if any.
-    pub fn drafter(&self) -> Option<&CausalDrafter> {
+    pub fn drafter(&self) -> Option<&Drafter> {
         self.drafter.as_ref()
+    }
+
+    /// Hidden states of the feature layers for the given block rows, concatenated per row
+    /// (`[rows, layers x hidden]`), from a forward's output (feature layers come first in it).
+    fn features(&self, hidden: &[Tensor], rows: Option<&[usize]>) -> Result<Option<Tensor>> {
+        if self.feature_layers.is_empty() {
+            return Ok(None);
+        }
+        let parts = &hidden[..self.feature_layers.len()];
+        let cat = Tensor::cat(parts, 1)?;
+        Ok(Some(match rows {
+            Some(r) => {
+                let idx = Tensor::from_vec(
+                    r.iter().map(|&i| i as u32).collect::<Vec<_>>(),
+                    r.len(),
+                    cat.device(),
+                )?;
+                cat.index_select(&idx, 0)?
+            }
+            None => cat,
+        }))
+    }
+
+    fn push_features(&mut self, features: Option<Tensor>) -> Result<()> {
+        if let (Some(f), Some(Drafter::DFlash(d))) = (features, self.drafter.as_mut()) {
+            d.push_features(f)?;
+        }
+        Ok(())
     }
 
     /// Every committed token.
@@ -318,16 +366,26 @@ impl Engine {
             .zip(prompt)
             .take_while(|(a, b)| a == b)
             .count();
-        let keep = common.min(prompt.len() - 1).min(self.target.len());
+        let mut keep = common.min(prompt.len() - 1).min(self.target.len());
+        if let Some(d @ Drafter::DFlash(_)) = &self.drafter {
+            // The drafter's context must follow the target's exactly.
+            keep = keep.min(d.len());
+        }
         self.target.truncate(keep);
         if let Some(d) = &mut self.drafter {
-            d.truncate(keep.min(d.len()));
+            d.truncate(keep);
         }
         let rest = &prompt[keep..prompt.len() - 1];
+        let layers = self.feature_layers.clone();
         for piece in rest.chunks(512) {
             let pos = self.target.len();
-            self.target
-                .forward(&Batch::causal(piece, pos).with_logits_rows(vec![]))?;
+            let out = self.target.forward(
+                &Batch::causal(piece, pos)
+                    .with_logits_rows(vec![])
+                    .with_hidden_layers(layers.clone()),
+            )?;
+            let f = self.features(&out.hidden, None)?;
+            self.push_features(f)?;
         }
         self.seq = prompt.to_vec();
         self.answer_start = prompt.len();
@@ -360,49 +418,100 @@ impl Engine {
                 finished: Some(why),
             });
         }
-        // Drafted tokens beyond what may still be emitted, or beyond the context, are wasted.
-        let cap = room.min(remaining) - 1;
+        // Drafted tokens beyond the context cannot be verified; beyond what may still be emitted
+        // they are wasted. A causal drafter pays per drafted token, so it stops there; a DFlash
+        // drafter drafts its whole block in one pass anyway (and its trees then match the
+        // reference implementation's to the last round).
+        let is_dflash = matches!(self.drafter, Some(Drafter::DFlash(_)));
+        let cap = if is_dflash {
+            room - 1
+        } else {
+            room.min(remaining) - 1
+        };
         let params = self.settings.sampling;
         let mut times = StageTimes::default();
+        let dflash_ready = match &self.drafter {
+            // As in the reference, the first token of an answer comes from the target alone.
+            Some(d @ Drafter::DFlash(_)) => d.len() == base && self.seq.len() > self.answer_start,
+            _ => true,
+        };
+        let effective = if cap == 0 || mode == Mode::Ar || self.drafter.is_none() || !dflash_ready {
+            Mode::Ar
+        } else {
+            mode
+        };
 
         // Draft.
         let t = Instant::now();
         let mut sampled: Option<Vec<SampledDraft>> = None;
         let mut chain_tokens: Vec<u32> = vec![];
         let mut tree = DraftTree::root(root);
-        let effective = if cap == 0 || mode == Mode::Ar || self.drafter.is_none() {
-            Mode::Ar
-        } else {
-            mode
-        };
         let mut per_depth_logits = vec![];
-        if let Some(drafter) = self.drafter.as_mut().filter(|_| effective != Mode::Ar) {
-            let (depth, pick) = match effective {
-                Mode::Linear if !params.is_greedy() => {
-                    (self.settings.gamma.min(cap), ChainPick::Sample(params))
+        let chain_len = match effective {
+            Mode::Linear => self.settings.gamma.min(cap),
+            _ => self.settings.depth.min(cap),
+        };
+        match self.drafter.as_mut() {
+            Some(Drafter::Causal(drafter)) if effective != Mode::Ar => {
+                let pick = if effective == Mode::Linear && !params.is_greedy() {
+                    ChainPick::Sample(params)
+                } else {
+                    ChainPick::Greedy
+                };
+                let chain = drafter.draft(
+                    &self.seq,
+                    chain_len,
+                    pick,
+                    self.settings.min_chain_prob,
+                    &mut self.rng,
+                )?;
+                chain_tokens = chain.tokens();
+                if effective == Mode::Linear {
+                    if let ChainPick::Sample(_) = pick {
+                        sampled = Some(
+                            chain
+                                .steps
+                                .iter()
+                                .map(|s| SampledDraft {
+                                    token: s.token,
+                                    q: s.q.clone().unwrap_or_default(),
+                                })
+                                .collect(),
+                        );
+                    }
+                } else {
+                    per_depth_logits = chain.steps.into_iter().map(|s| s.logits).collect();
                 }
-                Mode::Linear => (self.settings.gamma.min(cap), ChainPick::Greedy),
-                _ => (self.settings.depth.min(cap), ChainPick::Greedy),
-            };
-            let chain = drafter.draft(&self.seq, depth, pick, &mut self.rng)?;
-            chain_tokens = chain.tokens();
-            if effective == Mode::Linear {
-                tree = DraftTree::chain(root, &chain_tokens);
-                if let ChainPick::Sample(_) = pick {
-                    sampled = Some(
-                        chain
-                            .steps
-                            .iter()
-                            .map(|s| SampledDraft {
-                                token: s.token,
-                                q: s.q.clone().unwrap_or_default(),
-                            })
-                            .collect(),
-                    );
-                }
-            } else {
-                per_depth_logits = chain.steps.into_iter().map(|s| s.logits).collect();
             }
+            Some(Drafter::DFlash(drafter)) if effective != Mode::Ar => {
+                let mut rows = drafter.draft(root, &self.target)?.to_vec2::<f32>()?;
+                rows.truncate(chain_len);
+                if effective == Mode::Linear && !params.is_greedy() {
+                    // Each depth's token drawn from that depth's distribution: the drafter's
+                    // q for rejection sampling (it need not depend on the earlier drafts).
+                    let drafts: Vec<SampledDraft> = rows
+                        .iter()
+                        .map(|r| {
+                            let q = crate::sampling::distribution(r, &params);
+                            let token = crate::sampling::draw(&q, &mut self.rng).unwrap_or(0);
+                            SampledDraft { token, q }
+                        })
+                        .collect();
+                    chain_tokens = drafts.iter().map(|d| d.token).collect();
+                    sampled = Some(drafts);
+                } else if effective == Mode::Linear {
+                    chain_tokens = rows
+                        .iter()
+                        .map(|r| crate::sampling::argmax(r).unwrap_or(0))
+                        .collect();
+                } else {
+                    per_depth_logits = rows;
+                }
+            }
+            _ => {}
+        }
+        if effective == Mode::Linear {
+            tree = DraftTree::chain(root, &chain_tokens);
         }
         times.draft = t.elapsed();
 
@@ -422,15 +531,19 @@ impl Engine {
         // Verify: one target pass over the whole tree.
         let t = Instant::now();
         let n = tree.len();
-        let last_layer = self.target.config().n_layers - 1;
-        let mut batch = Batch::causal(&tree.tokens, base).with_positions(tree.positions(base));
+        let lazy = self.lazy_logits && n > 1;
+        let mut layers = self.feature_layers.clone();
+        if lazy {
+            layers.push(self.target.config().n_layers - 1);
+        }
+        let mut batch = Batch::causal(&tree.tokens, base)
+            .with_positions(tree.positions(base))
+            .with_hidden_layers(layers);
         if !tree.is_chain() {
             batch = batch.with_mask(tree.mask());
         }
-        batch = if self.lazy_logits && n > 1 {
-            batch
-                .with_logits_rows(vec![])
-                .with_hidden_layers(vec![last_layer])
+        batch = if lazy {
+            batch.with_logits_rows(vec![])
         } else {
             batch.all_logits()
         };
@@ -439,7 +552,12 @@ impl Engine {
 
         // Walk.
         let t = Instant::now();
-        let rows = NodeLogits::new(&self.target, out.logits, out.hidden.into_iter().next())?;
+        let last_hidden = if lazy {
+            out.hidden.last().cloned()
+        } else {
+            None
+        };
+        let rows = NodeLogits::new(&self.target, out.logits, last_hidden)?;
         // The walk most often follows the drafter's greedy chain (each node's first child).
         let children = tree.children();
         let mut chain = vec![0];
@@ -506,14 +624,19 @@ impl Engine {
             finished.get_or_insert(StopReason::MaxTokens);
         }
         self.target.keep(base, &accepted)?;
+        let features = self.features(&out.hidden, Some(&accepted))?;
+        self.push_features(features)?;
         let before = self.seq.len();
         self.seq.extend_from_slice(&emitted);
         if finished.is_none() && self.seq.len() >= self.target.context() {
             finished = Some(StopReason::ContextFull);
         }
-        self.target.truncate(self.seq.len().saturating_sub(1));
-        if let Some(d) = &mut self.drafter {
-            d.rollback(before, &chain_tokens, &emitted);
+        let committed = self.seq.len().saturating_sub(1);
+        self.target.truncate(committed);
+        match &mut self.drafter {
+            Some(Drafter::Causal(d)) => d.rollback(before, &chain_tokens, &emitted),
+            Some(d) => d.truncate(committed),
+            None => {}
         }
         times.commit = t.elapsed();
 

@@ -425,6 +425,11 @@ impl Decoder {
         self.embed.forward(&ids)
     }
 
+    /// The LM head alone over `[n, hidden]` (already normalised) states: `[n, vocab]` logits.
+    pub fn lm_head(&self, normed: &Tensor) -> Result<Tensor> {
+        self.lm_head.forward(normed)
+    }
+
     /// Final norm and LM head over hidden states `[n, hidden]`: `[n, vocab]` logits.
     pub fn logits_from_hidden(&self, hidden: &Tensor) -> Result<Tensor> {
         let x = candle_nn::ops::rms_norm(hidden, &self.norm, self.cfg.rms_eps as f32)?;
@@ -629,7 +634,8 @@ impl Decoder {
     }
 }
 
-fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor, style: RopeStyle) -> Result<Tensor> {
+/// Apply RoPE to `x` `[heads, rows, head_dim]` with per-row tables `[rows, head_dim / 2]`.
+pub fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor, style: RopeStyle) -> Result<Tensor> {
     let x = x.contiguous()?.unsqueeze(0)?;
     let y = match style {
         RopeStyle::HalfSplit => candle_nn::rotary_emb::rope(&x, cos, sin)?,
@@ -639,7 +645,7 @@ fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor, style: RopeStyle) -> Resul
 }
 
 /// cos and sin tables `[context, head_dim / 2]`.
-fn rope_tables(
+pub fn rope_tables(
     cfg: &ModelConfig,
     context: usize,
     freq_factors: Option<&[f32]>,

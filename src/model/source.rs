@@ -150,8 +150,12 @@ fn from_hub(repo: &str, file: Option<&str>) -> Result<ModelFiles> {
         other => other,
     })?;
     let dir = config.parent().map(Path::to_path_buf).unwrap_or_default();
-    hub_file(repo, "tokenizer.json")?;
-    for optional in ["tokenizer_config.json", "generation_config.json"] {
+    // Drafters such as DFlash use the target's tokenizer and ship none.
+    for optional in [
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "generation_config.json",
+    ] {
         let _ = hub_file(repo, optional);
     }
     match hub_file(repo, "model.safetensors") {

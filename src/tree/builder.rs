@@ -97,7 +97,7 @@ pub fn build_ddtree(depths: &[DepthTopK], budget: usize, root: u32) -> DraftTree
             break;
         }
         let level = &depths[c.depth - 1];
-        let index = tree.push(level.tokens[c.rank], c.parent);
+        let index = tree.push_scored(level.tokens[c.rank], c.parent, c.logw as f32);
         if c.rank + 1 < level.tokens.len() {
             let mut ranks = c.ranks.clone();
             if let Some(last) = ranks.last_mut() {

@@ -16,7 +16,7 @@ use crate::model::decoder::BlockMask;
 
 /// A draft tree. Node 0 is the root: the last committed token, which the target still has to
 /// read; nodes 1.. are drafted tokens, numbered so that a parent always comes before its children.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DraftTree {
     /// Token of each node (`tokens[0]` is the root token).
     pub tokens: Vec<u32>,
@@ -24,6 +24,9 @@ pub struct DraftTree {
     pub parents: Vec<Option<usize>>,
     /// Depth of each node (0 for the root).
     pub depths: Vec<usize>,
+    /// The drafter's log-probability of each node's path from the root (0 for the root; 0 for
+    /// nodes of trees built without scores, such as chains).
+    pub log_weights: Vec<f32>,
 }
 
 impl DraftTree {
@@ -33,6 +36,7 @@ impl DraftTree {
             tokens: vec![token],
             parents: vec![None],
             depths: vec![0],
+            log_weights: vec![0.0],
         }
     }
 
@@ -47,10 +51,16 @@ impl DraftTree {
 
     /// Append a node under `parent`; returns its index.
     pub fn push(&mut self, token: u32, parent: usize) -> usize {
+        self.push_scored(token, parent, 0.0)
+    }
+
+    /// Append a node under `parent` with its path log-probability; returns its index.
+    pub fn push_scored(&mut self, token: u32, parent: usize, log_weight: f32) -> usize {
         let depth = self.depths[parent] + 1;
         self.tokens.push(token);
         self.parents.push(Some(parent));
         self.depths.push(depth);
+        self.log_weights.push(log_weight);
         self.tokens.len() - 1
     }
 

@@ -75,7 +75,9 @@ pub fn run(app: &mut App) -> crate::Result<()> {
     let mut dirty = true;
     let mut last_draw = Instant::now() - FRAME;
     while !app.quit {
-        if signalled.load(Ordering::Relaxed) {
+        // A termination signal, or a terminal that went away (a closed tmux pane or ssh session
+        // does not always send SIGHUP, and a dead tty reads as "ready" forever): save and leave.
+        if signalled.load(Ordering::Relaxed) || crossterm::terminal::size().is_err() {
             app.quit = true;
             break;
         }
