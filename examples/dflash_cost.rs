@@ -89,7 +89,8 @@ fn main() -> anyhow::Result<()> {
         "dflash_config": { "target_layer_ids": ids, "mask_token_id": tc.vocab_size - 1 }
     });
     std::fs::write(dir.path().join("config.json"), config.to_string())?;
-    let mut dflash = DFlashDrafter::load_dir(dir.path(), &dev, target.decoder.context())?;
+    let quantize = std::env::var_os("DFLASH_F32").is_none();
+    let mut dflash = DFlashDrafter::load_dir(dir.path(), &dev, target.decoder.context(), quantize)?;
     dflash.check_target(&tc)?;
 
     // A 256-token context in all three models.
@@ -148,8 +149,10 @@ fn main() -> anyhow::Result<()> {
         )
     };
     println!(
-        "target {}, causal drafter {}, DFlash drafter: {layers} layers, hidden {h}, block {block}, reads layers {ids:?}\n",
-        target.name, causal.name
+        "target {}, causal drafter {}, DFlash drafter: {layers} layers, hidden {h}, block {block}, reads layers {ids:?}, weights {}\n",
+        target.name,
+        causal.name,
+        if quantize { "Q8_0" } else { "f32" }
     );
     println!("| drafting | ms | vs one DFlash pass |\n| --- | ---: | ---: |");
     println!("| DFlash, one pass (15 depths) | {dflash_ms:.1} | 1.00 |");

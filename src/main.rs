@@ -271,7 +271,8 @@ fn load_drafter(spec: &str, target: &LoadedModel, rt: &RuntimeArgs) -> anyhow::R
             .is_some_and(treespec::draft::dflash::is_dflash_config)
         {
             let device = device::parse_device(&rt.device)?;
-            let mut d = DFlashDrafter::load_dir(&dir, &device, target.decoder.context())?;
+            let mut d =
+                DFlashDrafter::load_dir(&dir, &device, target.decoder.context(), !rt.exact)?;
             d.set_name(model::source::ModelFiles::Checkpoint(dir).display_name());
             d.check_target(target.decoder.config())?;
             return Ok(Drafter::DFlash(d));

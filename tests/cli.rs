@@ -261,3 +261,93 @@ fn fetch_rejects_unknown_names() {
     let out = treespec(&["fetch", "llama-70b"], &[], dir.path());
     assert_clean_error(&out, "unknown model");
 }
+
+#[test]
+fn every_mode_gives_the_same_greedy_text_with_exact_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = common::write_tiny_gguf(dir.path(), "llama", 21);
+    let drafter = common::write_tiny_gguf(dir.path(), "llama", 22);
+    let run = |mode: &str| {
+        let out = treespec(
+            &[
+                "generate",
+                "-m",
+                target.to_str().unwrap(),
+                "--drafter",
+                drafter.to_str().unwrap(),
+                "--mode",
+                mode,
+                "-p",
+                "abc",
+                "--max-tokens",
+                "24",
+                "--exact",
+            ],
+            &[],
+            dir.path(),
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    let ar = run("ar");
+    assert!(!ar.is_empty());
+    assert_eq!(run("linear"), ar);
+    assert_eq!(run("tree"), ar);
+}
+
+#[test]
+fn a_drafter_with_another_vocabulary_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = common::write_tiny_gguf(dir.path(), "llama", 23);
+    let other = common::write_tiny_gguf_vocab(dir.path(), "llama", 24, &["<extra>"]);
+    let out = treespec(
+        &[
+            "generate",
+            "-m",
+            target.to_str().unwrap(),
+            "--drafter",
+            other.to_str().unwrap(),
+            "--mode",
+            "tree",
+            "-p",
+            "hi",
+        ],
+        &[],
+        dir.path(),
+    );
+    assert_clean_error(&out, "does not share the target");
+    // A DFlash drafter trained for another target: its vocabulary (512) is not this one's.
+    let dflash = dir.path().join("dflash");
+    std::fs::create_dir_all(&dflash).unwrap();
+    let golden = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/golden/dflash");
+    std::fs::copy(
+        golden.join("drafter-config.json"),
+        dflash.join("config.json"),
+    )
+    .unwrap();
+    std::fs::copy(
+        golden.join("drafter.safetensors"),
+        dflash.join("model.safetensors"),
+    )
+    .unwrap();
+    let out = treespec(
+        &[
+            "generate",
+            "-m",
+            target.to_str().unwrap(),
+            "--drafter",
+            dflash.to_str().unwrap(),
+            "--mode",
+            "tree",
+            "-p",
+            "hi",
+        ],
+        &[],
+        dir.path(),
+    );
+    assert_clean_error(&out, "DFlash drafter dflash: its vocabulary has 512 tokens");
+}

@@ -93,6 +93,7 @@ fn drafter(dir: &Path) -> DFlashDrafter {
         &[dir.join("drafter.safetensors")],
         &Device::Cpu,
         CONTEXT,
+        false,
     )
     .unwrap()
 }

@@ -20,7 +20,8 @@ use crate::error::{candle_message, Error, Result};
 use crate::model::config::{ModelConfig, RopeStyle};
 use crate::model::decoder::{apply_rope, rope_tables, Decoder, MASKED};
 use crate::model::kv_cache::KvCache;
-use crate::model::weights::{Linear, WeightStore};
+use crate::model::weights::{Linear, Weight, WeightStore};
+use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
 use std::path::{Path, PathBuf};
 
@@ -174,18 +175,21 @@ pub struct DFlashDrafter {
 
 impl DFlashDrafter {
     /// Load from a checkpoint directory (config.json and *.safetensors).
-    pub fn load_dir(dir: &Path, device: &Device, context: usize) -> Result<Self> {
+    pub fn load_dir(dir: &Path, device: &Device, context: usize, quantize: bool) -> Result<Self> {
         let files = crate::model::source::safetensors_files(dir)?;
-        Self::load(&dir.join("config.json"), &files, device, context)
+        Self::load(&dir.join("config.json"), &files, device, context, quantize)
     }
 
     /// Load from a config file and safetensors files (z-lab layout, with or without a `model.`
-    /// prefix on tensor names).
+    /// prefix on tensor names). With `quantize` on the CPU, the projection weights are quantised
+    /// to Q8_0 (the checkpoints are bf16; a drafter only proposes, so its rounding cannot change
+    /// what is emitted, and on a memory-bound CPU it runs several times faster).
     pub fn load(
         config: &Path,
         weights: &[PathBuf],
         device: &Device,
         context: usize,
+        quantize: bool,
     ) -> Result<Self> {
         let text =
             std::fs::read_to_string(config).map_err(|_| Error::NotFound(config.to_path_buf()))?;
@@ -197,9 +201,18 @@ impl DFlashDrafter {
         let m = &cfg.model;
         let (h, hd) = (m.hidden, m.head_dim);
         let (q_out, kv_out) = (m.n_heads * hd, m.n_kv_heads * hd);
-        fn lin(store: &mut WeightStore, name: String, out: usize, inp: usize) -> Result<Linear> {
-            Linear::new(store.get_checked(&name, &[out, inp])?, None)
-        }
+        let quantize = quantize && device.is_cpu();
+        let lin =
+            |store: &mut WeightStore, name: String, out: usize, inp: usize| -> Result<Linear> {
+                let w = store.get_checked(&name, &[out, inp])?;
+                match w {
+                    Weight::Dense(t) if quantize && inp.is_multiple_of(32) => {
+                        let q = QTensor::quantize(&t, GgmlDType::Q8_0)?;
+                        Linear::new(Weight::Quantized(std::sync::Arc::new(q)), None)
+                    }
+                    w => Linear::new(w, None),
+                }
+            };
         let mut layers = Vec::with_capacity(m.n_layers);
         for i in 0..m.n_layers {
             let n = |s: &str| format!("blk.{i}.{s}.weight");
@@ -225,7 +238,7 @@ impl DFlashDrafter {
             });
         }
         let feat = cfg.target_layer_ids.len() * h;
-        let fc = Linear::new(store.get_checked("fc.weight", &[h, feat])?, None)?;
+        let fc = lin(&mut store, "fc.weight".into(), h, feat)?;
         let hidden_norm = store.get_dense("hidden_norm.weight")?;
         let norm = store.get_dense("output_norm.weight")?;
         let (cos, sin) = rope_tables(m, context, None, device)?;

@@ -59,25 +59,53 @@ impl Drop for TerminalGuard {
     }
 }
 
+/// True when the terminal on stdin has hung up (its pty closed: a killed tmux pane, a dropped
+/// ssh session). Such a tty reads as endless end-of-file, which crossterm's reader spins on.
+fn terminal_hung_up() -> bool {
+    let mut fd = libc::pollfd {
+        fd: libc::STDIN_FILENO,
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, zero timeout.
+    let n = unsafe { libc::poll(&mut fd, 1, 0) };
+    n > 0 && fd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
+}
+
+/// Watches for termination signals and a hung-up terminal. It raises `flag` so the main loop
+/// leaves cleanly; if the loop has not left shortly after (it can be stuck inside the event
+/// reader on a dead tty), it restores the terminal and exits. Transcripts are saved after each
+/// turn, so at most the turn in progress is lost.
+fn spawn_watchdog(flag: Arc<AtomicBool>) -> std::io::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGHUP, SIGINT])?;
+    std::thread::Builder::new()
+        .name("treespec-watchdog".into())
+        .spawn(move || loop {
+            let signalled = signals.pending().next().is_some();
+            if signalled || terminal_hung_up() {
+                flag.store(true, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(500));
+                restore_terminal();
+                std::process::exit(if signalled { 130 } else { 129 });
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        })?;
+    Ok(())
+}
+
 /// Run the chat until the user quits (or a termination signal arrives).
 pub fn run(app: &mut App) -> crate::Result<()> {
     let signalled = Arc::new(AtomicBool::new(false));
-    for sig in [
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-        signal_hook::consts::SIGINT,
-    ] {
-        signal_hook::flag::register(sig, Arc::clone(&signalled))?;
-    }
+    spawn_watchdog(Arc::clone(&signalled))?;
     let _guard = TerminalGuard::enter()?;
     let mut terminal = Terminal::new(CrosstermBackend::new(stdout()))?;
     terminal.clear()?;
     let mut dirty = true;
     let mut last_draw = Instant::now() - FRAME;
     while !app.quit {
-        // A termination signal, or a terminal that went away (a closed tmux pane or ssh session
-        // does not always send SIGHUP, and a dead tty reads as "ready" forever): save and leave.
-        if signalled.load(Ordering::Relaxed) || crossterm::terminal::size().is_err() {
+        // A termination signal or a hung-up terminal (raised by the watchdog): leave.
+        if signalled.load(Ordering::Relaxed) {
             app.quit = true;
             break;
         }

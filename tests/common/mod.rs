@@ -122,9 +122,15 @@ pub fn byte_level_alphabet() -> Vec<String> {
 /// Write a tiny llama-family GGUF model with a byte-level vocabulary (256 bytes + ChatML
 /// specials), random Q8_0 weights, and a ChatML template. Returns its path.
 pub fn write_tiny_gguf(dir: &Path, arch: &str, seed: u64) -> PathBuf {
+    write_tiny_gguf_vocab(dir, arch, seed, &[])
+}
+
+/// The same, with extra tokens appended to the vocabulary (a different vocabulary).
+pub fn write_tiny_gguf_vocab(dir: &Path, arch: &str, seed: u64, extra: &[&str]) -> PathBuf {
     let mut vocab = byte_level_alphabet();
     vocab.push("<|im_start|>".into());
     vocab.push("<|im_end|>".into());
+    vocab.extend(extra.iter().map(|t| t.to_string()));
     let n_vocab = vocab.len();
     let family = Family::parse(arch).unwrap_or(Family::Llama);
     let mut cfg = ModelConfig::new(family, 2, 64, 128, 4, 2, 16, n_vocab);
@@ -181,7 +187,7 @@ pub fn write_tiny_gguf(dir: &Path, arch: &str, seed: u64) -> PathBuf {
     ];
     let md_refs: Vec<(&str, &V)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let path = dir.join(format!("tiny-{arch}.gguf"));
+    let path = dir.join(format!("tiny-{arch}-{seed}-{}.gguf", extra.len()));
     let mut f = std::fs::File::create(&path).unwrap();
     gguf_file::write(&mut f, &md_refs, &t_refs).unwrap();
     path
