@@ -203,6 +203,9 @@ struct ChatArgs {
     /// Top-k.
     #[arg(long)]
     top_k: Option<usize>,
+    /// A causal drafter's chain stops once its own probability of the chain falls below this.
+    #[arg(long)]
+    min_chain_prob: Option<f32>,
     /// Sampler seed.
     #[arg(long, default_value_t = 299_792_458)]
     seed: u64,
@@ -480,8 +483,9 @@ fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
         top_p: a.top_p.or(cfg.top_p).unwrap_or(1.0),
         top_k: a.top_k.or(cfg.top_k).unwrap_or(0),
         seed: a.seed,
-        min_chain_prob: cfg
+        min_chain_prob: a
             .min_chain_prob
+            .or(cfg.min_chain_prob)
             .unwrap_or(treespec::engine::DEFAULT_MIN_CHAIN_PROB),
     };
     let runtime = RuntimeArgs {

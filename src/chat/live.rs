@@ -123,29 +123,11 @@ impl ChatEngine for LiveEngine {
         let mut out = vec![];
         while let Some(ev) = self.thread.try_recv() {
             out.push(match ev {
-                Event::Started {
-                    prompt_tokens,
-                    prefill,
-                } => ChatEvent::Started {
-                    prompt_tokens,
-                    prefill,
-                },
+                Event::Started(s) => ChatEvent::Started(s),
                 Event::Step(s) => ChatEvent::Step(self.view(s)),
-                Event::Finished {
-                    reason,
-                    tokens,
-                    steps,
-                    decode,
-                } => {
-                    // Text held back at the end (an incomplete character) is dropped: the
-                    // tokenizer could not make a character of it either.
-                    ChatEvent::Finished {
-                        reason,
-                        tokens,
-                        steps,
-                        decode,
-                    }
-                }
+                // Text held back at the end (an incomplete character) is dropped: the tokenizer
+                // could not make a character of it either.
+                Event::Finished(f) => ChatEvent::Finished(f),
                 Event::SettingsApplied(s) => {
                     self.settings = s;
                     ChatEvent::SettingsApplied(s)

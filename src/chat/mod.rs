@@ -6,10 +6,10 @@
 pub mod live;
 pub mod scripted;
 
-use crate::engine::{Mode, Settings, StageTimes, StopReason};
+pub use crate::engine::thread::{Finished, Started};
+use crate::engine::{Mode, Settings, StageTimes};
 use crate::model::chat_template::ChatMessage;
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
 
 /// Where an emitted token came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,25 +85,11 @@ impl StepView {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ChatEvent {
     /// The prompt was read.
-    Started {
-        /// Prompt tokens.
-        prompt_tokens: usize,
-        /// Time to read them.
-        prefill: Duration,
-    },
+    Started(Started),
     /// One step.
     Step(StepView),
     /// The answer ended.
-    Finished {
-        /// Why.
-        reason: StopReason,
-        /// Tokens in the answer.
-        tokens: usize,
-        /// Target passes.
-        steps: usize,
-        /// Time of the passes.
-        decode: Duration,
-    },
+    Finished(Finished),
     /// New settings are in force.
     SettingsApplied(Settings),
     /// Something failed.

@@ -1,7 +1,9 @@
 //! A scripted chat engine: replays prepared answers step by step, with no model. The UI tests
 //! run on it, and `treespec chat --demo` shows the interface without weights.
 
-use super::{ChatEngine, ChatEvent, EngineInfo, Origin, StepView, TokenPiece, TreeView};
+use super::{
+    ChatEngine, ChatEvent, EngineInfo, Finished, Origin, Started, StepView, TokenPiece, TreeView,
+};
 use crate::engine::{Mode, Settings, StageTimes, StopReason};
 use crate::model::chat_template::ChatMessage;
 use std::collections::VecDeque;
@@ -172,10 +174,10 @@ impl ChatEngine for ScriptedEngine {
             .answers
             .pop_front()
             .unwrap_or_else(|| ScriptedAnswer::from_steps(self.settings.mode, &[(&["OK"], ".")]));
-        self.pending.push_back(ChatEvent::Started {
+        self.pending.push_back(ChatEvent::Started(Started {
             prompt_tokens: messages.iter().map(|m| m.content.len()).sum(),
             prefill: Duration::from_millis(5),
-        });
+        }));
         let mut tokens = 0;
         let mut steps = 0;
         let mut reason = StopReason::StopToken;
@@ -188,12 +190,12 @@ impl ChatEngine for ScriptedEngine {
             steps += 1;
             self.pending.push_back(ChatEvent::Step(s));
         }
-        self.pending.push_back(ChatEvent::Finished {
+        self.pending.push_back(ChatEvent::Finished(Finished {
             reason,
             tokens,
             steps,
             decode: Duration::from_millis(10 * steps as u64),
-        });
+        }));
         Ok(())
     }
 
@@ -203,13 +205,13 @@ impl ChatEngine for ScriptedEngine {
             return;
         }
         self.pending
-            .retain(|e| !matches!(e, ChatEvent::Step(_) | ChatEvent::Finished { .. }));
-        self.pending.push_back(ChatEvent::Finished {
+            .retain(|e| !matches!(e, ChatEvent::Step(_) | ChatEvent::Finished(_)));
+        self.pending.push_back(ChatEvent::Finished(Finished {
             reason: StopReason::Cancelled,
             tokens: 0,
             steps: 0,
             decode: Duration::ZERO,
-        });
+        }));
     }
 
     fn apply(&mut self, settings: Settings) {

@@ -24,29 +24,37 @@ pub enum Command {
     Shutdown,
 }
 
+/// The prompt of an answer was read.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Started {
+    /// Prompt length in tokens.
+    pub prompt_tokens: usize,
+    /// Time to read it.
+    pub prefill: Duration,
+}
+
+/// An answer ended.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Finished {
+    /// Why.
+    pub reason: StopReason,
+    /// Tokens in the answer.
+    pub tokens: usize,
+    /// Steps taken.
+    pub steps: usize,
+    /// Time of the steps.
+    pub decode: Duration,
+}
+
 /// What the engine thread reports.
 #[derive(Debug, Clone)]
 pub enum Event {
     /// The prompt was read.
-    Started {
-        /// Prompt length in tokens.
-        prompt_tokens: usize,
-        /// Time to read it.
-        prefill: Duration,
-    },
+    Started(Started),
     /// One step ran.
     Step(StepEvent),
     /// The answer ended.
-    Finished {
-        /// Why.
-        reason: StopReason,
-        /// Tokens in the answer.
-        tokens: usize,
-        /// Steps taken.
-        steps: usize,
-        /// Time of the steps.
-        decode: Duration,
-    },
+    Finished(Finished),
     /// New settings are in force.
     SettingsApplied(Settings),
     /// Something failed; the engine is still usable.
@@ -122,10 +130,10 @@ fn run(engine: &mut Engine, rx: Receiver<Command>, out: Sender<Event>) {
                         continue;
                     }
                 };
-                let _ = out.send(Event::Started {
+                let _ = out.send(Event::Started(Started {
                     prompt_tokens: prompt.len(),
                     prefill,
-                });
+                }));
                 let t0 = Instant::now();
                 let mut steps = 0;
                 let reason = loop {
@@ -163,12 +171,12 @@ fn run(engine: &mut Engine, rx: Receiver<Command>, out: Sender<Event>) {
                         }
                     }
                 };
-                let _ = out.send(Event::Finished {
+                let _ = out.send(Event::Finished(Finished {
                     reason,
                     tokens: engine.answer().len(),
                     steps,
                     decode: t0.elapsed(),
-                });
+                }));
             }
         }
     }

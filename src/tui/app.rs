@@ -5,7 +5,7 @@
 use super::input::{History, InputBox};
 use super::keymap::{Action, Keymap};
 use super::theme::Theme;
-use crate::chat::{ChatEngine, ChatEvent, Origin, StepView};
+use crate::chat::{ChatEngine, ChatEvent, Finished, Origin, StepView};
 use crate::engine::{Mode, Settings, StopReason};
 use crate::model::chat_template::{ChatMessage, Role};
 use crate::transcript::{StepRecord, Transcript, Turn, TurnStats};
@@ -600,14 +600,10 @@ impl App {
     /// Take in one engine event.
     pub fn on_engine(&mut self, e: ChatEvent) {
         match e {
-            ChatEvent::Started {
-                prompt_tokens,
-                prefill,
-            } => {
-                self.stats.prompt_tokens = prompt_tokens;
+            ChatEvent::Started(s) => {
+                self.stats.prompt_tokens = s.prompt_tokens;
                 // Decode speed counts from the end of the prompt.
                 self.started = Some(Instant::now());
-                let _ = prefill;
             }
             ChatEvent::Step(v) => {
                 self.stats.tokens += v.pieces.len();
@@ -622,12 +618,12 @@ impl App {
                 }
                 self.last_step = Some(v);
             }
-            ChatEvent::Finished {
+            ChatEvent::Finished(Finished {
                 reason,
                 tokens,
                 steps,
                 decode,
-            } => {
+            }) => {
                 self.stats.decode = decode;
                 self.stats.steps = steps;
                 self.stats.tokens = tokens;
