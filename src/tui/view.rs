@@ -433,11 +433,14 @@ pub fn status_spans(app: &App) -> Vec<Span<'static>> {
         spans.push(Span::styled(name, style));
     }
     spans.push(sep());
-    let shape = match s.mode {
+    let mut shape = match s.mode {
         Mode::Tree => format!("B{} L{}", s.budget, s.depth),
         Mode::Linear => format!("γ{}", s.gamma),
         Mode::Ar | Mode::Mtp => "—".into(),
     };
+    if s.min_chain_prob > 0.0 && matches!(s.mode, Mode::Tree | Mode::Linear) {
+        shape.push_str(&format!(" p≥{}", s.min_chain_prob));
+    }
     spans.push(Span::styled(shape, t.style("status")));
     spans.push(sep());
     spans.push(Span::styled(
