@@ -70,8 +70,9 @@ pub struct Variant {
 }
 
 impl Variant {
-    /// Parse `ar`, `linear`, `tree`, `linear:G` or `tree:BxL`, optionally followed by
-    /// `@P` (the drafter's chain stops below probability P); bare modes take the shape of `base`.
+    /// Parse `ar`, `linear`, `tree`, `linear:G`, `tree:BxL` or `tree:BxLwW` (a tree the drafter
+    /// grows, expanding W nodes per depth), optionally followed by `@P` (the drafter's chain stops
+    /// below probability P); bare modes take the shape of `base`.
     pub fn parse(spec: &str, base: &Settings) -> Result<Variant> {
         let spec = spec.trim();
         let (spec_shape, prob) = match spec.split_once('@') {
@@ -93,15 +94,25 @@ impl Variant {
         if let Some(p) = prob {
             settings.min_chain_prob = p;
         }
-        let bad =
-            || Error::InvalidArgument(format!("`{spec}`: write linear:GAMMA or tree:BUDGETxDEPTH"));
+        let bad = || {
+            Error::InvalidArgument(format!(
+                "`{spec}`: write linear:GAMMA or tree:BUDGETxDEPTH[wWIDTH]"
+            ))
+        };
         match (mode, shape) {
             (_, None) => {}
             (Mode::Linear, Some(g)) => settings.gamma = g.parse().map_err(|_| bad())?,
             (Mode::Tree, Some(s)) => {
                 let (b, l) = s.split_once('x').ok_or_else(bad)?;
+                let (l, w) = match l.split_once('w') {
+                    Some((l, w)) => (l, Some(w)),
+                    None => (l, None),
+                };
                 settings.budget = b.parse().map_err(|_| bad())?;
                 settings.depth = l.parse().map_err(|_| bad())?;
+                if let Some(w) = w {
+                    settings.expand = w.parse().map_err(|_| bad())?;
+                }
             }
             _ => return Err(bad()),
         }
@@ -110,6 +121,10 @@ impl Variant {
         }
         let mut label = match mode {
             Mode::Linear => format!("linear γ{}", settings.gamma),
+            Mode::Tree if settings.expand > 0 => format!(
+                "tree B{} L{} W{}",
+                settings.budget, settings.depth, settings.expand
+            ),
             Mode::Tree => format!("tree B{} L{}", settings.budget, settings.depth),
             m => m.name().to_string(),
         };
@@ -434,11 +449,19 @@ pub struct CostRow {
     pub relative: f64,
 }
 
-fn median_ms(mut f: impl FnMut() -> Result<()>, reps: usize) -> Result<f64> {
+/// Median wall time of `f` in ms; the device is synchronised around each call, so that GPU work
+/// is timed, not only its launch.
+fn median_ms(
+    device: &candle_core::Device,
+    mut f: impl FnMut() -> Result<()>,
+    reps: usize,
+) -> Result<f64> {
     let mut v = Vec::with_capacity(reps);
     for _ in 0..reps {
+        device.synchronize()?;
         let t = std::time::Instant::now();
         f()?;
+        device.synchronize()?;
         v.push(t.elapsed().as_secs_f64() * 1e3);
     }
     v.sort_by(f64::total_cmp);
@@ -464,7 +487,9 @@ pub fn measure_costs(
     target.reset();
     target.forward(&Batch::causal(&toks, 0).with_logits_rows(vec![]))?;
     let last = target.config().n_layers - 1;
+    let device = target.device().clone();
     let step = median_ms(
+        &device,
         || {
             target.truncate(prefix);
             target.forward(&Batch::causal(&[11], prefix))?;
@@ -487,6 +512,7 @@ pub fn measure_costs(
         let block: Vec<u32> = (0..n as u32).map(|i| (i * 31 + 5) % vocab).collect();
         let mut hidden = None;
         let ms = median_ms(
+            &device,
             || {
                 target.truncate(prefix);
                 let out = target.forward(
@@ -508,6 +534,7 @@ pub fn measure_costs(
         });
         if let Some(h) = &hidden {
             let ms = median_ms(
+                &device,
                 || {
                     target.logits_from_hidden(h)?.to_vec2::<f32>()?;
                     Ok(())
@@ -527,6 +554,7 @@ pub fn measure_costs(
         d.reset();
         d.forward(&Batch::causal(&toks, 0).with_logits_rows(vec![]))?;
         let ms = median_ms(
+            &device,
             || {
                 d.truncate(prefix);
                 d.forward(&Batch::causal(&[11], prefix))?;
@@ -540,6 +568,31 @@ pub fn measure_costs(
             ms,
             relative: ms / step,
         });
+        // A pass of a grown tree: W sibling nodes, each with its LM head row.
+        for w in [2usize, 4, 8] {
+            let block: Vec<u32> = (0..w as u32).map(|i| (i * 31 + 5) % vocab).collect();
+            let mask = BlockMask::from_parents(&vec![None; w])?;
+            let ms = median_ms(
+                &device,
+                || {
+                    d.truncate(prefix);
+                    d.forward(
+                        &Batch::causal(&block, prefix)
+                            .with_positions(vec![prefix; w])
+                            .with_mask(mask.clone())
+                            .all_logits(),
+                    )?;
+                    Ok(())
+                },
+                reps,
+            )?;
+            rows.push(CostRow {
+                what: "drafter pass of a grown tree (rows + LM heads)".into(),
+                rows: w,
+                ms,
+                relative: ms / step,
+            });
+        }
         d.reset();
     }
     Ok(rows)

@@ -30,6 +30,8 @@ pub struct Config {
     pub top_k: Option<usize>,
     /// Confidence below which a causal drafter's chain stops.
     pub min_chain_prob: Option<f32>,
+    /// Expansion width of a tree the causal drafter grows (0: the DDTree over its chain).
+    pub expand: Option<usize>,
     /// Token limit per answer.
     pub max_tokens: Option<usize>,
     /// Theme name.

@@ -79,6 +79,10 @@ struct DecodeArgs {
     /// (0: always draft the full depth).
     #[arg(long, default_value_t = treespec::engine::DEFAULT_MIN_CHAIN_PROB)]
     min_chain_prob: f32,
+    /// `tree` with a causal drafter: 0 builds the DDTree from the drafter's greedy chain; W > 0
+    /// lets the drafter grow the tree, expanding the W most probable nodes of each depth.
+    #[arg(long, default_value_t = treespec::engine::DEFAULT_EXPAND)]
+    expand: usize,
 }
 
 impl DecodeArgs {
@@ -103,6 +107,7 @@ impl DecodeArgs {
                 top_p: self.top_p,
             },
             min_chain_prob: self.min_chain_prob,
+            expand: self.expand,
             ..Settings::default()
         })
     }
@@ -151,8 +156,9 @@ struct BenchArgs {
     #[arg(long, num_args = 1.., required_unless_present = "costs")]
     prompts: Vec<PathBuf>,
     /// Configurations to compare, comma-separated: ar, linear, tree (shaped by --gamma,
-    /// --budget, --depth), or shaped here: linear:GAMMA, tree:BUDGETxDEPTH. ar always runs:
-    /// speedups are ratios to it.
+    /// --budget, --depth), or shaped here: linear:GAMMA, tree:BUDGETxDEPTH, tree:BxLwW (a tree
+    /// the drafter grows, W nodes per depth); @P after any of them stops chains below confidence
+    /// P. ar always runs: speedups are ratios to it.
     #[arg(long, default_value = "ar,linear,tree")]
     modes: String,
     /// New tokens per prompt.
@@ -206,6 +212,10 @@ struct ChatArgs {
     /// A causal drafter's chain stops once its own probability of the chain falls below this.
     #[arg(long)]
     min_chain_prob: Option<f32>,
+    /// `tree` with a causal drafter: W > 0 lets the drafter grow the tree, expanding the W most
+    /// probable nodes of each depth (0: the DDTree over the greedy chain).
+    #[arg(long)]
+    expand: Option<usize>,
     /// Sampler seed.
     #[arg(long, default_value_t = 299_792_458)]
     seed: u64,
@@ -487,6 +497,10 @@ fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
             .min_chain_prob
             .or(cfg.min_chain_prob)
             .unwrap_or(treespec::engine::DEFAULT_MIN_CHAIN_PROB),
+        expand: a
+            .expand
+            .or(cfg.expand)
+            .unwrap_or(treespec::engine::DEFAULT_EXPAND),
     };
     let runtime = RuntimeArgs {
         device: pick(&a.device, &cfg.device, "cpu"),

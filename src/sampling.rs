@@ -53,6 +53,18 @@ pub fn argmax(row: &[f32]) -> Option<u32> {
     best.map(|(i, _)| i as u32)
 }
 
+/// `ln(sum(exp(row)))`, summed in f64 in row order (`-inf` for an empty row). The DDTree
+/// builder's log-normaliser: summed this way it matches the reference's ranking of near-tied
+/// prefixes (see [`crate::tree::top_k_log_probs`]).
+pub fn log_sum_exp(row: &[f32]) -> f64 {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    if !max.is_finite() {
+        return max;
+    }
+    let sum: f64 = row.iter().map(|&x| (x as f64 - max).exp()).sum();
+    max + sum.ln()
+}
+
 /// The processed distribution of one logits row, as `(token, probability)` pairs with positive
 /// probabilities summing to 1, most likely first (ties by lower id). Greedy settings give the
 /// argmax with probability 1.

@@ -7,7 +7,7 @@ mod common;
 use candle_core::Tensor;
 use common::{max_abs_diff, tiny_decoder};
 use treespec::model::config::Family;
-use treespec::model::decoder::{Batch, BlockMask, Decoder};
+use treespec::model::decoder::{Batch, BlockMask, Decoder, PastMask};
 
 const FAMILIES: [Family; 3] = [Family::Llama, Family::Qwen2, Family::Qwen3];
 const PREFIX: [u32; 5] = [3, 17, 42, 8, 29];
@@ -202,6 +202,73 @@ fn mask_hides_exactly_what_it_should() {
                 "{fam:?}: masked row {r_masked} differs from the run without token 1 by {d}"
             );
         }
+    }
+}
+
+/// A tree fed over several passes: cached rows of other branches, hidden by a past mask, change
+/// nothing; the listed ancestors are seen.
+#[test]
+fn past_mask_hides_cached_branches() {
+    let (a, b, c) = (9u32, 14u32, 33u32);
+    let base = PREFIX.len();
+    for fam in FAMILIES {
+        // Reference: the prefix, then b, then c (b's child), fed plainly.
+        let mut plain = tiny_decoder(fam, 7, 64);
+        plain.forward(&Batch::causal(&PREFIX, 0)).unwrap();
+        let want = plain
+            .forward(&Batch::causal(&[b, c], base).all_logits())
+            .unwrap()
+            .logits
+            .unwrap();
+
+        // The tree: a and b are siblings at depth 1 (one pass), then c under b (second pass).
+        let mut m = tiny_decoder(fam, 7, 64);
+        m.forward(&Batch::causal(&PREFIX, 0)).unwrap();
+        let siblings = m
+            .forward(
+                &Batch::causal(&[a, b], base)
+                    .with_positions(vec![base, base])
+                    .with_mask(BlockMask::from_parents(&[None, None]).unwrap())
+                    .all_logits(),
+            )
+            .unwrap()
+            .logits
+            .unwrap();
+        let got_c = m
+            .forward(
+                &Batch::causal(&[c], base + 2)
+                    .with_positions(vec![base + 1])
+                    .with_past_mask(PastMask {
+                        start: base,
+                        visible: vec![vec![base + 1]],
+                    }),
+            )
+            .unwrap()
+            .logits
+            .unwrap();
+        let b_row = siblings.get(1).unwrap().unsqueeze(0).unwrap();
+        assert!(max_abs_diff(&b_row, &want.get(0).unwrap().unsqueeze(0).unwrap()) < 1e-4);
+        let d = max_abs_diff(&got_c, &want.get(1).unwrap().unsqueeze(0).unwrap());
+        assert!(d < 1e-4, "{fam:?}: c under b differs by {d}");
+
+        // Without the past mask, c would see its uncle a too: different logits.
+        m.truncate(base + 2);
+        let leaky = m
+            .forward(&Batch::causal(&[c], base + 2).with_positions(vec![base + 1]))
+            .unwrap()
+            .logits
+            .unwrap();
+        assert!(
+            max_abs_diff(&leaky, &got_c) > 1e-3,
+            "{fam:?}: a was not hidden"
+        );
+
+        // A past mask naming rows outside the cache is an error.
+        let bad = Batch::causal(&[c], base + 2).with_past_mask(PastMask {
+            start: base,
+            visible: vec![vec![base + 5]],
+        });
+        assert!(m.forward(&bad).is_err());
     }
 }
 

@@ -59,6 +59,15 @@ fn settings(mode: Mode, budget: usize, depth: usize, gamma: usize) -> Settings {
     }
 }
 
+/// `tree` with a tree the drafter grows, expanding `width` nodes per depth.
+fn grown(budget: usize, depth: usize, width: usize) -> Settings {
+    Settings {
+        expand: width,
+        min_chain_prob: 0.0,
+        ..settings(Mode::Tree, budget, depth, 1)
+    }
+}
+
 fn prompt(seed: u64, vocab: usize) -> Vec<u32> {
     let mut r = common::Lcg(seed * 7 + 3);
     (0..6 + seed as usize % 5)
@@ -83,6 +92,10 @@ fn greedy_speculation_equals_ar_over_many_seeds() {
         settings(Mode::Tree, 8, 4, 1),
         settings(Mode::Tree, 32, 6, 1),
         settings(Mode::Tree, 64, 3, 1),
+        grown(1, 4, 1),
+        grown(4, 1, 3),
+        grown(8, 4, 2),
+        grown(32, 6, 4),
     ];
     let mut drafted_accepts = 0;
     let mut steps_total = 0;
@@ -109,7 +122,7 @@ fn greedy_speculation_equals_ar_over_many_seeds() {
         drafted_accepts > steps_total / 4,
         "{drafted_accepts} accepted over {steps_total} steps"
     );
-    assert!(steps_total > 3 * 6 * 8 * 40 / 8);
+    assert!(steps_total > 3 * 6 * configs.len() * 40 / 8);
 }
 
 #[test]
@@ -133,6 +146,7 @@ fn stop_token_and_token_limit_inside_accepted_paths() {
         assert_eq!(why, StopReason::StopToken);
         for s in [
             settings(Mode::Tree, 16, 5, 1),
+            grown(16, 5, 3),
             settings(Mode::Linear, 1, 1, 6),
         ] {
             e.set_settings(s).unwrap();
@@ -142,10 +156,12 @@ fn stop_token_and_token_limit_inside_accepted_paths() {
         }
         // Every token limit, so that some fall inside an accepted path.
         for max in 1..9 {
-            let mut e = engine(Family::Qwen2, 61, seed, &[], settings(Mode::Tree, 16, 6, 1));
-            let (out, why, _) = run(&mut e, &p, max);
-            assert_eq!(out, &ar[..max], "seed {seed} max {max}");
-            assert_eq!(why, StopReason::MaxTokens);
+            for s in [settings(Mode::Tree, 16, 6, 1), grown(16, 6, 2)] {
+                let mut e = engine(Family::Qwen2, 61, seed, &[], s);
+                let (out, why, _) = run(&mut e, &p, max);
+                assert_eq!(out, &ar[..max], "seed {seed} max {max} {s:?}");
+                assert_eq!(why, StopReason::MaxTokens);
+            }
         }
     }
 }
@@ -158,7 +174,9 @@ fn mode_switch_mid_answer() {
         settings(Mode::Ar, 1, 1, 1),
         settings(Mode::Tree, 32, 6, 1),
         settings(Mode::Tree, 1, 1, 1),
+        grown(12, 5, 3),
         settings(Mode::Linear, 1, 1, 8),
+        grown(6, 3, 1),
     ];
     for seed in 0..4u64 {
         let p = prompt(seed, 61);
@@ -177,6 +195,50 @@ fn mode_switch_mid_answer() {
         }
         assert_eq!(e.answer(), ar.as_slice(), "seed {seed}");
     }
+}
+
+#[test]
+fn grown_trees_leave_both_caches_equal_to_caches_of_the_emitted_tokens() {
+    let mut e = engine(Family::Qwen2, 61, 43, &[], grown(16, 5, 3));
+    let p = prompt(4, 61);
+    e.begin(&p).unwrap();
+    let (mut fresh_t, mut fresh_d) = pair(Family::Qwen2, 61, 43, 0.35);
+    let mut off_chain = false;
+    for _ in 0..8 {
+        let ev = e.step(100).unwrap();
+        let first_children = {
+            let children = ev.tree.children();
+            let mut chain = vec![0];
+            while let Some(&c) = children[*chain.last().unwrap()].first() {
+                chain.push(c);
+            }
+            chain
+        };
+        off_chain |= !first_children.starts_with(&ev.accepted);
+        let seq = e.sequence().to_vec();
+        let Some(treespec::draft::Drafter::Causal(drafter)) = e.drafter() else {
+            panic!("no causal drafter");
+        };
+        for (model, fresh) in [(e.target(), &mut fresh_t), (drafter.model(), &mut fresh_d)] {
+            fresh.reset();
+            fresh
+                .forward(&Batch::causal(&seq[..model.len()], 0))
+                .unwrap();
+            let a = model.kv_views().unwrap();
+            let b = fresh.kv_views().unwrap();
+            for ((ka, va), (kb, vb)) in a.iter().zip(&b) {
+                assert_eq!(ka.dims(), kb.dims());
+                assert!(common::max_abs_diff(ka, kb) < 1e-4);
+                assert!(common::max_abs_diff(va, vb) < 1e-4);
+            }
+        }
+        assert_eq!(e.target().len(), seq.len() - 1);
+        assert!(drafter.model().len() >= p.len() && drafter.model().len() < seq.len());
+    }
+    assert!(
+        off_chain,
+        "no step accepted a path off the drafter's greedy chain"
+    );
 }
 
 #[test]
@@ -321,6 +383,10 @@ fn sampling_is_lossless_for_the_first_two_tokens() {
         with(Mode::Tree, 6, 2, 1, Verification::Lossless),
         with(Mode::Tree, 2, 1, 1, Verification::Lossless),
         with(Mode::Linear, 1, 1, 2, Verification::Lossless),
+        Settings {
+            expand: 2,
+            ..with(Mode::Tree, 6, 2, 1, Verification::Lossless)
+        },
     ] {
         let (stat, df) = run_mode(s);
         eprintln!(

@@ -426,6 +426,11 @@ fn slash_commands() {
     assert_eq!(app.settings.depth, 6);
     run(&mut app, "/gamma 5");
     assert_eq!(app.settings.gamma, 5);
+    run(&mut app, "/expand 3");
+    assert_eq!(app.settings.expand, 3);
+    run(&mut app, "/expand -1");
+    assert!(app.notice.as_ref().unwrap().error);
+    assert_eq!(app.settings.expand, 3);
     run(&mut app, "/budget lots");
     assert!(app.notice.as_ref().unwrap().error);
     run(&mut app, "/temp 0.7");

@@ -42,9 +42,9 @@ impl Chain {
 /// The softmax probability of the largest logit.
 fn top_probability(logits: &[f32]) -> f64 {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let sum: f64 = logits.iter().map(|&x| (x as f64 - max).exp()).sum();
-    if sum > 0.0 {
-        1.0 / sum
+    let lse = crate::sampling::log_sum_exp(logits);
+    if lse.is_finite() {
+        (max - lse).exp()
     } else {
         0.0
     }
@@ -52,7 +52,7 @@ fn top_probability(logits: &[f32]) -> f64 {
 
 /// A small causal LM used as a drafter.
 pub struct CausalDrafter {
-    model: Decoder,
+    pub(super) model: Decoder,
     name: String,
 }
 
@@ -92,7 +92,7 @@ impl CausalDrafter {
 
     /// Bring the cache up to `seq` (whose prefix it must already hold) and return the logits for
     /// the token after it. The cache then holds all of `seq`.
-    fn sync(&mut self, seq: &[u32]) -> Result<Vec<f32>> {
+    pub(super) fn sync(&mut self, seq: &[u32]) -> Result<Vec<f32>> {
         let have = self.model.len().min(seq.len().saturating_sub(1));
         self.model.truncate(have);
         let rest = &seq[have..];

@@ -2,13 +2,16 @@
 //!
 //! [`CausalDrafter`] is a small causal LM sharing the target's tokenizer: it drafts a chain one
 //! token per forward pass and keeps, at each depth, the distribution it drew from (DDTree builds
-//! its tree from those per-depth distributions).
+//! its tree from those per-depth distributions), or grows a tree itself, expanding the most
+//! probable nodes of each depth ([`expand`]).
 
 pub mod causal;
 pub mod dflash;
+pub mod expand;
 
 pub use causal::{CausalDrafter, Chain, ChainStep};
 pub use dflash::{DFlashConfig, DFlashDrafter};
+pub use expand::GrownTree;
 
 /// The drafter an engine runs with.
 pub enum Drafter {

@@ -84,6 +84,10 @@ pub struct Settings {
     /// A causal drafter stops its greedy chain once its own probability of the chain falls
     /// below this (0: always draft the full depth); see [`crate::draft::CausalDrafter::draft`].
     pub min_chain_prob: f32,
+    /// `tree` with a causal drafter: 0 builds the DDTree from the per-depth distributions of the
+    /// drafter's greedy chain; W > 0 lets the drafter grow the tree itself, expanding the W most
+    /// probable nodes of each depth in one pass (see [`crate::draft::expand`]).
+    pub expand: usize,
     /// The acceptance rule (always lossless outside the tests).
     pub verification: Verification,
 }
@@ -97,6 +101,7 @@ impl Default for Settings {
             gamma: DEFAULT_GAMMA,
             sampling: SamplingParams::greedy(),
             min_chain_prob: DEFAULT_MIN_CHAIN_PROB,
+            expand: DEFAULT_EXPAND,
             verification: Verification::Lossless,
         }
     }
@@ -113,6 +118,10 @@ pub const DEFAULT_GAMMA: usize = 8;
 /// Default confidence below which a causal drafter's chain stops: deep chains where the drafter
 /// is sure (code), short ones where it is not (open chat).
 pub const DEFAULT_MIN_CHAIN_PROB: f32 = 0.4;
+
+/// Default expansion width of a grown tree (0: the DDTree over the greedy chain's per-depth
+/// distributions).
+pub const DEFAULT_EXPAND: usize = 0;
 
 /// Time spent in each stage of one step.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
@@ -450,11 +459,25 @@ impl Engine {
         let mut chain_tokens: Vec<u32> = vec![];
         let mut tree = DraftTree::root(root);
         let mut per_depth_logits = vec![];
+        let mut grown = None;
         let chain_len = match effective {
             Mode::Linear => self.settings.gamma.min(cap),
             _ => self.settings.depth.min(cap),
         };
         match self.drafter.as_mut() {
+            Some(Drafter::Causal(drafter))
+                if effective == Mode::Tree && self.settings.expand > 0 =>
+            {
+                let g = drafter.grow_tree(
+                    &self.seq,
+                    self.settings.budget.min(cap),
+                    chain_len,
+                    self.settings.expand,
+                    self.settings.min_chain_prob,
+                )?;
+                tree = g.tree.clone();
+                grown = Some(g);
+            }
             Some(Drafter::Causal(drafter)) if effective != Mode::Ar => {
                 let pick = if effective == Mode::Linear && !params.is_greedy() {
                     ChainPick::Sample(params)
@@ -519,7 +542,7 @@ impl Engine {
         times.draft = t.elapsed();
 
         // Build.
-        if effective == Mode::Tree {
+        if effective == Mode::Tree && grown.is_none() {
             let t = Instant::now();
             let budget = self.settings.budget.min(cap);
             let vocab = per_depth_logits.first().map_or(0, |l| l.len());
@@ -551,6 +574,8 @@ impl Engine {
             batch.all_logits()
         };
         let out = self.target.forward(&batch)?;
+        // On a GPU the pass runs asynchronously: wait for it, so that it is timed as verify.
+        self.target.device().synchronize()?;
         times.verify = t.elapsed();
 
         // Walk.
@@ -637,7 +662,10 @@ impl Engine {
         let committed = self.seq.len().saturating_sub(1);
         self.target.truncate(committed);
         match &mut self.drafter {
-            Some(Drafter::Causal(d)) => d.rollback(before, &chain_tokens, &emitted),
+            Some(Drafter::Causal(d)) => match &grown {
+                Some(g) => d.keep_path(before, g, &accepted)?,
+                None => d.rollback(before, &chain_tokens, &emitted),
+            },
             Some(d) => d.truncate(committed),
             None => {}
         }

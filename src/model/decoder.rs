@@ -104,6 +104,19 @@ pub struct Batch {
     pub logits_rows: Vec<usize>,
     /// Layers whose output hidden states are wanted (0-based layer indices).
     pub hidden_layers: Vec<usize>,
+    /// Visibility of cached rows (`None`: every cached row is visible to every new token).
+    pub past: Option<PastMask>,
+}
+
+/// Which cached rows the new tokens of a block may see, for a draft tree fed over several passes:
+/// cached rows from `start` on are other branches' tokens, hidden from a new token unless listed
+/// as one of its ancestors. Rows before `start` (the committed prefix) stay visible to all.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PastMask {
+    /// First cached row that is hidden unless listed.
+    pub start: usize,
+    /// For each new token, the cached rows (absolute, `>= start`) it may see.
+    pub visible: Vec<Vec<usize>>,
 }
 
 impl Batch {
@@ -116,6 +129,7 @@ impl Batch {
             mask: None,
             logits_rows: if n == 0 { vec![] } else { vec![n - 1] },
             hidden_layers: vec![],
+            past: None,
         }
     }
 
@@ -140,6 +154,12 @@ impl Batch {
     /// Use this mask instead of the causal one.
     pub fn with_mask(mut self, mask: BlockMask) -> Self {
         self.mask = Some(mask);
+        self
+    }
+
+    /// Hide cached rows from `past.start` on, except each token's listed ancestors.
+    pub fn with_past_mask(mut self, past: PastMask) -> Self {
+        self.past = Some(past);
         self
     }
 
@@ -485,6 +505,20 @@ impl Decoder {
                 )));
             }
         }
+        if let Some(past) = &batch.past {
+            let bad = past.visible.len() != n
+                || past
+                    .visible
+                    .iter()
+                    .flatten()
+                    .any(|&r| r < past.start || r >= prefix);
+            if bad {
+                return Err(Error::InvalidArgument(format!(
+                    "past mask over rows {}..{prefix} does not fit a block of {n}",
+                    past.start
+                )));
+            }
+        }
         if let Some(&t) = batch
             .tokens
             .iter()
@@ -507,7 +541,7 @@ impl Decoder {
         )?;
         let cos = self.cos.index_select(&pos, 0)?;
         let sin = self.sin.index_select(&pos, 0)?;
-        let mask = self.attention_mask(batch.mask.as_ref(), n, prefix)?;
+        let mask = self.attention_mask(batch.mask.as_ref(), batch.past.as_ref(), n, prefix)?;
 
         let mut x = self.embed(&batch.tokens)?;
         let mut hidden = vec![None; batch.hidden_layers.len()];
@@ -545,18 +579,28 @@ impl Decoder {
     }
 
     /// The additive mask `[n_rep * n, prefix + n]` for the grouped attention, or `None` where
-    /// every token may see everything cached (a single new token).
+    /// every token may see everything cached (a single new token, no past mask).
     fn attention_mask(
         &self,
         mask: Option<&BlockMask>,
+        past: Option<&PastMask>,
         n: usize,
         prefix: usize,
     ) -> Result<Option<Tensor>> {
-        if n == 1 {
+        if n == 1 && past.is_none() {
             return Ok(None);
         }
         let total = prefix + n;
         let mut m = vec![0f32; n * total];
+        if let Some(past) = past {
+            for (i, visible) in past.visible.iter().enumerate() {
+                let row = &mut m[i * total..i * total + prefix];
+                row[past.start.min(prefix)..].fill(MASKED);
+                for &r in visible {
+                    row[r] = 0.0;
+                }
+            }
+        }
         for i in 0..n {
             for j in 0..n {
                 let ok = match mask {

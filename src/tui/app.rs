@@ -516,6 +516,21 @@ impl App {
                 }
                 _ => self.fail(format!("usage: /{name} N (a whole number, at least 1)")),
             },
+            "expand" => match number(arg) {
+                Some(n) if (0.0..=64.0).contains(&n) && n.fract() == 0.0 => {
+                    let s = Settings {
+                        expand: n as usize,
+                        ..self.settings
+                    };
+                    self.apply(s);
+                    self.say(if n == 0.0 {
+                        "tree from the drafter's chain".to_string()
+                    } else {
+                        format!("the drafter grows the tree, {n} nodes per depth")
+                    });
+                }
+                _ => self.fail("usage: /expand W (0: tree from the drafter's chain; W: grow it)"),
+            },
             "temp" | "temperature" => match number(arg) {
                 Some(t) if (0.0..=5.0).contains(&t) => {
                     let mut s = self.settings;
@@ -579,7 +594,7 @@ impl App {
                 self.quit = true;
             }
             _ => self.fail(format!(
-                "unknown command /{name} (try /mode /budget /depth /gamma /temp /system /save /export /clear /theme /help /quit)"
+                "unknown command /{name} (try /mode /budget /depth /gamma /expand /temp /system /save /export /clear /theme /help /quit)"
             )),
         }
     }

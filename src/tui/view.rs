@@ -434,6 +434,7 @@ pub fn status_spans(app: &App) -> Vec<Span<'static>> {
     }
     spans.push(sep());
     let mut shape = match s.mode {
+        Mode::Tree if s.expand > 0 => format!("B{} L{} W{}", s.budget, s.depth, s.expand),
         Mode::Tree => format!("B{} L{}", s.budget, s.depth),
         Mode::Linear => format!("γ{}", s.gamma),
         Mode::Ar | Mode::Mtp => "—".into(),
@@ -577,8 +578,8 @@ pub fn help_lines(app: &App) -> Vec<Line<'static>> {
     for (c, what) in [
         ("/mode ar|linear|tree|mtp", "decoding mode"),
         (
-            "/budget N  /depth N  /gamma N",
-            "tree budget, tree depth, chain length",
+            "/budget N  /depth N  /gamma N  /expand W",
+            "tree budget, depth, chain length, grown-tree width",
         ),
         ("/temp T", "temperature (0: greedy)"),
         ("/system TEXT", "system prompt (empty clears it)"),

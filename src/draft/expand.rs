@@ -1,0 +1,178 @@
+//! Draft trees grown by a causal drafter itself, for `tree` mode with `expand` > 0.
+//!
+//! DDTree (arXiv:2604.12989) builds its tree from one distribution per depth. A causal drafter's
+//! depth-d distribution comes from its greedy chain, so a subtree grown under any other token at
+//! an earlier depth is drawn from a distribution conditioned on a different prefix. Here the
+//! drafter instead expands, one forward pass per depth, the `width` most probable nodes of the
+//! newest depth (all of them in one batch under a tree mask), so that every node's children come
+//! from the drafter's distribution given that node's own path; then the `budget` most probable
+//! nodes of everything proposed are kept. This is the dynamic draft tree of EAGLE-2 (Li et al.,
+//! arXiv:2406.16858, "EAGLE-2: Faster Inference of Language Models with Dynamic Draft Trees"),
+//! with the same scoring (path log-probability) DDTree's heap uses.
+//!
+//! Verification is unchanged (one target pass, walk, sample-and-match at temperature > 0), so the
+//! output stays lossless whatever tree is drafted.
+
+use super::causal::CausalDrafter;
+use crate::error::Result;
+use crate::model::decoder::{Batch, BlockMask, PastMask};
+use crate::tree::{top_k_log_probs, DraftTree};
+
+/// A tree grown by the drafter, with the drafter cache row of every node it fed.
+#[derive(Debug, Clone)]
+pub struct GrownTree {
+    /// The tree (root = the last committed token).
+    pub tree: DraftTree,
+    /// For each tree node, the drafter cache row holding it (the root's row is the last row of
+    /// the committed sequence; leaves of the last depth were never fed).
+    pub rows: Vec<Option<usize>>,
+}
+
+/// One proposed node.
+#[derive(Debug, Clone)]
+struct Proposal {
+    token: u32,
+    parent: usize,
+    depth: usize,
+    logw: f64,
+    row: Option<usize>,
+}
+
+/// Expansion order: the higher path log-probability first; ties to the shallower node, then to
+/// the earlier proposal (so a parent always precedes its children, even at a log-probability of 0).
+fn better(a: &Proposal, ai: usize, b: &Proposal, bi: usize) -> std::cmp::Ordering {
+    b.logw
+        .total_cmp(&a.logw)
+        .then(a.depth.cmp(&b.depth))
+        .then(ai.cmp(&bi))
+}
+
+impl CausalDrafter {
+    /// Grow a draft tree after `seq`: at most `budget` nodes, `depth` deep, expanding the `width`
+    /// most probable nodes of each depth with one drafter pass per depth.
+    ///
+    /// With `min_chain_prob` > 0, growth stops once the most probable node of the newest depth
+    /// has a path probability below it (as [`CausalDrafter::draft`] stops its chain). The cache
+    /// ends holding `seq` plus every fed node; [`CausalDrafter::keep_path`] cuts it back after
+    /// verification.
+    pub fn grow_tree(
+        &mut self,
+        seq: &[u32],
+        budget: usize,
+        depth: usize,
+        width: usize,
+        min_chain_prob: f32,
+    ) -> Result<GrownTree> {
+        let root = *seq.last().unwrap_or(&0);
+        let mut logits = vec![self.sync(seq)?];
+        let start = self.model.len();
+        let width = width.max(1);
+        let mut pool = vec![Proposal {
+            token: root,
+            parent: 0,
+            depth: 0,
+            logw: 0.0,
+            row: Some(start - 1),
+        }];
+        let mut frontier = vec![0usize];
+        let min_logw = if min_chain_prob > 0.0 {
+            (min_chain_prob as f64).ln()
+        } else {
+            f64::NEG_INFINITY
+        };
+        for d in 1..=depth {
+            // Children of the frontier, from each frontier node's own distribution.
+            let first_new = pool.len();
+            for (&node, row) in frontier.iter().zip(&logits) {
+                let top = top_k_log_probs(row, budget);
+                let base = pool[node].logw;
+                for (&token, &lp) in top.tokens.iter().zip(&top.log_probs) {
+                    pool.push(Proposal {
+                        token,
+                        parent: node,
+                        depth: d,
+                        logw: base + lp as f64,
+                        row: None,
+                    });
+                }
+            }
+            if d == depth || budget == 0 {
+                break;
+            }
+            let mut newest: Vec<usize> = (first_new..pool.len()).collect();
+            newest.sort_by(|&a, &b| better(&pool[a], a, &pool[b], b));
+            newest.truncate(width);
+            let out_of_room = self.model.len() + newest.len() > self.model.context();
+            if out_of_room || newest.first().is_none_or(|&n| pool[n].logw < min_logw) {
+                break;
+            }
+            // Feed them in one pass: each sees the prefix, its own fed ancestors and itself.
+            let visible: Vec<Vec<usize>> = newest
+                .iter()
+                .map(|&n| {
+                    let mut rows = vec![];
+                    let mut cur = pool[n].parent;
+                    while cur != 0 {
+                        rows.extend(pool[cur].row);
+                        cur = pool[cur].parent;
+                    }
+                    rows
+                })
+                .collect();
+            let tokens: Vec<u32> = newest.iter().map(|&n| pool[n].token).collect();
+            let first_row = self.model.len();
+            let batch = Batch::causal(&tokens, first_row)
+                .with_positions(vec![start - 1 + d; tokens.len()])
+                .with_mask(BlockMask::from_parents(&vec![None; tokens.len()])?)
+                .with_past_mask(PastMask { start, visible })
+                .all_logits();
+            logits = self.model.forward(&batch)?.logits_rows()?;
+            for (i, &n) in newest.iter().enumerate() {
+                pool[n].row = Some(first_row + i);
+            }
+            frontier = newest;
+        }
+
+        // Keep the `budget` most probable proposals; parents come first in this order, so the
+        // kept set is a tree. Number them by depth so that parents precede children.
+        let mut order: Vec<usize> = (1..pool.len()).collect();
+        order.sort_by(|&a, &b| better(&pool[a], a, &pool[b], b));
+        order.truncate(budget);
+        order.sort_by_key(|&n| (pool[n].depth, n));
+        let mut index = vec![None; pool.len()];
+        index[0] = Some(0);
+        let mut tree = DraftTree::root(root);
+        let mut rows = vec![pool[0].row];
+        for n in order {
+            let Some(parent) = index[pool[n].parent] else {
+                continue;
+            };
+            index[n] = Some(tree.push_scored(pool[n].token, parent, pool[n].logw as f32));
+            rows.push(pool[n].row);
+        }
+        Ok(GrownTree { tree, rows })
+    }
+
+    /// After verifying a grown tree, keep in the cache the committed prefix (`seq_before_len`
+    /// rows) and the fed rows of the accepted path (`accepted` tree nodes, root first), in order,
+    /// as if the accepted tokens had been fed one by one.
+    pub fn keep_path(
+        &mut self,
+        seq_before_len: usize,
+        grown: &GrownTree,
+        accepted: &[usize],
+    ) -> Result<()> {
+        let rows: Vec<usize> = accepted
+            .iter()
+            .skip(1)
+            .map_while(|&n| grown.rows.get(n).copied().flatten())
+            .map(|r| r - seq_before_len)
+            .collect();
+        if self.model.len() < seq_before_len {
+            // Nothing was grown from this prefix: what the cache holds is still a valid prefix.
+            return Ok(());
+        }
+        self.model.keep(seq_before_len, &rows)?;
+        Ok(())
+    }
+}
