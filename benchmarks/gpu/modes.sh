@@ -11,7 +11,7 @@ D="$S/qwen2.5-coder-0.5b-instruct-awq.gguf"
 P=/root/stage/prompts
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
-"$B" bench --device cuda --costs --target "$T" --drafter "$D" 2>&1 | tee "$OUT/gpu-costs.md" | tail -30
+[ "${COSTS:-1}" = 0 ] || "$B" bench --device cuda --costs --target "$T" --drafter "$D" 2>&1 | tee "$OUT/gpu-costs.md" | tail -30
 "$B" bench --device cuda --target "$T" --drafter "$D" \
   --prompts "$P/humaneval.jsonl" "$P/gsm8k.jsonl" "$P/chat.jsonl" --limit "${LIMIT:-8}" --max-tokens 128 \
   --modes "${MODES:-ar,linear:4,linear:8@0.4,tree:8x8@0.4,tree:32x6@0,tree:32x6w4@0,tree:64x8w8@0,linear:6@0}" \
