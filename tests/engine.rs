@@ -153,6 +153,10 @@ fn stop_token_and_token_limit_inside_accepted_paths() {
             let (out, why, _) = run(&mut e, &p, 30);
             assert_eq!(out, ar_stopped, "seed {seed} {s:?}");
             assert_eq!(why, StopReason::StopToken);
+            // The drafter never keeps what was cut after the stop token.
+            if let Some(treespec::draft::Drafter::Causal(d)) = e.drafter() {
+                assert!(d.model().len() < e.sequence().len(), "seed {seed} {s:?}");
+            }
         }
         // Every token limit, so that some fall inside an accepted path.
         for max in 1..9 {

@@ -155,16 +155,20 @@ impl CausalDrafter {
 
     /// After verifying a grown tree, keep in the cache the committed prefix (`seq_before_len`
     /// rows) and the fed rows of the accepted path (`accepted` tree nodes, root first), in order,
-    /// as if the accepted tokens had been fed one by one.
+    /// as if the accepted tokens had been fed one by one; never more than `emitted_len - 1` of
+    /// them (a stop token or the token limit may cut the path, and the last emitted token is the
+    /// next root, which drafting feeds).
     pub fn keep_path(
         &mut self,
         seq_before_len: usize,
         grown: &GrownTree,
         accepted: &[usize],
+        emitted_len: usize,
     ) -> Result<()> {
         let rows: Vec<usize> = accepted
             .iter()
             .skip(1)
+            .take(emitted_len.saturating_sub(1))
             .map_while(|&n| grown.rows.get(n).copied().flatten())
             .map(|r| r - seq_before_len)
             .collect();
@@ -173,6 +177,11 @@ impl CausalDrafter {
             return Ok(());
         }
         self.model.keep(seq_before_len, &rows)?;
+        // Nothing emitted (a stop token first): not even the old root stays a row to feed from.
+        let limit = (seq_before_len + emitted_len).saturating_sub(1);
+        if self.model.len() > limit {
+            self.model.truncate(limit);
+        }
         Ok(())
     }
 }

@@ -663,7 +663,7 @@ impl Engine {
         self.target.truncate(committed);
         match &mut self.drafter {
             Some(Drafter::Causal(d)) => match &grown {
-                Some(g) => d.keep_path(before, g, &accepted)?,
+                Some(g) => d.keep_path(before, g, &accepted, emitted.len())?,
                 None => d.rollback(before, &chain_tokens, &emitted),
             },
             Some(d) => d.truncate(committed),
