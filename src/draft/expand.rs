@@ -83,8 +83,14 @@ impl CausalDrafter {
         for d in 1..=depth {
             // Children of the frontier, from each frontier node's own distribution.
             let first_new = pool.len();
-            for (&node, row) in frontier.iter().zip(&logits) {
-                let top = top_k_log_probs(row, budget);
+            let tops: Vec<_> = {
+                use rayon::prelude::*;
+                logits
+                    .par_iter()
+                    .map(|row| top_k_log_probs(row, budget))
+                    .collect()
+            };
+            for (&node, top) in frontier.iter().zip(tops) {
                 let base = pool[node].logw;
                 for (&token, &lp) in top.tokens.iter().zip(&top.log_probs) {
                     pool.push(Proposal {

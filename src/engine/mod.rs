@@ -546,10 +546,15 @@ impl Engine {
             let t = Instant::now();
             let budget = self.settings.budget.min(cap);
             let vocab = per_depth_logits.first().map_or(0, |l| l.len());
-            let depths: Vec<_> = per_depth_logits
-                .iter()
-                .map(|l| top_k_log_probs(l, budget.min(vocab)))
-                .collect();
+            // One row per depth, each summed serially (so the result does not depend on the
+            // thread count): rows in parallel, which matters where a step takes milliseconds.
+            let depths: Vec<_> = {
+                use rayon::prelude::*;
+                per_depth_logits
+                    .par_iter()
+                    .map(|l| top_k_log_probs(l, budget.min(vocab)))
+                    .collect()
+            };
             tree = build_ddtree(&depths, budget, root);
             times.build = t.elapsed();
         }
