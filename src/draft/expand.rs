@@ -16,7 +16,7 @@
 use super::causal::CausalDrafter;
 use crate::error::Result;
 use crate::model::decoder::{Batch, BlockMask, PastMask};
-use crate::tree::{top_k_log_probs, DraftTree};
+use crate::tree::{top_k_rows, DraftTree};
 
 /// A tree grown by the drafter, with the drafter cache row of every node it fed.
 #[derive(Debug, Clone)]
@@ -83,14 +83,7 @@ impl CausalDrafter {
         for d in 1..=depth {
             // Children of the frontier, from each frontier node's own distribution.
             let first_new = pool.len();
-            let tops: Vec<_> = {
-                use rayon::prelude::*;
-                logits
-                    .par_iter()
-                    .map(|row| top_k_log_probs(row, budget))
-                    .collect()
-            };
-            for (&node, top) in frontier.iter().zip(tops) {
+            for (&node, top) in frontier.iter().zip(top_k_rows(&logits, budget)) {
                 let base = pool[node].logw;
                 for (&token, &lp) in top.tokens.iter().zip(&top.log_probs) {
                     pool.push(Proposal {
@@ -159,30 +152,30 @@ impl CausalDrafter {
         Ok(GrownTree { tree, rows })
     }
 
-    /// After verifying a grown tree, keep in the cache the committed prefix (`seq_before_len`
-    /// rows) and the fed rows of the accepted path (`accepted` tree nodes, root first), in order,
+    /// After verifying a grown tree (`rows`: its [`GrownTree::rows`]), keep in the cache the
+    /// committed prefix (`seq_before_len` rows) and the fed rows of the accepted path (`accepted` tree nodes, root first), in order,
     /// as if the accepted tokens had been fed one by one; never more than `emitted_len - 1` of
     /// them (a stop token or the token limit may cut the path, and the last emitted token is the
     /// next root, which drafting feeds).
     pub fn keep_path(
         &mut self,
         seq_before_len: usize,
-        grown: &GrownTree,
+        rows: &[Option<usize>],
         accepted: &[usize],
         emitted_len: usize,
     ) -> Result<()> {
-        let rows: Vec<usize> = accepted
+        let kept: Vec<usize> = accepted
             .iter()
             .skip(1)
             .take(emitted_len.saturating_sub(1))
-            .map_while(|&n| grown.rows.get(n).copied().flatten())
+            .map_while(|&n| rows.get(n).copied().flatten())
             .map(|r| r - seq_before_len)
             .collect();
         if self.model.len() < seq_before_len {
             // Nothing was grown from this prefix: what the cache holds is still a valid prefix.
             return Ok(());
         }
-        self.model.keep(seq_before_len, &rows)?;
+        self.model.keep(seq_before_len, &kept)?;
         // Nothing emitted (a stop token first): not even the old root stays a row to feed from.
         let limit = (seq_before_len + emitted_len).saturating_sub(1);
         if self.model.len() > limit {

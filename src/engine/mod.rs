@@ -13,7 +13,7 @@ use crate::draft::Drafter;
 use crate::error::{Error, Result};
 use crate::model::decoder::{Batch, Decoder};
 use crate::sampling::SamplingParams;
-use crate::tree::{build_ddtree, top_k_log_probs, walk, DraftTree};
+use crate::tree::{build_ddtree, top_k_rows, walk, DraftTree};
 use crate::verify::{target_choice, verify_sampled_chain, SampledDraft, Verification};
 use candle_core::Tensor;
 use rand::rngs::StdRng;
@@ -459,7 +459,8 @@ impl Engine {
         let mut chain_tokens: Vec<u32> = vec![];
         let mut tree = DraftTree::root(root);
         let mut per_depth_logits = vec![];
-        let mut grown = None;
+        // The drafter cache row of each node of a grown tree (`None` for other trees).
+        let mut grown_rows = None;
         let chain_len = match effective {
             Mode::Linear => self.settings.gamma.min(cap),
             _ => self.settings.depth.min(cap),
@@ -475,8 +476,8 @@ impl Engine {
                     self.settings.expand,
                     self.settings.min_chain_prob,
                 )?;
-                tree = g.tree.clone();
-                grown = Some(g);
+                tree = g.tree;
+                grown_rows = Some(g.rows);
             }
             Some(Drafter::Causal(drafter)) if effective != Mode::Ar => {
                 let pick = if effective == Mode::Linear && !params.is_greedy() {
@@ -542,19 +543,11 @@ impl Engine {
         times.draft = t.elapsed();
 
         // Build.
-        if effective == Mode::Tree && grown.is_none() {
+        if effective == Mode::Tree && grown_rows.is_none() {
             let t = Instant::now();
             let budget = self.settings.budget.min(cap);
             let vocab = per_depth_logits.first().map_or(0, |l| l.len());
-            // One row per depth, each summed serially (so the result does not depend on the
-            // thread count): rows in parallel, which matters where a step takes milliseconds.
-            let depths: Vec<_> = {
-                use rayon::prelude::*;
-                per_depth_logits
-                    .par_iter()
-                    .map(|l| top_k_log_probs(l, budget.min(vocab)))
-                    .collect()
-            };
+            let depths = top_k_rows(&per_depth_logits, budget.min(vocab));
             tree = build_ddtree(&depths, budget, root);
             times.build = t.elapsed();
         }
@@ -667,8 +660,8 @@ impl Engine {
         let committed = self.seq.len().saturating_sub(1);
         self.target.truncate(committed);
         match &mut self.drafter {
-            Some(Drafter::Causal(d)) => match &grown {
-                Some(g) => d.keep_path(before, g, &accepted, emitted.len())?,
+            Some(Drafter::Causal(d)) => match &grown_rows {
+                Some(rows) => d.keep_path(before, rows, &accepted, emitted.len())?,
                 None => d.rollback(before, &chain_tokens, &emitted),
             },
             Some(d) => d.truncate(committed),

@@ -27,6 +27,14 @@ pub fn top_k_log_probs(logits: &[f32], k: usize) -> DepthTopK {
     }
 }
 
+/// [`top_k_log_probs`] of several rows (a tree's depths, or the nodes of one grown depth). The
+/// rows run in parallel; each is still summed serially, so the result does not depend on the
+/// thread count.
+pub fn top_k_rows(rows: &[Vec<f32>], k: usize) -> Vec<DepthTopK> {
+    use rayon::prelude::*;
+    rows.par_iter().map(|row| top_k_log_probs(row, k)).collect()
+}
+
 /// Indices of the `k` largest logits, largest first, ties to the lower index (the order of
 /// `total_cmp`, descending). One pass with a sorted buffer of `k`: a logit is compared with the
 /// buffer's smallest and inserted only when larger, so the cost is one comparison per logit for

@@ -9,7 +9,7 @@
 pub mod builder;
 pub mod walk;
 
-pub use builder::{build_ddtree, top_k_indices, top_k_log_probs, DepthTopK};
+pub use builder::{build_ddtree, top_k_indices, top_k_log_probs, top_k_rows, DepthTopK};
 pub use walk::walk;
 
 use crate::model::decoder::BlockMask;
