@@ -39,17 +39,6 @@ impl Chain {
     }
 }
 
-/// The softmax probability of the largest logit.
-fn top_probability(logits: &[f32]) -> f64 {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let lse = crate::sampling::log_sum_exp(logits);
-    if lse.is_finite() {
-        (max - lse).exp()
-    } else {
-        0.0
-    }
-}
-
 /// A small causal LM used as a drafter.
 pub struct CausalDrafter {
     pub(super) model: Decoder,
@@ -143,7 +132,12 @@ impl CausalDrafter {
                 }
             };
             if pick == ChainPick::Greedy && min_chain_prob > 0.0 {
-                chain_prob *= top_probability(&logits);
+                // The softmax probability of the argmax just taken.
+                let lse = crate::sampling::log_sum_exp(&logits);
+                chain_prob *= match logits.get(token as usize) {
+                    Some(&top) if lse.is_finite() => (top as f64 - lse).exp(),
+                    _ => 0.0,
+                };
             }
             let confident = (chain_prob as f32) >= min_chain_prob;
             let next = if d + 1 < depth && confident {

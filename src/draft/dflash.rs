@@ -16,7 +16,7 @@
 //! The drafter keeps K/V of the context features it has seen (never of blocks) and receives only
 //! the features of newly committed positions, which wait in a pending buffer until the next pass.
 
-use crate::error::{candle_message, Error, Result};
+use crate::error::{Error, Result};
 use crate::model::config::{ModelConfig, RopeStyle};
 use crate::model::decoder::{apply_rope, rope_tables, Decoder, MASKED};
 use crate::model::kv_cache::KvCache;
@@ -480,9 +480,6 @@ impl DFlashDrafter {
         self.pending_rows = 0;
         let rows = h.narrow(0, 1, bs - 1)?;
         let rows = candle_nn::ops::rms_norm(&rows, &self.norm, eps)?;
-        target.lm_head(&rows).map_err(|e| match e {
-            Error::Candle(c) => Error::InvalidArgument(candle_message(&c)),
-            other => other,
-        })
+        target.lm_head(&rows)
     }
 }
