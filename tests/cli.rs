@@ -21,6 +21,21 @@ fn treespec(args: &[&str], envs: &[(&str, &str)], home: &Path) -> Output {
 }
 
 /// The run failed with exactly one line on stderr containing `needle`, and did not panic.
+/// `treespec generate` of `target` with `drafter` in `mode`, then `extra` arguments.
+fn generate_with(home: &Path, target: &Path, drafter: &Path, mode: &str, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "generate",
+        "-m",
+        target.to_str().unwrap(),
+        "--drafter",
+        drafter.to_str().unwrap(),
+        "--mode",
+        mode,
+    ];
+    args.extend_from_slice(extra);
+    treespec(&args, &[], home)
+}
+
 fn assert_clean_error(out: &Output, needle: &str) {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -268,23 +283,12 @@ fn every_mode_gives_the_same_greedy_text_with_exact_weights() {
     let target = common::write_tiny_gguf(dir.path(), "llama", 21);
     let drafter = common::write_tiny_gguf(dir.path(), "llama", 22);
     let run = |mode: &str| {
-        let out = treespec(
-            &[
-                "generate",
-                "-m",
-                target.to_str().unwrap(),
-                "--drafter",
-                drafter.to_str().unwrap(),
-                "--mode",
-                mode,
-                "-p",
-                "abc",
-                "--max-tokens",
-                "24",
-                "--exact",
-            ],
-            &[],
+        let out = generate_with(
             dir.path(),
+            &target,
+            &drafter,
+            mode,
+            &["-p", "abc", "--max-tokens", "24", "--exact"],
         );
         assert!(
             out.status.success(),
@@ -304,26 +308,13 @@ fn a_drafter_with_another_vocabulary_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let target = common::write_tiny_gguf(dir.path(), "llama", 23);
     let other = common::write_tiny_gguf_vocab(dir.path(), "llama", 24, &["<extra>"]);
-    let out = treespec(
-        &[
-            "generate",
-            "-m",
-            target.to_str().unwrap(),
-            "--drafter",
-            other.to_str().unwrap(),
-            "--mode",
-            "tree",
-            "-p",
-            "hi",
-        ],
-        &[],
-        dir.path(),
-    );
-    assert_clean_error(&out, "does not share the target");
+    let tree_with =
+        |drafter: &Path| generate_with(dir.path(), &target, drafter, "tree", &["-p", "hi"]);
+    assert_clean_error(&tree_with(&other), "does not share the target");
     // A DFlash drafter trained for another target: its vocabulary (512) is not this one's.
     let dflash = dir.path().join("dflash");
     std::fs::create_dir_all(&dflash).unwrap();
-    let golden = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/golden/dflash");
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/golden/dflash");
     std::fs::copy(
         golden.join("drafter-config.json"),
         dflash.join("config.json"),
@@ -334,20 +325,8 @@ fn a_drafter_with_another_vocabulary_is_refused() {
         dflash.join("model.safetensors"),
     )
     .unwrap();
-    let out = treespec(
-        &[
-            "generate",
-            "-m",
-            target.to_str().unwrap(),
-            "--drafter",
-            dflash.to_str().unwrap(),
-            "--mode",
-            "tree",
-            "-p",
-            "hi",
-        ],
-        &[],
-        dir.path(),
+    assert_clean_error(
+        &tree_with(&dflash),
+        "DFlash drafter dflash: its vocabulary has 512 tokens",
     );
-    assert_clean_error(&out, "DFlash drafter dflash: its vocabulary has 512 tokens");
 }
