@@ -14,6 +14,7 @@ pub mod fetch;
 pub mod generate;
 pub mod model;
 pub mod paths;
+pub mod quant;
 pub mod sampling;
 pub mod transcript;
 pub mod tree;

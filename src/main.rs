@@ -265,7 +265,6 @@ fn load_model(spec: &str, rt: &RuntimeArgs) -> anyhow::Result<LoadedModel> {
         device: device::parse_device(&rt.device)?,
         exact: rt.exact,
         context: rt.context,
-        ..LoadOptions::default()
     };
     let path = model_path(spec)?;
     Ok(model::load(&path, &opts)?)

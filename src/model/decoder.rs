@@ -290,7 +290,7 @@ impl Decoder {
         let q_out = cfg.n_heads * hd;
         let kv_out = cfg.n_kv_heads * hd;
         let embed_w = store.get_checked("token_embd.weight", &[cfg.vocab_size, h])?;
-        let embed = Embedding::new(embed_w);
+        let embed = Embedding::new(embed_w)?;
         let mut layers = Vec::with_capacity(cfg.n_layers);
         for i in 0..cfg.n_layers {
             let name = |s: &str| format!("blk.{i}.{s}");

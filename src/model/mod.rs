@@ -5,7 +5,6 @@ pub mod chat_template;
 pub mod config;
 pub mod decoder;
 pub mod kv_cache;
-pub mod requant;
 pub mod source;
 pub mod tokenizer;
 pub mod weights;
@@ -29,8 +28,6 @@ pub struct LoadOptions {
     pub exact: bool,
     /// KV cache capacity in tokens (clamped to the model's trained context).
     pub context: usize,
-    /// Re-quantise formats without a fast CPU kernel to Q8_0 (cached) when running on the CPU.
-    pub requantize: bool,
 }
 
 impl Default for LoadOptions {
@@ -39,7 +36,6 @@ impl Default for LoadOptions {
             device: Device::Cpu,
             exact: false,
             context: 4096,
-            requantize: true,
         }
     }
 }
@@ -83,12 +79,8 @@ pub fn load_files(files: &ModelFiles, opts: &LoadOptions) -> Result<LoadedModel>
 
 fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     let name = ModelFiles::Gguf(path.to_path_buf()).display_name();
-    let mut content = read_gguf_header(path)?;
-    let mut weights_path = path.to_path_buf();
-    if opts.requantize && !opts.exact && opts.device.is_cpu() && requant::needs_requant(&content) {
-        weights_path = requant::requantized_copy(path, &crate::paths::cache_dir().join("requant"))?;
-        content = read_gguf_header(&weights_path)?;
-    }
+    let content = read_gguf_header(path)?;
+    let weights_path = path.to_path_buf();
     let cfg = ModelConfig::from_gguf(&content)?;
     let tokenizer = TextTokenizer::from_gguf(&content)?;
     let template_src = content

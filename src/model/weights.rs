@@ -2,6 +2,7 @@
 //! behind one name space (llama.cpp's GGUF tensor names), plus the two layer kinds built from them.
 
 use crate::error::{candle_message, Error, Result};
+use crate::quant::{Format, QuantMatrix};
 use candle_core::quantized::{gguf_file, GgmlDType, QMatMul, QStorage, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 use std::borrow::Cow;
@@ -355,75 +356,57 @@ pub struct Linear {
     weight: LinearWeight,
     bias: Option<Tensor>,
     out_features: usize,
-    /// Zero columns appended to the weight (and so to the input) for a faster kernel.
-    pad_in: usize,
-}
-
-/// Blocks of 32 values (34 bytes) in a Q8_0 row.
-const Q8_0_BLOCK: usize = 32;
-const Q8_0_BYTES: usize = 34;
-
-/// candle's x86 tiled kernels (AVX512-VNNI, several times faster than its AVX2 dot products)
-/// take only rows whose length is a multiple of 256. True when padding a Q8_0 weight of this
-/// input width up to that would switch it onto them.
-fn pad_q8_0_for_tiles(q: &QTensor) -> Option<usize> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let (rows, cols) = q.shape().dims2().ok()?;
-        let vnni = std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512vnni")
-            && std::arch::is_x86_feature_detected!("avx512bw");
-        if q.dtype() == GgmlDType::Q8_0
-            && vnni
-            && q.device().is_cpu()
-            && cols % 256 != 0
-            && rows % 16 == 0
-        {
-            return Some(cols.div_ceil(256) * 256 - cols);
-        }
-        None
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = q;
-        None
-    }
-}
-
-/// Append `pad` zero columns to a Q8_0 weight by appending whole zero blocks to each row: the
-/// existing blocks are copied bit for bit, so the products are unchanged.
-fn pad_q8_0(q: &QTensor, pad: usize) -> Result<QTensor> {
-    let (rows, cols) = q.shape().dims2()?;
-    let data = q.data()?;
-    let row_bytes = cols / Q8_0_BLOCK * Q8_0_BYTES;
-    let pad_bytes = pad / Q8_0_BLOCK * Q8_0_BYTES;
-    let mut out = Vec::with_capacity(rows * (row_bytes + pad_bytes));
-    for r in 0..rows {
-        out.extend_from_slice(&data[r * row_bytes..(r + 1) * row_bytes]);
-        out.resize(out.len() + pad_bytes, 0);
-    }
-    let storage = QStorage::from_data(Cow::Owned(out), &Device::Cpu, GgmlDType::Q8_0)?;
-    Ok(QTensor::new(storage, (rows, cols + pad))?)
 }
 
 #[derive(Debug, Clone)]
 enum LinearWeight {
+    /// GGUF blocks on the host, multiplied by treespec's CPU kernels ([`crate::quant`]).
+    Blocks(Arc<QuantMatrix>),
+    /// A quantised tensor on a GPU, multiplied by candle's kernels.
     Quantized(QMatMul),
+    /// A plain tensor.
     Dense(Tensor),
+}
+
+/// What a quantised tensor becomes for the layer that uses it.
+enum Placed {
+    Blocks(Arc<QuantMatrix>),
+    Device(Arc<QTensor>),
+    Dense(Tensor),
+}
+
+/// Place a quantised tensor: on the host, as blocks for treespec's kernels (formats they do not
+/// read are converted to Q8_0 once, in memory; widths no block format fits are dequantised); on a
+/// GPU, as it is for candle's kernels.
+fn place(q: Arc<QTensor>) -> Result<Placed> {
+    if !q.device().is_cpu() {
+        return Ok(Placed::Device(q));
+    }
+    let (rows, cols) = q.shape().dims2()?;
+    if let Some(format) = Format::from_ggml(q.dtype()) {
+        if cols % format.block_elems() == 0 {
+            let m = QuantMatrix::new(format, rows, cols, q.data()?.into_owned())?;
+            return Ok(Placed::Blocks(Arc::new(m)));
+        }
+    }
+    let dense = q.dequantize(&Device::Cpu)?;
+    if cols % crate::quant::BLOCK == 0 {
+        let q8 = QTensor::quantize(&dense, GgmlDType::Q8_0)?;
+        let m = QuantMatrix::new(Format::Q8_0, rows, cols, q8.data()?.into_owned())?;
+        return Ok(Placed::Blocks(Arc::new(m)));
+    }
+    Ok(Placed::Dense(dense))
 }
 
 impl Linear {
     /// Build from a weight `[out, in]` and an optional bias `[out]`.
     pub fn new(weight: Weight, bias: Option<Tensor>) -> Result<Self> {
         let out_features = weight.dims().first().copied().unwrap_or(0);
-        let mut pad_in = 0;
         let weight = match weight {
-            Weight::Quantized(q) => match pad_q8_0_for_tiles(&q) {
-                Some(pad) => {
-                    pad_in = pad;
-                    LinearWeight::Quantized(QMatMul::QTensor(Arc::new(pad_q8_0(&q, pad)?)))
-                }
-                None => LinearWeight::Quantized(QMatMul::QTensor(q)),
+            Weight::Quantized(q) => match place(q)? {
+                Placed::Blocks(m) => LinearWeight::Blocks(m),
+                Placed::Device(q) => LinearWeight::Quantized(QMatMul::QTensor(q)),
+                Placed::Dense(t) => LinearWeight::Dense(t),
             },
             Weight::Dense(t) => LinearWeight::Dense(t.contiguous()?),
         };
@@ -431,7 +414,6 @@ impl Linear {
             weight,
             bias,
             out_features,
-            pad_in,
         })
     }
 
@@ -442,14 +424,19 @@ impl Linear {
 
     /// Apply to `x` of shape `[rows, in]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let padded;
-        let x = if self.pad_in > 0 {
-            padded = x.pad_with_zeros(1, 0, self.pad_in)?;
-            &padded
-        } else {
-            x
-        };
         let y = match &self.weight {
+            LinearWeight::Blocks(m) => {
+                let (rows, inp) = x.dims2()?;
+                let host = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+                if inp != m.cols() {
+                    return Err(Error::InvalidArgument(format!(
+                        "input of width {inp} for a layer of width {}",
+                        m.cols()
+                    )));
+                }
+                let y = m.matmul(&host, rows)?;
+                Tensor::from_vec(y, (rows, m.rows()), x.device())?
+            }
             LinearWeight::Quantized(q) => q.forward(x)?,
             LinearWeight::Dense(w) => x.matmul(&w.t()?)?,
         };
@@ -463,7 +450,9 @@ impl Linear {
 /// A token embedding table, quantised or plain.
 #[derive(Debug, Clone)]
 pub enum Embedding {
-    /// Rows looked up straight from the quantised table.
+    /// GGUF blocks on the host: rows dequantised on lookup.
+    Blocks(Arc<QuantMatrix>),
+    /// A quantised table on a GPU: rows dequantised by candle on lookup.
     Quantized(Arc<QTensor>),
     /// A plain `[vocab, hidden]` table.
     Dense(Tensor),
@@ -471,16 +460,35 @@ pub enum Embedding {
 
 impl Embedding {
     /// Build from a `[vocab, hidden]` weight.
-    pub fn new(weight: Weight) -> Self {
-        match weight {
-            Weight::Quantized(q) => Embedding::Quantized(q),
+    pub fn new(weight: Weight) -> Result<Self> {
+        Ok(match weight {
+            Weight::Quantized(q) => match place(q)? {
+                Placed::Blocks(m) => Embedding::Blocks(m),
+                Placed::Device(q) => Embedding::Quantized(q),
+                Placed::Dense(t) => Embedding::Dense(t),
+            },
             Weight::Dense(t) => Embedding::Dense(t),
-        }
+        })
     }
 
     /// Look up `ids` (a u32 tensor of shape `[n]`), giving `[n, hidden]` in f32.
     pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
         Ok(match self {
+            Embedding::Blocks(m) => {
+                let ids = ids.to_vec1::<u32>()?;
+                let h = m.cols();
+                let mut out = vec![0f32; ids.len() * h];
+                for (row, &id) in out.chunks_mut(h).zip(&ids) {
+                    if id as usize >= m.rows() {
+                        return Err(Error::InvalidArgument(format!(
+                            "token id {id} is outside the vocabulary of {}",
+                            m.rows()
+                        )));
+                    }
+                    m.dequantize_row(id as usize, row);
+                }
+                Tensor::from_vec(out, (ids.len(), h), &Device::Cpu)?
+            }
             Embedding::Quantized(q) => q.embedding(ids)?.to_dtype(DType::F32)?,
             Embedding::Dense(t) => t.index_select(ids, 0)?,
         })
@@ -489,6 +497,11 @@ impl Embedding {
     /// The same table as an LM head (tied embeddings).
     pub fn as_linear(&self) -> Result<Linear> {
         match self {
+            Embedding::Blocks(m) => Ok(Linear {
+                weight: LinearWeight::Blocks(m.clone()),
+                bias: None,
+                out_features: m.rows(),
+            }),
             Embedding::Quantized(q) => Linear::new(Weight::Quantized(q.clone()), None),
             Embedding::Dense(t) => Linear::new(Weight::Dense(t.clone()), None),
         }
