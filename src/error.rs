@@ -8,9 +8,18 @@ use std::path::PathBuf;
 /// or the number that is wrong, and where it helps, what to do about it.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A model path that does not exist.
-    #[error("model file not found: {0}")]
+    /// A file or directory that does not exist.
+    #[error("not found: {0}")]
     NotFound(PathBuf),
+    /// A file that exists but cannot be read or written (permission denied, a directory where a
+    /// file should be, a failing disk, ...).
+    #[error("{}: {source}", path.display())]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
     /// A GGUF file that cannot be parsed or is cut short.
     #[error("{path}: not a usable GGUF file: {reason}")]
     BadGguf {
@@ -90,6 +99,21 @@ pub enum Error {
     /// An I/O error.
     #[error(transparent)]
     Io(#[from] std::io::Error),
+}
+
+impl Error {
+    /// An I/O error on `path`: [`Error::NotFound`] when it does not exist, else [`Error::File`]
+    /// with what the operating system said.
+    pub fn io(path: &std::path::Path, e: std::io::Error) -> Error {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            Error::NotFound(path.to_path_buf())
+        } else {
+            Error::File {
+                path: path.to_path_buf(),
+                source: e,
+            }
+        }
+    }
 }
 
 /// The library's result type.

@@ -192,9 +192,7 @@ pub fn ensure(m: &KnownModel) -> Result<PathBuf> {
         return Ok(p);
     }
     let dest = cached_path(m);
-    std::fs::create_dir_all(crate::paths::models_dir())?;
-    let lock = File::create(dest.with_extension("lock"))?;
-    lock.lock()?;
+    let _lock = crate::paths::DirLock::acquire(&crate::paths::models_dir())?;
     if let Some(p) = find_cached(m) {
         return Ok(p);
     }

@@ -100,6 +100,20 @@ impl CausalDrafter {
         Ok(last)
     }
 
+    /// Read `seq` but its last token into the cache (the prompt, before the first step), so that
+    /// the first draft feeds only the root.
+    pub fn catch_up(&mut self, seq: &[u32]) -> Result<()> {
+        let upto = seq.len().saturating_sub(1);
+        let have = self.model.len().min(upto);
+        self.model.truncate(have);
+        for piece in seq[have..upto].chunks(512) {
+            let pos = self.model.len();
+            self.model
+                .forward(&Batch::causal(piece, pos).with_logits_rows(vec![]))?;
+        }
+        Ok(())
+    }
+
     /// Draft up to `depth` tokens after `seq`. The cache ends holding `seq` plus all drafted
     /// tokens but the last (which is never fed).
     ///

@@ -192,7 +192,7 @@ impl DFlashDrafter {
         quantize: bool,
     ) -> Result<Self> {
         let text =
-            std::fs::read_to_string(config).map_err(|_| Error::NotFound(config.to_path_buf()))?;
+            std::fs::read_to_string(config).map_err(|e| Error::io(config, e))?;
         let cfg = DFlashConfig::from_json(&text).map_err(|e| Error::BadCheckpoint {
             path: config.to_path_buf(),
             reason: e.to_string(),

@@ -399,6 +399,12 @@ impl Engine {
             let f = self.features(&out.hidden, None)?;
             self.push_features(f)?;
         }
+        // A causal drafter reads the prompt now too, so that a step is charged only for drafting.
+        if let (true, Some(Drafter::Causal(d))) =
+            (self.settings.mode.needs_drafter(), self.drafter.as_mut())
+        {
+            d.catch_up(prompt)?;
+        }
         self.seq = prompt.to_vec();
         self.answer_start = prompt.len();
         Ok(t0.elapsed())

@@ -179,7 +179,13 @@ impl ModelConfig {
             .and_then(|v| v.to_vec().ok())
         {
             Some(tokens) => tokens.len(),
-            None => get_u("vocab_size")?,
+            None => get_u("vocab_size").map_err(|_| {
+                Error::Config(
+                    "the GGUF has no vocabulary (no tokenizer.ggml.tokens): treespec needs the \
+                     model's tokenizer in the file"
+                        .into(),
+                )
+            })?,
         };
         let mut cfg = ModelConfig::new(
             family,

@@ -106,7 +106,7 @@ fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
 fn load_checkpoint(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     let name = ModelFiles::Checkpoint(dir.to_path_buf()).display_name();
     let cfg_path = dir.join("config.json");
-    let text = std::fs::read_to_string(&cfg_path).map_err(|_| Error::NotFound(cfg_path.clone()))?;
+    let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::io(&cfg_path, e))?;
     let cfg = ModelConfig::from_hf_json(&text).map_err(|e| match e {
         Error::Config(m) => Error::BadCheckpoint {
             path: cfg_path.clone(),

@@ -69,7 +69,7 @@ impl WeightStore {
         device: &Device,
         exact: bool,
     ) -> Result<Self> {
-        let file = File::open(path).map_err(|_| Error::NotFound(path.to_path_buf()))?;
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
         Ok(WeightStore {
             backing: Backing::Gguf {
                 path: path.to_path_buf(),
@@ -317,7 +317,7 @@ pub fn hf_name(gguf: &str, prefix: &str) -> String {
 /// Parse a GGUF header, turning every failure (bad magic, cut-short file, tensor data past the
 /// end of the file) into one clear error that names the file.
 pub fn read_gguf_header(path: &Path) -> Result<gguf_file::Content> {
-    let mut file = File::open(path).map_err(|_| Error::NotFound(path.to_path_buf()))?;
+    let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
     let file_len = file.metadata()?.len();
     let bad = |reason: String| Error::BadGguf {
         path: path.to_path_buf(),

@@ -93,8 +93,26 @@ fn x86_avx2_available() -> bool {
 /// The environment variable that forces a kernel path.
 pub const PATH_ENV: &str = "TREESPEC_CPU_KERNELS";
 
-/// The path this process uses: `TREESPEC_CPU_KERNELS` if set (and runnable here), else the best.
+thread_local! {
+    static OVERRIDE: std::cell::Cell<Option<KernelPath>> = const { std::cell::Cell::new(None) };
+}
+
+/// Run `f` with every matrix product it starts on this thread using `path` (tests use this to
+/// run one model on each path in turn). Panics if the CPU cannot run `path`.
+pub fn with_path<T>(path: KernelPath, f: impl FnOnce() -> T) -> T {
+    assert!(path.available(), "this CPU cannot run the {} path", path.name());
+    let before = OVERRIDE.with(|o| o.replace(Some(path)));
+    let out = f();
+    OVERRIDE.with(|o| o.set(before));
+    out
+}
+
+/// The path matrix products use: [`with_path`]'s on this thread, else `TREESPEC_CPU_KERNELS` if
+/// set (and runnable here), else the best this CPU runs.
 pub fn active_path() -> Result<KernelPath> {
+    if let Some(p) = OVERRIDE.with(|o| o.get()) {
+        return Ok(p);
+    }
     static PATH: OnceLock<std::result::Result<KernelPath, String>> = OnceLock::new();
     PATH.get_or_init(|| {
         let want = std::env::var(PATH_ENV).unwrap_or_default();

@@ -245,7 +245,7 @@ impl Transcript {
     /// reported in [`Loaded::dropped`].
     pub fn load(path: &Path) -> Result<Loaded> {
         let text =
-            std::fs::read_to_string(path).map_err(|_| Error::NotFound(path.to_path_buf()))?;
+            std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
         let bad = |m: String| Error::InvalidArgument(format!("{}: {m}", path.display()));
         let mut t = Transcript {
             created: String::new(),

@@ -127,13 +127,41 @@ pub fn write_tiny_gguf(dir: &Path, arch: &str, seed: u64) -> PathBuf {
 
 /// The same, with extra tokens appended to the vocabulary (a different vocabulary).
 pub fn write_tiny_gguf_vocab(dir: &Path, arch: &str, seed: u64, extra: &[&str]) -> PathBuf {
+    let shape = TinyShape {
+        hidden: 64,
+        ffn: 128,
+        dtype: GgmlDType::Q8_0,
+    };
+    write_tiny_gguf_shaped(dir, arch, seed, extra, shape)
+}
+
+/// The width and weight format of a tiny GGUF model.
+#[derive(Debug, Clone, Copy)]
+pub struct TinyShape {
+    /// Hidden size (a multiple of 256 for the K-quants).
+    pub hidden: usize,
+    /// MLP width.
+    pub ffn: usize,
+    /// Format of every matrix.
+    pub dtype: GgmlDType,
+}
+
+/// A tiny llama-family GGUF model of the given shape and weight format.
+pub fn write_tiny_gguf_shaped(
+    dir: &Path,
+    arch: &str,
+    seed: u64,
+    extra: &[&str],
+    shape: TinyShape,
+) -> PathBuf {
     let mut vocab = byte_level_alphabet();
     vocab.push("<|im_start|>".into());
     vocab.push("<|im_end|>".into());
     vocab.extend(extra.iter().map(|t| t.to_string()));
     let n_vocab = vocab.len();
     let family = Family::parse(arch).unwrap_or(Family::Llama);
-    let mut cfg = ModelConfig::new(family, 2, 64, 128, 4, 2, 16, n_vocab);
+    let (hidden, ffn) = (shape.hidden, shape.ffn);
+    let mut cfg = ModelConfig::new(family, 2, hidden, ffn, 4, 2, hidden / 4, n_vocab);
     cfg.qkv_bias = false;
     cfg.qk_norm = false;
     let weights = random_weights(&cfg, seed);
@@ -141,7 +169,7 @@ pub fn write_tiny_gguf_vocab(dir: &Path, arch: &str, seed: u64, extra: &[&str]) 
         .into_iter()
         .map(|(name, t)| {
             let q = if t.rank() == 2 {
-                QTensor::quantize(&t, GgmlDType::Q8_0).unwrap()
+                QTensor::quantize(&t, shape.dtype).unwrap()
             } else {
                 QTensor::quantize(&t.to_dtype(DType::F32).unwrap(), GgmlDType::F32).unwrap()
             };
@@ -155,8 +183,8 @@ pub fn write_tiny_gguf_vocab(dir: &Path, arch: &str, seed: u64, extra: &[&str]) 
         ("general.architecture".into(), s(arch)),
         (format!("{arch}.block_count"), V::U32(2)),
         (format!("{arch}.context_length"), V::U32(256)),
-        (format!("{arch}.embedding_length"), V::U32(64)),
-        (format!("{arch}.feed_forward_length"), V::U32(128)),
+        (format!("{arch}.embedding_length"), V::U32(hidden as u32)),
+        (format!("{arch}.feed_forward_length"), V::U32(ffn as u32)),
         (format!("{arch}.attention.head_count"), V::U32(4)),
         (format!("{arch}.attention.head_count_kv"), V::U32(2)),
         (
@@ -187,7 +215,11 @@ pub fn write_tiny_gguf_vocab(dir: &Path, arch: &str, seed: u64, extra: &[&str]) 
     ];
     let md_refs: Vec<(&str, &V)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let path = dir.join(format!("tiny-{arch}-{seed}-{}.gguf", extra.len()));
+    let path = dir.join(format!(
+        "tiny-{arch}-{seed}-{}-{hidden}-{:?}.gguf",
+        extra.len(),
+        shape.dtype
+    ));
     let mut f = std::fs::File::create(&path).unwrap();
     gguf_file::write(&mut f, &md_refs, &t_refs).unwrap();
     path
