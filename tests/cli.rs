@@ -314,7 +314,7 @@ fn a_drafter_with_another_vocabulary_is_refused() {
     // A DFlash drafter trained for another target: its vocabulary (512) is not this one's.
     let dflash = dir.path().join("dflash");
     std::fs::create_dir_all(&dflash).unwrap();
-    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/golden/dflash");
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/dflash");
     std::fs::copy(
         golden.join("drafter-config.json"),
         dflash.join("config.json"),

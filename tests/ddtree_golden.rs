@@ -1,5 +1,5 @@
-//! The DDTree builder and walk against the paper's own code (`shared/golden/`). The case file is
-//! read from `DDTREE_GOLDEN` (default `../shared/golden/ddtree-reference.json`).
+//! The DDTree builder and walk against the paper's own code (`tests/data/ddtree-reference.json`). The case file is
+//! read from `DDTREE_GOLDEN` (default `tests/data/ddtree-reference.json`).
 
 use serde::Deserialize;
 use treespec::tree::{build_ddtree, top_k_log_probs, walk};
@@ -27,7 +27,7 @@ fn golden_path() -> std::path::PathBuf {
         .map(Into::into)
         .unwrap_or_else(|| {
             std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../shared/golden/ddtree-reference.json")
+                .join("tests/data/ddtree-reference.json")
         })
 }
 

@@ -1,7 +1,7 @@
-//! The DFlash drafter against the reference implementation's traces (`shared/golden/dflash/`):
+//! The DFlash drafter against the reference implementation's traces (`tests/data/dflash/`, copied from the project's shared golden set):
 //! first-round drafter logits, every round's tree and accepted indices for each budget, the
 //! linear outputs and acceptance lengths, and every output equal to the target's greedy output.
-//! The case file is read from `DFLASH_GOLDEN` (default `../shared/golden/dflash/dflash-golden.json`).
+//! The case file is read from `DFLASH_GOLDEN` (default `tests/data/dflash/dflash-golden.json`).
 
 use candle_core::Device;
 use serde::Deserialize;
@@ -60,7 +60,7 @@ fn golden_file() -> PathBuf {
     std::env::var_os("DFLASH_GOLDEN")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/golden/dflash/dflash-golden.json")
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/dflash/dflash-golden.json")
         })
 }
 

@@ -4,7 +4,7 @@
 //!
 //! Reference: Ringel and Romano, "Accelerating Speculative Decoding with Block Diffusion Draft
 //! Trees" (DDTree), arXiv:2604.12989; reference code `build_ddtree_tree` / `follow_verified_tree`
-//! in github.com/liranringel/ddtree. The golden cases in `shared/golden/` come from that code.
+//! in github.com/liranringel/ddtree. The golden cases in `tests/data/ddtree-reference.json` come from that code.
 
 pub mod builder;
 pub mod walk;
