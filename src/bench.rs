@@ -1,7 +1,7 @@
 //! `treespec bench`: decode speed, speedup over `ar`, tokens per target pass (tau), acceptance by
 //! depth and the time split by stage, per prompt file and mode, measured side by side in one run.
 
-use crate::engine::{Engine, Mode, Settings, StageTimes};
+use crate::engine::{AnswerStats, Engine, Mode, Settings, StageTimes};
 use crate::error::{Error, Result};
 use crate::model::chat_template::{ChatMessage, ChatTemplate, Role};
 use crate::model::tokenizer::TextTokenizer;
@@ -297,9 +297,7 @@ pub struct BenchReport {
 
 #[derive(Default)]
 struct Acc {
-    tokens: usize,
-    steps: usize,
-    seconds: f64,
+    stats: AnswerStats,
     stages: StageTimes,
     reached: Vec<usize>,
     drafted: Vec<usize>,
@@ -376,25 +374,23 @@ pub fn run(
                     }
                     true
                 })?;
-                let secs = outcome.decode.as_secs_f64();
-                acc.tokens += outcome.tokens.len();
-                acc.steps += outcome.steps;
-                acc.seconds += secs;
+                let o = outcome.stats;
+                acc.stats.add(&o);
                 progress(&format!(
                     "{} {} {:>14}: {} tokens, {} passes, {:.2} tok/s",
                     set.name,
                     p.id,
                     variant.label,
-                    outcome.tokens.len(),
-                    outcome.steps,
-                    outcome.tokens.len() as f64 / secs.max(1e-9)
+                    o.tokens,
+                    o.steps,
+                    o.tokens_per_sec()
                 ));
                 outputs[mi] = outcome.tokens.clone();
                 acc.prompts.push(PromptRun {
                     id: p.id.clone(),
                     tokens: outcome.tokens.len(),
-                    steps: outcome.steps,
-                    seconds: secs,
+                    steps: o.steps,
+                    seconds: o.decode.as_secs_f64(),
                     output: outcome.tokens,
                 });
             }
@@ -412,24 +408,21 @@ pub fn run(
                 }
             }
         }
-        let ar_tps = {
-            let a = &accs[0];
-            a.tokens as f64 / a.seconds.max(1e-9)
-        };
+        let ar_tps = accs[0].stats.tokens_per_sec();
         let results = variants
             .iter()
             .zip(accs)
             .map(|(v, a)| {
-                let tps = a.tokens as f64 / a.seconds.max(1e-9);
+                let tps = a.stats.tokens_per_sec();
                 ModeResult {
                     label: v.label.clone(),
                     mode: v.settings.mode,
-                    tokens: a.tokens,
-                    steps: a.steps,
-                    seconds: a.seconds,
+                    tokens: a.stats.tokens,
+                    steps: a.stats.steps,
+                    seconds: a.stats.decode.as_secs_f64(),
                     tokens_per_sec: tps,
                     speedup: tps / ar_tps.max(1e-9),
-                    tau: a.tokens as f64 / a.steps.max(1) as f64,
+                    tau: a.stats.tau(),
                     acceptance_by_depth: a
                         .reached
                         .iter()

@@ -1,6 +1,6 @@
 //! One prompt, one streamed answer: the engine driven to the end with text decoded as it comes.
 
-use crate::engine::{Engine, Outcome, StopReason};
+use crate::engine::{AnswerStats, Engine, StopReason};
 use crate::error::Result;
 use crate::model::tokenizer::{StreamDecoder, TextTokenizer};
 use std::time::Duration;
@@ -8,58 +8,27 @@ use std::time::Duration;
 /// Timing and counts of one generation.
 #[derive(Debug, Clone, Copy)]
 pub struct GenerateStats {
-    /// Prompt length in tokens.
-    pub prompt_tokens: usize,
+    /// The answer's counts and decode time.
+    pub answer: AnswerStats,
     /// Time to read the prompt.
     pub prefill: Duration,
-    /// New tokens produced (a stop token is not counted).
-    pub new_tokens: usize,
-    /// Target forward passes after the prompt.
-    pub steps: usize,
-    /// Time of those passes.
-    pub decode: Duration,
     /// Why it ended.
     pub stop: StopReason,
 }
 
 impl GenerateStats {
-    fn from_outcome(prompt_tokens: usize, o: &Outcome) -> Self {
-        GenerateStats {
-            prompt_tokens,
-            prefill: o.prefill,
-            new_tokens: o.tokens.len(),
-            steps: o.steps,
-            decode: o.decode,
-            stop: o.stop,
-        }
-    }
-
-    /// Decode speed: new tokens per second after the prompt.
-    pub fn decode_tokens_per_sec(&self) -> f64 {
-        let s = self.decode.as_secs_f64();
-        if s > 0.0 {
-            self.new_tokens as f64 / s
-        } else {
-            0.0
-        }
-    }
-
-    /// Mean tokens per target forward pass.
-    pub fn tau(&self) -> f64 {
-        self.new_tokens as f64 / self.steps.max(1) as f64
-    }
-
     /// The one-line summary `generate` prints.
     pub fn summary(&self) -> String {
+        let a = &self.answer;
         format!(
             "prompt {} tokens, prefill {:.1} ms ({:.1} tok/s), decode {} tokens at {:.2} tok/s, \
              {:.2} tokens per target pass",
-            self.prompt_tokens,
+            a.prompt_tokens,
             self.prefill.as_secs_f64() * 1e3,
-            self.prompt_tokens as f64 / self.prefill.as_secs_f64().max(1e-9),
-            self.new_tokens,
-            self.decode_tokens_per_sec(),
-            self.tau()
+            a.prompt_tokens as f64 / self.prefill.as_secs_f64().max(1e-9),
+            a.tokens,
+            a.tokens_per_sec(),
+            a.tau()
         )
     }
 }
@@ -94,6 +63,10 @@ pub fn generate(
     if let Some(piece) = stream.flush(tokenizer)? {
         on_text(&piece);
     }
-    let stats = GenerateStats::from_outcome(prompt.len(), &outcome);
+    let stats = GenerateStats {
+        answer: outcome.stats,
+        prefill: outcome.prefill,
+        stop: outcome.stop,
+    };
     Ok((outcome.tokens, stats))
 }

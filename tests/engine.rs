@@ -78,7 +78,7 @@ fn prompt(seed: u64, vocab: usize) -> Vec<u32> {
 fn run(e: &mut Engine, prompt: &[u32], max: usize) -> (Vec<u32>, StopReason, usize) {
     e.reset();
     let o = e.generate(prompt, max, |_| true).unwrap();
-    (o.tokens, o.stop, o.steps)
+    (o.tokens, o.stop, o.stats.steps)
 }
 
 #[test]

@@ -6,13 +6,25 @@
 //! drafter's cache holds some prefix of `seq` shorter than `seq`. So the mode, budget, depth and
 //! temperature can change between any two steps without touching the caches.
 
+mod events;
+mod logits;
+mod settings;
+mod stats;
 pub mod thread;
+
+pub use events::{Outcome, StageTimes, StepEvent, StopReason};
+pub use settings::{
+    Mode, Settings, BUDGET_STEPS, DEFAULT_BUDGET, DEFAULT_DEPTH, DEFAULT_EXPAND, DEFAULT_GAMMA,
+    DEFAULT_MIN_CHAIN_PROB, MAX_BUDGET, MAX_DEPTH, MAX_EXPAND,
+};
+pub use stats::AnswerStats;
+
+use logits::NodeLogits;
 
 use crate::draft::causal::ChainPick;
 use crate::draft::Drafter;
 use crate::error::{Error, Result};
 use crate::model::decoder::{Batch, Decoder};
-use crate::sampling::SamplingParams;
 use crate::tree::{build_ddtree, top_k_rows, walk, DraftTree};
 use crate::verify::{target_choice, verify_sampled_chain, SampledDraft, Verification};
 use candle_core::Tensor;
@@ -20,188 +32,6 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
-
-/// How tokens are proposed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// Plain decoding: one target token per step.
-    Ar,
-    /// A drafter chain verified linearly.
-    Linear,
-    /// A DDTree verified in one pass under a tree mask, then walked.
-    Tree,
-    /// The target's own multi-token-prediction head as drafter.
-    Mtp,
-}
-
-impl Mode {
-    /// All modes, in the order a user cycles through them.
-    pub const ALL: [Mode; 4] = [Mode::Ar, Mode::Linear, Mode::Tree, Mode::Mtp];
-
-    /// The mode's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Ar => "ar",
-            Mode::Linear => "linear",
-            Mode::Tree => "tree",
-            Mode::Mtp => "mtp",
-        }
-    }
-
-    /// Parse a mode name.
-    pub fn parse(s: &str) -> Option<Mode> {
-        Mode::ALL
-            .into_iter()
-            .find(|m| m.name() == s.trim().to_ascii_lowercase())
-    }
-
-    /// True when the mode needs a separate drafter model.
-    pub fn needs_drafter(self) -> bool {
-        matches!(self, Mode::Linear | Mode::Tree)
-    }
-}
-
-impl std::fmt::Display for Mode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// Decoding settings; any of them may change between steps.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Settings {
-    /// How tokens are proposed.
-    pub mode: Mode,
-    /// Tree nodes (the root not counted) for `tree`.
-    pub budget: usize,
-    /// Tree depth for `tree`.
-    pub depth: usize,
-    /// Chain length for `linear`.
-    pub gamma: usize,
-    /// The target's sampler (and the drafter's, for sampled chains).
-    pub sampling: SamplingParams,
-    /// A causal drafter stops its greedy chain once its own probability of the chain falls
-    /// below this (0: always draft the full depth); see [`crate::draft::CausalDrafter::draft`].
-    pub min_chain_prob: f32,
-    /// `tree` with a causal drafter: 0 builds the DDTree from the per-depth distributions of the
-    /// drafter's greedy chain; W > 0 lets the drafter grow the tree itself, expanding the W most
-    /// probable nodes of each depth in one pass (see [`crate::draft::expand`]).
-    pub expand: usize,
-    /// The acceptance rule (always lossless outside the tests).
-    pub verification: Verification,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            mode: Mode::Tree,
-            budget: DEFAULT_BUDGET,
-            depth: DEFAULT_DEPTH,
-            gamma: DEFAULT_GAMMA,
-            sampling: SamplingParams::greedy(),
-            min_chain_prob: DEFAULT_MIN_CHAIN_PROB,
-            expand: DEFAULT_EXPAND,
-            verification: Verification::Lossless,
-        }
-    }
-}
-
-/// Default tree budget. Chosen on the CPU from measurement (BENCHMARKS.md): a drafter step costs
-/// about 0.4 of a target step there and each extra verified row about 0.1, so small trees over
-/// deep, confidence-stopped chains win.
-pub const DEFAULT_BUDGET: usize = 8;
-/// Default (largest) tree depth; the chain usually stops earlier (see `DEFAULT_MIN_CHAIN_PROB`).
-pub const DEFAULT_DEPTH: usize = 8;
-/// Default (largest) chain length for `linear`.
-pub const DEFAULT_GAMMA: usize = 8;
-/// Default confidence below which a causal drafter's chain stops: deep chains where the drafter
-/// is sure (code), short ones where it is not (open chat).
-pub const DEFAULT_MIN_CHAIN_PROB: f32 = 0.4;
-
-/// Default expansion width of a grown tree (0: the DDTree over the greedy chain's per-depth
-/// distributions).
-pub const DEFAULT_EXPAND: usize = 0;
-
-/// Time spent in each stage of one step.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
-pub struct StageTimes {
-    /// Drafting (drafter forward passes).
-    pub draft: Duration,
-    /// Building the tree from the drafter's distributions.
-    pub build: Duration,
-    /// The target's verification forward pass.
-    pub verify: Duration,
-    /// Logits of visited nodes, the target's choices and the walk.
-    pub walk: Duration,
-    /// Cache compaction in the target and the drafter.
-    pub commit: Duration,
-}
-
-impl StageTimes {
-    /// Sum of the stages.
-    pub fn total(&self) -> Duration {
-        self.draft + self.build + self.verify + self.walk + self.commit
-    }
-
-    /// Add another step's times.
-    pub fn add(&mut self, o: &StageTimes) {
-        self.draft += o.draft;
-        self.build += o.build;
-        self.verify += o.verify;
-        self.walk += o.walk;
-        self.commit += o.commit;
-    }
-}
-
-/// Why an answer ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StopReason {
-    /// The model produced a stop token.
-    StopToken,
-    /// The token limit was reached.
-    MaxTokens,
-    /// The context is full.
-    ContextFull,
-    /// The user stopped it.
-    Cancelled,
-}
-
-/// What one step did: the draft, what the target accepted, what was emitted, and the timings.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StepEvent {
-    /// The mode this step ran in.
-    pub mode: Mode,
-    /// The verified tree: node 0 is the root; a chain for `linear`, the root alone for `ar`.
-    pub tree: DraftTree,
-    /// Accepted node indices, starting with the root (0).
-    pub accepted: Vec<usize>,
-    /// Tokens emitted by this step: the accepted drafted tokens, then the target's own token
-    /// (bonus or correction), cut at a stop token or the token limit.
-    pub emitted: Vec<u32>,
-    /// The target's own token after the accepted path (before any cut).
-    pub next: u32,
-    /// Time per stage.
-    pub times: StageTimes,
-    /// Set when the answer ended with this step.
-    pub finished: Option<StopReason>,
-}
-
-impl StepEvent {
-    /// Drafted tokens accepted (the root not counted).
-    pub fn accepted_drafts(&self) -> usize {
-        self.accepted.len().saturating_sub(1)
-    }
-
-    /// Depth in the tree of each emitted token that came from the draft (`Some(depth)`), or
-    /// `None` for the target's own token.
-    pub fn origins(&self) -> Vec<Option<usize>> {
-        (0..self.emitted.len())
-            .map(|i| self.accepted.get(i + 1).map(|&node| self.tree.depths[node]))
-            .collect()
-    }
-}
 
 /// A loaded target, an optional drafter, and the state of the current answer.
 pub struct Engine {
@@ -276,22 +106,7 @@ impl Engine {
         if let Some(why) = self.mode_unavailable(s.mode) {
             return Err(Error::Config(why));
         }
-        if s.budget == 0 || s.depth == 0 || s.gamma == 0 {
-            return Err(Error::Config(
-                "budget, depth and gamma must be at least 1".into(),
-            ));
-        }
-        if !(s.sampling.temperature >= 0.0 && s.sampling.temperature.is_finite()) {
-            return Err(Error::Config(
-                "temperature must be a finite number >= 0".into(),
-            ));
-        }
-        if !(s.sampling.top_p > 0.0 && s.sampling.top_p <= 1.0) {
-            return Err(Error::Config("top-p must be in (0, 1]".into()));
-        }
-        if !(0.0..=1.0).contains(&s.min_chain_prob) {
-            return Err(Error::Config("min-chain-prob must be in [0, 1]".into()));
-        }
+        s.validate()?;
         self.settings = s;
         Ok(())
     }
@@ -695,11 +510,14 @@ impl Engine {
     ) -> Result<Outcome> {
         let prefill = self.begin(prompt)?;
         let t0 = Instant::now();
-        let mut steps = 0;
+        let mut stats = AnswerStats {
+            prompt_tokens: prompt.len(),
+            ..AnswerStats::default()
+        };
         let mut stop = StopReason::MaxTokens;
         while self.answer().len() < max_tokens {
             let ev = self.step(max_tokens - self.answer().len())?;
-            steps += 1;
+            stats.add_step(&ev);
             let go_on = on_step(&ev);
             if let Some(s) = ev.finished {
                 stop = s;
@@ -710,87 +528,12 @@ impl Engine {
                 break;
             }
         }
+        stats.decode = t0.elapsed();
         Ok(Outcome {
             tokens: self.answer().to_vec(),
             prefill,
-            decode: t0.elapsed(),
-            steps,
+            stats,
             stop,
         })
-    }
-}
-
-/// The result of [`Engine::generate`].
-#[derive(Debug, Clone)]
-pub struct Outcome {
-    /// The answer's tokens (without the stop token).
-    pub tokens: Vec<u32>,
-    /// Time to read the prompt.
-    pub prefill: Duration,
-    /// Time of all steps.
-    pub decode: Duration,
-    /// Steps (target forward passes after the prompt).
-    pub steps: usize,
-    /// Why it ended.
-    pub stop: StopReason,
-}
-
-/// Logits of verified nodes: all computed in the pass (GPU), or computed from the final hidden
-/// states for just the nodes the walk needs (CPU, where the LM head's cost grows with every row):
-/// the drafter's greedy chain in one batch up front, any other node on demand.
-struct NodeLogits<'a> {
-    model: &'a Decoder,
-    rows: std::cell::RefCell<std::collections::HashMap<usize, Vec<f32>>>,
-    hidden: Option<Tensor>,
-}
-
-impl<'a> NodeLogits<'a> {
-    fn new(model: &'a Decoder, logits: Option<Tensor>, hidden: Option<Tensor>) -> Result<Self> {
-        let mut rows = std::collections::HashMap::new();
-        if let Some(t) = logits {
-            rows.extend(t.to_vec2::<f32>()?.into_iter().enumerate());
-        }
-        Ok(NodeLogits {
-            model,
-            rows: std::cell::RefCell::new(rows),
-            hidden,
-        })
-    }
-
-    /// Compute the logits of `nodes` in one batch.
-    fn prefetch(&self, nodes: &[usize]) -> Result<()> {
-        let Some(h) = &self.hidden else {
-            return Ok(());
-        };
-        let idx = Tensor::from_vec(
-            nodes.iter().map(|&n| n as u32).collect::<Vec<_>>(),
-            nodes.len(),
-            h.device(),
-        )?;
-        let logits = self
-            .model
-            .logits_from_hidden(&h.index_select(&idx, 0)?)?
-            .to_vec2::<f32>()?;
-        self.rows
-            .borrow_mut()
-            .extend(nodes.iter().copied().zip(logits));
-        Ok(())
-    }
-
-    fn row(&self, node: usize) -> Result<Vec<f32>> {
-        if let Some(r) = self.rows.borrow().get(&node) {
-            return Ok(r.clone());
-        }
-        let h = self
-            .hidden
-            .as_ref()
-            .ok_or_else(|| Error::InvalidArgument(format!("no logits for node {node}")))?;
-        let row = self
-            .model
-            .logits_from_hidden(&h.narrow(0, node, 1)?)?
-            .squeeze(0)?
-            .to_vec1::<f32>()?;
-        self.rows.borrow_mut().insert(node, row.clone());
-        Ok(row)
     }
 }

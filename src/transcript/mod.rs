@@ -4,7 +4,7 @@
 //! the tree's size and the stage timings.
 
 use crate::chat::{Origin, StepView, TokenPiece};
-use crate::engine::{Mode, StopReason};
+use crate::engine::{AnswerStats, Mode, StopReason};
 use crate::error::{Error, Result};
 use crate::model::chat_template::{ChatMessage, Role};
 use serde::{Deserialize, Serialize};
@@ -53,35 +53,6 @@ impl StepRecord {
     }
 }
 
-/// Totals of one answer.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
-pub struct TurnStats {
-    /// Tokens in the answer.
-    pub tokens: usize,
-    /// Target passes.
-    pub steps: usize,
-    /// Milliseconds of decoding.
-    pub decode_ms: f64,
-    /// Prompt tokens.
-    pub prompt_tokens: usize,
-}
-
-impl TurnStats {
-    /// Tokens per second.
-    pub fn tokens_per_sec(&self) -> f64 {
-        if self.decode_ms > 0.0 {
-            self.tokens as f64 / (self.decode_ms / 1e3)
-        } else {
-            0.0
-        }
-    }
-
-    /// Tokens per target pass.
-    pub fn tau(&self) -> f64 {
-        self.tokens as f64 / self.steps.max(1) as f64
-    }
-}
-
 /// One exchange: the user's message and the assistant's answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Turn {
@@ -95,7 +66,7 @@ pub struct Turn {
     pub stop: Option<StopReason>,
     /// Totals.
     #[serde(default)]
-    pub stats: TurnStats,
+    pub stats: AnswerStats,
 }
 
 impl Turn {
@@ -106,7 +77,7 @@ impl Turn {
             tokens: vec![],
             steps: vec![],
             stop: None,
-            stats: TurnStats::default(),
+            stats: AnswerStats::default(),
         }
     }
 

@@ -6,17 +6,13 @@ use super::input::{History, InputBox};
 use super::keymap::{Action, Keymap};
 use super::theme::Theme;
 use crate::chat::{ChatEngine, ChatEvent, Finished, Origin, StepView};
-use crate::engine::{Mode, Settings, StopReason};
+use crate::engine::{AnswerStats, Mode, Settings, StopReason, BUDGET_STEPS as BUDGETS, MAX_DEPTH};
 use crate::model::chat_template::{ChatMessage, Role};
-use crate::transcript::{StepRecord, Transcript, Turn, TurnStats};
+use crate::transcript::{StepRecord, Transcript, Turn};
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-/// Tree budgets the budget keys step through.
-pub const BUDGETS: [usize; 10] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512];
-/// Largest tree depth and chain length.
-pub const MAX_DEPTH: usize = 16;
 
 /// A message under the input box.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,45 +21,6 @@ pub struct Notice {
     pub text: String,
     /// Shown as an error.
     pub error: bool,
-}
-
-/// Statistics of the answer in progress (or the last one).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct LiveStats {
-    /// Tokens so far.
-    pub tokens: usize,
-    /// Steps so far.
-    pub steps: usize,
-    /// Drafted depth offered per step, summed.
-    pub offered: usize,
-    /// Drafted tokens accepted, summed.
-    pub accepted: usize,
-    /// Decode time (set when finished; elapsed time while running).
-    pub decode: Duration,
-    /// Prompt tokens.
-    pub prompt_tokens: usize,
-}
-
-impl LiveStats {
-    /// Tokens per second.
-    pub fn tokens_per_sec(&self) -> f64 {
-        let s = self.decode.as_secs_f64();
-        if s > 0.0 {
-            self.tokens as f64 / s
-        } else {
-            0.0
-        }
-    }
-
-    /// Tokens per target pass.
-    pub fn tau(&self) -> f64 {
-        self.tokens as f64 / self.steps.max(1) as f64
-    }
-
-    /// Accepted drafted tokens over drafted depth offered.
-    pub fn acceptance(&self) -> Option<f64> {
-        (self.offered > 0).then(|| self.accepted as f64 / self.offered as f64)
-    }
 }
 
 /// Settings of the app that do not belong to the engine.
@@ -121,7 +78,7 @@ pub struct App {
     /// The last step, drawn in the tree panel.
     pub last_step: Option<StepView>,
     /// Statistics of the answer in progress or the last one.
-    pub stats: LiveStats,
+    pub stats: AnswerStats,
     /// The settings shown (and last asked of the engine).
     pub settings: Settings,
     /// A message under the input.
@@ -166,7 +123,7 @@ impl App {
             scroll: 0,
             page: 10,
             last_step: None,
-            stats: LiveStats::default(),
+            stats: AnswerStats::default(),
             settings,
             notice: (!problems.is_empty()).then(|| Notice {
                 text: problems.join("; "),
@@ -430,7 +387,7 @@ impl App {
         match self.engine.generate(&messages, self.max_tokens) {
             Ok(()) => {
                 self.current = Some(Turn::new(text));
-                self.stats = LiveStats::default();
+                self.stats = AnswerStats::default();
                 self.started = Some(Instant::now());
                 self.scroll = 0;
                 self.notice = None;
@@ -472,7 +429,7 @@ impl App {
             Transcript::new(&dir, &info.target, info.drafter.as_deref(), &info.device);
         self.transcript.system = system;
         self.last_step = None;
-        self.stats = LiveStats::default();
+        self.stats = AnswerStats::default();
         self.scroll = 0;
         self.say("new chat");
     }
@@ -652,12 +609,7 @@ impl App {
                         return;
                     }
                     t.stop = Some(reason);
-                    t.stats = TurnStats {
-                        tokens,
-                        steps,
-                        decode_ms: decode.as_secs_f64() * 1e3,
-                        prompt_tokens: self.stats.prompt_tokens,
-                    };
+                    t.stats = self.stats;
                     self.transcript.turns.push(t);
                     self.save();
                     if reason == StopReason::ContextFull {

@@ -1,0 +1,100 @@
+//! What the engine reports: one [`StepEvent`] per target pass, with its stage timings, and the
+//! [`Outcome`] of a whole answer.
+
+use super::settings::Mode;
+use super::stats::AnswerStats;
+use crate::tree::DraftTree;
+use std::time::Duration;
+
+/// Time spent in each stage of one step.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct StageTimes {
+    /// Drafting (drafter forward passes).
+    pub draft: Duration,
+    /// Building the tree from the drafter's distributions.
+    pub build: Duration,
+    /// The target's verification forward pass.
+    pub verify: Duration,
+    /// Logits of visited nodes, the target's choices and the walk.
+    pub walk: Duration,
+    /// Cache compaction in the target and the drafter.
+    pub commit: Duration,
+}
+
+impl StageTimes {
+    /// Sum of the stages.
+    pub fn total(&self) -> Duration {
+        self.draft + self.build + self.verify + self.walk + self.commit
+    }
+
+    /// Add another step's times.
+    pub fn add(&mut self, o: &StageTimes) {
+        self.draft += o.draft;
+        self.build += o.build;
+        self.verify += o.verify;
+        self.walk += o.walk;
+        self.commit += o.commit;
+    }
+}
+
+/// Why an answer ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The model produced a stop token.
+    StopToken,
+    /// The token limit was reached.
+    MaxTokens,
+    /// The context is full.
+    ContextFull,
+    /// The user stopped it.
+    Cancelled,
+}
+
+/// What one step did: the draft, what the target accepted, what was emitted, and the timings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepEvent {
+    /// The mode this step ran in.
+    pub mode: Mode,
+    /// The verified tree: node 0 is the root; a chain for `linear`, the root alone for `ar`.
+    pub tree: DraftTree,
+    /// Accepted node indices, starting with the root (0).
+    pub accepted: Vec<usize>,
+    /// Tokens emitted by this step: the accepted drafted tokens, then the target's own token
+    /// (bonus or correction), cut at a stop token or the token limit.
+    pub emitted: Vec<u32>,
+    /// The target's own token after the accepted path (before any cut).
+    pub next: u32,
+    /// Time per stage.
+    pub times: StageTimes,
+    /// Set when the answer ended with this step.
+    pub finished: Option<StopReason>,
+}
+
+impl StepEvent {
+    /// Drafted tokens accepted (the root not counted).
+    pub fn accepted_drafts(&self) -> usize {
+        self.accepted.len().saturating_sub(1)
+    }
+
+    /// Depth in the tree of each emitted token that came from the draft (`Some(depth)`), or
+    /// `None` for the target's own token.
+    pub fn origins(&self) -> Vec<Option<usize>> {
+        (0..self.emitted.len())
+            .map(|i| self.accepted.get(i + 1).map(|&node| self.tree.depths[node]))
+            .collect()
+    }
+}
+
+/// The result of [`Engine::generate`].
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The answer's tokens (without the stop token).
+    pub tokens: Vec<u32>,
+    /// Time to read the prompt.
+    pub prefill: Duration,
+    /// Counts and decode time (the time of all steps).
+    pub stats: AnswerStats,
+    /// Why it ended.
+    pub stop: StopReason,
+}

@@ -1,0 +1,173 @@
+//! Decoding settings: the mode, the tree and chain shapes, the sampler, with their defaults and
+//! limits. [`Settings::validate`] is the one check every entry point (command line, config file,
+//! keys, slash commands, the engine itself) goes through.
+
+use crate::error::{Error, Result};
+use crate::sampling::SamplingParams;
+use crate::verify::Verification;
+
+/// How tokens are proposed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Plain decoding: one target token per step.
+    Ar,
+    /// A drafter chain verified linearly.
+    Linear,
+    /// A DDTree verified in one pass under a tree mask, then walked.
+    Tree,
+    /// The target's own multi-token-prediction head as drafter.
+    Mtp,
+}
+
+impl Mode {
+    /// All modes, in the order a user cycles through them.
+    pub const ALL: [Mode; 4] = [Mode::Ar, Mode::Linear, Mode::Tree, Mode::Mtp];
+
+    /// The mode's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Ar => "ar",
+            Mode::Linear => "linear",
+            Mode::Tree => "tree",
+            Mode::Mtp => "mtp",
+        }
+    }
+
+    /// Parse a mode name.
+    pub fn parse(s: &str) -> Option<Mode> {
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.name() == s.trim().to_ascii_lowercase())
+    }
+
+    /// True when the mode needs a separate drafter model.
+    pub fn needs_drafter(self) -> bool {
+        matches!(self, Mode::Linear | Mode::Tree)
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Decoding settings; any of them may change between steps.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Settings {
+    /// How tokens are proposed.
+    pub mode: Mode,
+    /// Tree nodes (the root not counted) for `tree`.
+    pub budget: usize,
+    /// Tree depth for `tree`.
+    pub depth: usize,
+    /// Chain length for `linear`.
+    pub gamma: usize,
+    /// The target's sampler (and the drafter's, for sampled chains).
+    pub sampling: SamplingParams,
+    /// A causal drafter stops its greedy chain once its own probability of the chain falls
+    /// below this (0: always draft the full depth); see [`crate::draft::CausalDrafter::draft`].
+    pub min_chain_prob: f32,
+    /// `tree` with a causal drafter: 0 builds the DDTree from the per-depth distributions of the
+    /// drafter's greedy chain; W > 0 lets the drafter grow the tree itself, expanding the W most
+    /// probable nodes of each depth in one pass (see [`crate::draft::expand`]).
+    pub expand: usize,
+    /// The acceptance rule (always lossless outside the tests).
+    pub verification: Verification,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            mode: Mode::Tree,
+            budget: DEFAULT_BUDGET,
+            depth: DEFAULT_DEPTH,
+            gamma: DEFAULT_GAMMA,
+            sampling: SamplingParams::greedy(),
+            min_chain_prob: DEFAULT_MIN_CHAIN_PROB,
+            expand: DEFAULT_EXPAND,
+            verification: Verification::Lossless,
+        }
+    }
+}
+
+/// Default tree budget. Chosen on the CPU from measurement (BENCHMARKS.md): a drafter step costs
+/// about 0.4 of a target step there and each extra verified row about 0.1, so small trees over
+/// deep, confidence-stopped chains win.
+pub const DEFAULT_BUDGET: usize = 8;
+/// Default (largest) tree depth; the chain usually stops earlier (see `DEFAULT_MIN_CHAIN_PROB`).
+pub const DEFAULT_DEPTH: usize = 8;
+/// Default (largest) chain length for `linear`.
+pub const DEFAULT_GAMMA: usize = 8;
+/// Default confidence below which a causal drafter's chain stops: deep chains where the drafter
+/// is sure (code), short ones where it is not (open chat).
+pub const DEFAULT_MIN_CHAIN_PROB: f32 = 0.4;
+
+/// Default expansion width of a grown tree (0: the DDTree over the greedy chain's per-depth
+/// distributions).
+pub const DEFAULT_EXPAND: usize = 0;
+
+/// Largest tree budget (nodes besides the root): a node's ancestors fit a bitmask of 1024 bits.
+pub const MAX_BUDGET: usize = 1024;
+/// Largest tree depth and chain length.
+pub const MAX_DEPTH: usize = 64;
+/// Largest expansion width of a grown tree.
+pub const MAX_EXPAND: usize = 64;
+/// Tree budgets the chat's budget keys step through.
+pub const BUDGET_STEPS: [usize; 11] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
+
+impl Settings {
+    /// Check every value against its limit; the error names the setting and its range.
+    pub fn validate(&self) -> Result<()> {
+        let range = |name: &str, v: usize, lo: usize, hi: usize| -> Result<()> {
+            if v < lo || v > hi {
+                return Err(Error::Config(format!(
+                    "{name} must be between {lo} and {hi}, not {v}"
+                )));
+            }
+            Ok(())
+        };
+        range("budget", self.budget, 1, MAX_BUDGET)?;
+        range("depth", self.depth, 1, MAX_DEPTH)?;
+        range("gamma", self.gamma, 1, MAX_DEPTH)?;
+        range("expand", self.expand, 0, MAX_EXPAND)?;
+        let p = &self.sampling;
+        if !(p.temperature >= 0.0 && p.temperature.is_finite()) {
+            return Err(Error::Config(format!(
+                "temperature must be a finite number >= 0, not {}",
+                p.temperature
+            )));
+        }
+        if !(p.top_p > 0.0 && p.top_p <= 1.0) {
+            return Err(Error::Config(format!(
+                "top-p must be in (0, 1], not {}",
+                p.top_p
+            )));
+        }
+        if !(0.0..=1.0).contains(&self.min_chain_prob) {
+            return Err(Error::Config(format!(
+                "min-chain-prob must be in [0, 1], not {}",
+                self.min_chain_prob
+            )));
+        }
+        Ok(())
+    }
+
+    /// A short description of the shape, as the status bar and `bench` show it: `B8 L8`,
+    /// `B32 L6 W4`, `γ8`, with ` p≥0.4` when chains stop below a confidence.
+    pub fn shape(&self) -> String {
+        let mut s = match self.mode {
+            Mode::Tree if self.expand > 0 => {
+                format!("B{} L{} W{}", self.budget, self.depth, self.expand)
+            }
+            Mode::Tree => format!("B{} L{}", self.budget, self.depth),
+            Mode::Linear | Mode::Mtp => format!("γ{}", self.gamma),
+            Mode::Ar => String::new(),
+        };
+        if self.min_chain_prob > 0.0 && matches!(self.mode, Mode::Tree | Mode::Linear) {
+            s.push_str(&format!(" p≥{}", self.min_chain_prob));
+        }
+        s
+    }
+}
