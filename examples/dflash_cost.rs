@@ -12,7 +12,7 @@
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 use std::time::Instant;
-use treespec::draft::DFlashDrafter;
+use treespec::draft::{DFlashDrafter, Drafter};
 use treespec::model::decoder::{Batch, BlockMask};
 use treespec::model::{self, LoadOptions};
 

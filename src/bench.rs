@@ -68,9 +68,10 @@ fn parse_prompts(name: &str, text: &str, limit: Option<usize>) -> Result<PromptS
         }
         let v: serde_json::Value = serde_json::from_str(line)
             .map_err(|e| Error::InvalidArgument(format!("{}: {e}", i + 1)))?;
-        let prompt = v.get("prompt").and_then(|p| p.as_str()).ok_or_else(|| {
-            Error::InvalidArgument(format!("{}: no \"prompt\" field", i + 1))
-        })?;
+        let prompt = v
+            .get("prompt")
+            .and_then(|p| p.as_str())
+            .ok_or_else(|| Error::InvalidArgument(format!("{}: no \"prompt\" field", i + 1)))?;
         let id = match v.get("id") {
             Some(serde_json::Value::String(s)) => s.clone(),
             Some(other) => other.to_string(),

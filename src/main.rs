@@ -6,12 +6,11 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use treespec::bench::{self, BenchConfig};
-use treespec::draft::{check_same_vocabulary, CausalDrafter, DFlashDrafter, Drafter};
 use treespec::engine::{Engine, Mode, Settings, DEFAULT_BUDGET, DEFAULT_DEPTH, DEFAULT_GAMMA};
 use treespec::generate::generate;
-use treespec::model::chat_template::{ChatMessage, ChatTemplate, Role};
-use treespec::model::tokenizer::TextTokenizer;
-use treespec::model::{self, LoadOptions, LoadedModel};
+use treespec::load::{self, TextSide};
+use treespec::model::chat_template::{ChatMessage, Role};
+use treespec::model::LoadOptions;
 use treespec::sampling::SamplingParams;
 use treespec::{device, fetch};
 
@@ -21,9 +20,14 @@ use treespec::{device, fetch};
     version,
     about = "Local LLM chat with tree-walk speculative decoding"
 )]
+#[command(args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+    /// The chat's options, when no command is named (`treespec --resume` is `treespec chat
+    /// --resume`).
+    #[command(flatten)]
+    chat: ChatArgs,
 }
 
 #[derive(Subcommand)]
@@ -87,16 +91,7 @@ struct DecodeArgs {
 
 impl DecodeArgs {
     fn settings(&self, mode: Mode) -> anyhow::Result<Settings> {
-        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
-            anyhow::bail!("--temperature must be a finite number >= 0");
-        }
-        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            anyhow::bail!("--top-p must be in (0, 1]");
-        }
-        if self.budget == 0 || self.depth == 0 || self.gamma == 0 {
-            anyhow::bail!("--budget, --depth and --gamma must be at least 1");
-        }
-        Ok(Settings {
+        let s = Settings {
             mode,
             budget: self.budget,
             depth: self.depth,
@@ -109,7 +104,9 @@ impl DecodeArgs {
             min_chain_prob: self.min_chain_prob,
             expand: self.expand,
             ..Settings::default()
-        })
+        };
+        s.validate()?;
+        Ok(s)
     }
 }
 
@@ -256,55 +253,14 @@ struct FetchArgs {
     all: bool,
 }
 
-/// Resolve a model argument, fetching known models by key.
-fn model_path(spec: &str) -> anyhow::Result<String> {
-    if let Some(known) = fetch::known(spec) {
-        let p = fetch::ensure(&known).with_context(|| format!("fetching {}", known.description))?;
-        return Ok(p.display().to_string());
+impl RuntimeArgs {
+    fn load_options(&self) -> anyhow::Result<LoadOptions> {
+        Ok(LoadOptions {
+            device: device::parse_device(&self.device)?,
+            exact: self.exact,
+            context: self.context,
+        })
     }
-    Ok(spec.to_string())
-}
-
-fn load_model(spec: &str, rt: &RuntimeArgs) -> anyhow::Result<LoadedModel> {
-    let opts = LoadOptions {
-        device: device::parse_device(&rt.device)?,
-        exact: rt.exact,
-        context: rt.context,
-    };
-    let path = model_path(spec)?;
-    Ok(model::load(&path, &opts)?)
-}
-
-/// Load a drafter: a DFlash checkpoint (recognised by its config) or a small causal LM, which
-/// must share the target's vocabulary.
-fn load_drafter(spec: &str, target: &LoadedModel, rt: &RuntimeArgs) -> anyhow::Result<Drafter> {
-    let path = model_path(spec)?;
-    if let Ok(model::source::ModelFiles::Checkpoint(dir)) = model::source::resolve(&path) {
-        let config: Option<serde_json::Value> = std::fs::read_to_string(dir.join("config.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok());
-        if config
-            .as_ref()
-            .is_some_and(treespec::draft::dflash::is_dflash_config)
-        {
-            let device = device::parse_device(&rt.device)?;
-            let mut d =
-                DFlashDrafter::load_dir(&dir, &device, target.decoder.context(), !rt.exact)?;
-            d.set_name(model::source::ModelFiles::Checkpoint(dir).display_name());
-            // Its fit to the target is checked where the engine is built.
-            return Ok(Drafter::DFlash(d));
-        }
-    }
-    let d = load_model(&path, rt)?;
-    check_same_vocabulary(&target.name, &target.tokenizer, &d.name, &d.tokenizer)?;
-    Ok(Drafter::Causal(CausalDrafter::new(d.decoder, d.name)))
-}
-
-/// The text side of the target: what turns messages into ids and ids into text.
-struct TextSide {
-    name: String,
-    tokenizer: TextTokenizer,
-    template: ChatTemplate,
 }
 
 /// Load the target (and the drafter, when given) into an engine.
@@ -315,25 +271,13 @@ fn build_engine(
     seed: u64,
     rt: &RuntimeArgs,
 ) -> anyhow::Result<(Engine, TextSide)> {
-    let t = load_model(target, rt)?;
-    let drafter: Option<Drafter> = match drafter {
-        Some(spec) => Some(load_drafter(spec, &t, rt)?),
-        None => None,
-    };
-    // The engine takes the decoders; the tokenizer and template stay here.
-    let engine = Engine::new(
-        t.decoder,
+    Ok(load::build_engine(
+        target,
         drafter,
-        t.tokenizer.stop_ids().clone(),
         settings,
         seed,
-    )?;
-    let text = TextSide {
-        name: t.name,
-        tokenizer: t.tokenizer,
-        template: t.template,
-    };
-    Ok((engine, text))
+        &rt.load_options()?,
+    )?)
 }
 
 fn parse_mode(s: &str) -> anyhow::Result<Mode> {
@@ -379,8 +323,9 @@ fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
 }
 
 fn run_costs(a: &BenchArgs) -> anyhow::Result<()> {
-    let mut t = load_model(&a.target, &a.runtime)?;
-    let mut d = load_model(&a.drafter, &a.runtime)?;
+    let opts = a.runtime.load_options()?;
+    let mut t = load::load_model(&a.target, &opts)?;
+    let mut d = load::load_model(&a.drafter, &opts)?;
     let sizes = [1, 2, 4, 8, 16, 32, 64];
     let rows = bench::measure_costs(&mut t.decoder, Some(&mut d.decoder), 256, &sizes, 7)?;
     println!(
@@ -524,6 +469,25 @@ fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
     };
     let settings = decode.settings(mode)?;
     let dir = transcript::default_dir();
+    // A chat to resume is read before the models load, so that a wrong path fails at once.
+    let mut notice = None;
+    let resumed = match &a.resume {
+        None => None,
+        Some(file) => {
+            let path = if file.is_empty() {
+                transcript::latest(&dir).ok_or_else(|| {
+                    anyhow::anyhow!("no saved chats in {} to resume", dir.display())
+                })?
+            } else {
+                PathBuf::from(file)
+            };
+            let loaded = Transcript::load(&path)?;
+            if let Some(d) = loaded.dropped {
+                notice = Some(format!("resumed {}; dropped {d}", path.display()));
+            }
+            Some(loaded.transcript)
+        }
+    };
     let (engine, info): (Box<dyn ChatEngine>, EngineInfo) = if a.demo {
         let e = ScriptedEngine::demo();
         let info = e.info().clone();
@@ -550,25 +514,11 @@ fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
         let info = live.info().clone();
         (Box::new(live), info)
     };
-    let mut notice = None;
-    let transcript = match &a.resume {
+    let transcript = match resumed {
+        Some(t) => t,
         None => {
             let drafter = info.drafter_label();
             Transcript::new(&dir, &info.target, drafter.as_deref(), &info.device)
-        }
-        Some(file) => {
-            let path = if file.is_empty() {
-                transcript::latest(&dir).ok_or_else(|| {
-                    anyhow::anyhow!("no saved chats in {} to resume", dir.display())
-                })?
-            } else {
-                PathBuf::from(file)
-            };
-            let loaded = Transcript::load(&path)?;
-            if let Some(d) = loaded.dropped {
-                notice = Some(format!("resumed {}; dropped {d}", path.display()));
-            }
-            loaded.transcript
         }
     };
     let opts = AppOptions {
@@ -595,7 +545,7 @@ fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command.unwrap_or(Command::Chat(ChatArgs::default())) {
+    let result = match cli.command.unwrap_or(Command::Chat(cli.chat)) {
         Command::Chat(a) => run_chat(a),
         Command::Generate(a) => run_generate(a),
         Command::Bench(a) => run_bench(a),

@@ -73,7 +73,10 @@ fn tiny_models_agree_with_f32_on_every_path() {
         for kernel in paths() {
             let got = logits(path, false, kernel, &tokens);
             let d = max_abs_diff(&got, &reference);
-            eprintln!("{dtype:?} on {}: max |logit - f32| = {d:.2e}", kernel.name());
+            eprintln!(
+                "{dtype:?} on {}: max |logit - f32| = {d:.2e}",
+                kernel.name()
+            );
             assert!(
                 d <= TOLERANCE,
                 "{dtype:?} on {}: logits differ from f32 by {d}",
@@ -82,7 +85,8 @@ fn tiny_models_agree_with_f32_on_every_path() {
             match &first {
                 None => first = Some(got),
                 Some(f) => assert_eq!(
-                    f, &got,
+                    f,
+                    &got,
                     "{dtype:?}: path {} differs from the first path",
                     kernel.name()
                 ),
@@ -137,7 +141,11 @@ fn smollm2_answers_paris_on_every_path() {
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert!(
             text.contains("Paris"),
             "path {}: the default-prompt answer is {text:?}",

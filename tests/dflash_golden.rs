@@ -7,7 +7,7 @@ use candle_core::Device;
 use serde::Deserialize;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use treespec::draft::DFlashDrafter;
+use treespec::draft::{DFlashDrafter, Drafter};
 use treespec::engine::{Engine, Mode, Settings, StepEvent};
 use treespec::model::config::ModelConfig;
 use treespec::model::decoder::{Batch, Decoder};
@@ -138,7 +138,7 @@ fn first_round_drafter_logits() {
 fn run(dir: &Path, prompt: &[u32], settings: Settings, len: usize) -> (Vec<u32>, Vec<StepEvent>) {
     let mut e = Engine::new(
         target(dir),
-        Some(drafter(dir).into()),
+        Some(Box::new(drafter(dir))),
         BTreeSet::new(),
         settings,
         0,

@@ -49,7 +49,9 @@ fn rewrite_gguf(src: &Path, dst: &Path, edit: impl FnOnce(&mut Vec<(String, gguf
     let tensors: Vec<(String, candle_core::quantized::QTensor)> = names
         .iter()
         .map(|n| {
-            let t = content.tensor(&mut f, n, &candle_core::Device::Cpu).unwrap();
+            let t = content
+                .tensor(&mut f, n, &candle_core::Device::Cpu)
+                .unwrap();
             (n.clone(), t)
         })
         .collect();
@@ -78,7 +80,10 @@ fn a_bad_gguf_is_refused_before_anything_is_written() {
         md.retain(|(k, _)| !k.starts_with("tokenizer.ggml.tokens"))
     });
     for (file, says) in [(&unknown, "gpt9"), (&no_vocab, "token")] {
-        let out = treespec(&cache, &["generate", "-m", file.to_str().unwrap(), "-p", "hi"]);
+        let out = treespec(
+            &cache,
+            &["generate", "-m", file.to_str().unwrap(), "-p", "hi"],
+        );
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{} was accepted", file.display());
         assert!(err.contains(says), "{}: {err}", file.display());
@@ -117,14 +122,21 @@ fn a_file_changed_in_place_is_read_anew() {
                 "12",
             ],
         );
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         out.stdout
     };
     std::fs::copy(&a, &model).unwrap();
     let from_a = run();
     std::fs::copy(&b, &model).unwrap();
     let from_b = run();
-    assert_ne!(from_a, from_b, "the changed file gave the old file's answer");
+    assert_ne!(
+        from_a, from_b,
+        "the changed file gave the old file's answer"
+    );
     std::fs::copy(&a, &model).unwrap();
     assert_eq!(run(), from_a, "the same file must give the same answer");
     assert!(files_under(&cache).is_empty(), "{:?}", files_under(&cache));
@@ -155,9 +167,16 @@ fn concurrent_fetches_share_one_copy_and_leave_no_lock_files() {
     let (p1, p2) = (spawn(), spawn());
     for p in [p1, p2] {
         let out = p.wait_with_output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let printed = String::from_utf8_lossy(&out.stdout);
-        assert!(printed.trim().ends_with(name.to_str().unwrap()), "{printed}");
+        assert!(
+            printed.trim().ends_with(name.to_str().unwrap()),
+            "{printed}"
+        );
     }
     let mut marker = name.to_os_string();
     marker.push(".sha256");

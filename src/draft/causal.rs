@@ -1,8 +1,13 @@
 //! A causal-LM drafter: its own decoder and KV cache, kept a prefix of the committed sequence.
 
+use super::{Committed, DraftRequest, Drafter, Proposal};
+use crate::engine::Mode;
 use crate::error::{Error, Result};
 use crate::model::decoder::{Batch, Decoder};
 use crate::sampling::{argmax, distribution, draw, SamplingParams};
+use crate::tree::DraftTree;
+use crate::verify::SampledDraft;
+use rand::rngs::StdRng;
 use rand::Rng;
 
 /// How the chain's tokens are picked.
@@ -43,6 +48,20 @@ impl Chain {
 pub struct CausalDrafter {
     pub(super) model: Decoder,
     name: String,
+    /// What the last proposal left in the cache, for [`Drafter::commit`].
+    last: Fed,
+}
+
+/// What the last proposal fed the drafter's cache beyond the committed sequence.
+#[derive(Debug, Clone, Default)]
+enum Fed {
+    /// Nothing beyond it.
+    #[default]
+    Nothing,
+    /// A chain's tokens (all but the last fed).
+    Chain(Vec<u32>),
+    /// A grown tree: the cache row of each node.
+    Tree(Vec<Option<usize>>),
 }
 
 impl CausalDrafter {
@@ -51,32 +70,13 @@ impl CausalDrafter {
         CausalDrafter {
             model,
             name: name.into(),
+            last: Fed::Nothing,
         }
-    }
-
-    /// The drafter's name.
-    pub fn name(&self) -> &str {
-        &self.name
     }
 
     /// The drafter's decoder.
     pub fn model(&self) -> &Decoder {
         &self.model
-    }
-
-    /// Committed rows in the drafter's cache.
-    pub fn len(&self) -> usize {
-        self.model.len()
-    }
-
-    /// True when its cache is empty.
-    pub fn is_empty(&self) -> bool {
-        self.model.is_empty()
-    }
-
-    /// Drop cached rows from `len` on.
-    pub fn truncate(&mut self, len: usize) {
-        self.model.truncate(len);
     }
 
     /// Bring the cache up to `seq` (whose prefix it must already hold) and return the logits for
@@ -182,5 +182,84 @@ impl CausalDrafter {
         let new_len = seq_before_len + emitted.len();
         let keep = (seq_before_len + common).min(new_len.saturating_sub(1));
         self.model.truncate(keep.min(self.model.len()));
+    }
+}
+
+impl Drafter for CausalDrafter {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn kind(&self) -> &'static str {
+        "causal LM"
+    }
+
+    fn len(&self) -> usize {
+        self.model.len()
+    }
+
+    fn truncate(&mut self, len: usize) {
+        self.model.truncate(len.min(self.model.len()));
+    }
+
+    fn decoder(&self) -> Option<&Decoder> {
+        Some(&self.model)
+    }
+
+    fn prefill(&mut self, seq: &[u32]) -> Result<()> {
+        self.catch_up(seq)
+    }
+
+    fn propose(&mut self, req: &DraftRequest<'_>, rng: &mut StdRng) -> Result<Proposal> {
+        let s = req.settings;
+        let root = *req.seq.last().unwrap_or(&0);
+        if req.mode == Mode::Tree && s.expand > 0 {
+            let g = self.grow_tree(
+                req.seq,
+                s.budget.min(req.cap),
+                req.depth(),
+                s.expand,
+                s.min_chain_prob,
+            )?;
+            self.last = Fed::Tree(g.rows);
+            return Ok(Proposal::Tree(g.tree));
+        }
+        let pick = if req.sampled_chain() {
+            ChainPick::Sample(s.sampling)
+        } else {
+            ChainPick::Greedy
+        };
+        let chain = self.draft(req.seq, req.depth(), pick, s.min_chain_prob, rng)?;
+        self.last = Fed::Chain(chain.tokens());
+        Ok(match (req.mode, pick) {
+            (Mode::Tree, _) => {
+                Proposal::Depths(chain.steps.into_iter().map(|c| c.logits).collect())
+            }
+            (_, ChainPick::Sample(_)) => Proposal::SampledChain(
+                chain
+                    .steps
+                    .into_iter()
+                    .map(|c| SampledDraft {
+                        token: c.token,
+                        q: c.q.unwrap_or_default(),
+                    })
+                    .collect(),
+            ),
+            (_, ChainPick::Greedy) => Proposal::Tree(DraftTree::chain(root, &chain.tokens())),
+        })
+    }
+
+    fn commit(&mut self, c: &Committed<'_>) -> Result<()> {
+        match std::mem::take(&mut self.last) {
+            Fed::Tree(rows) => self.keep_path(c.before, &rows, c.accepted, c.emitted.len()),
+            Fed::Chain(chain) => {
+                self.rollback(c.before, &chain, c.emitted);
+                Ok(())
+            }
+            Fed::Nothing => {
+                self.rollback(c.before, &[], c.emitted);
+                Ok(())
+            }
+        }
     }
 }

@@ -16,13 +16,18 @@
 //! The drafter keeps K/V of the context features it has seen (never of blocks) and receives only
 //! the features of newly committed positions, which wait in a pending buffer until the next pass.
 
+use super::{Committed, DraftRequest, Drafter, Proposal};
+use crate::engine::Mode;
 use crate::error::{Error, Result};
-use crate::model::config::{ModelConfig, RopeStyle};
-use crate::model::decoder::{apply_rope, rope_tables, Decoder, MASKED};
+use crate::model::config::ModelConfig;
+use crate::model::decoder::{rope_tables, Decoder, MASKED};
 use crate::model::kv_cache::KvCache;
-use crate::model::weights::{Linear, Weight, WeightStore};
-use candle_core::quantized::{GgmlDType, QTensor};
+use crate::model::layer::DecoderLayer;
+use crate::model::weights::{Linear, WeightStore};
+use crate::tree::DraftTree;
+use crate::verify::SampledDraft;
 use candle_core::{DType, Device, Tensor};
+use rand::rngs::StdRng;
 use std::path::{Path, PathBuf};
 
 /// A DFlash drafter's configuration (from its `config.json`).
@@ -143,25 +148,11 @@ impl DFlashConfig {
     }
 }
 
-struct Layer {
-    attn_norm: Tensor,
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    o: Linear,
-    q_norm: Tensor,
-    k_norm: Tensor,
-    ffn_norm: Tensor,
-    gate: Linear,
-    up: Linear,
-    down: Linear,
-}
-
 /// A loaded DFlash drafter with its context K/V cache.
 pub struct DFlashDrafter {
     cfg: DFlashConfig,
     name: String,
-    layers: Vec<Layer>,
+    layers: Vec<DecoderLayer>,
     fc: Linear,
     hidden_norm: Tensor,
     norm: Tensor,
@@ -191,59 +182,25 @@ impl DFlashDrafter {
         context: usize,
         quantize: bool,
     ) -> Result<Self> {
-        let text =
-            std::fs::read_to_string(config).map_err(|e| Error::io(config, e))?;
+        let text = std::fs::read_to_string(config).map_err(|e| Error::io(config, e))?;
         let cfg = DFlashConfig::from_json(&text).map_err(|e| Error::BadCheckpoint {
             path: config.to_path_buf(),
             reason: e.to_string(),
         })?;
-        let mut store = WeightStore::safetensors(weights, device)?;
+        let mut store =
+            WeightStore::safetensors(weights, device)?.quantize_dense(quantize && device.is_cpu());
         let m = &cfg.model;
-        let (h, hd) = (m.hidden, m.head_dim);
-        let (q_out, kv_out) = (m.n_heads * hd, m.n_kv_heads * hd);
-        let quantize = quantize && device.is_cpu();
-        let lin =
-            |store: &mut WeightStore, name: String, out: usize, inp: usize| -> Result<Linear> {
-                let w = store.get_checked(&name, &[out, inp])?;
-                match w {
-                    Weight::Dense(t) if quantize && inp.is_multiple_of(32) => {
-                        let q = QTensor::quantize(&t, GgmlDType::Q8_0)?;
-                        Linear::new(Weight::Quantized(std::sync::Arc::new(q)), None)
-                    }
-                    w => Linear::new(w, None),
-                }
-            };
-        let mut layers = Vec::with_capacity(m.n_layers);
-        for i in 0..m.n_layers {
-            let n = |s: &str| format!("blk.{i}.{s}.weight");
-            let q = lin(&mut store, n("attn_q"), q_out, h)?;
-            let k = lin(&mut store, n("attn_k"), kv_out, h)?;
-            let v = lin(&mut store, n("attn_v"), kv_out, h)?;
-            let o = lin(&mut store, n("attn_output"), h, q_out)?;
-            let gate = lin(&mut store, n("ffn_gate"), m.ffn, h)?;
-            let up = lin(&mut store, n("ffn_up"), m.ffn, h)?;
-            let down = lin(&mut store, n("ffn_down"), h, m.ffn)?;
-            layers.push(Layer {
-                attn_norm: store.get_dense(&n("attn_norm"))?,
-                q,
-                k,
-                v,
-                o,
-                q_norm: store.get_dense(&n("attn_q_norm"))?,
-                k_norm: store.get_dense(&n("attn_k_norm"))?,
-                ffn_norm: store.get_dense(&n("ffn_norm"))?,
-                gate,
-                up,
-                down,
-            });
-        }
+        let h = m.hidden;
+        let layers = (0..m.n_layers)
+            .map(|i| DecoderLayer::load(&mut store, i, m))
+            .collect::<Result<Vec<_>>>()?;
         let feat = cfg.target_layer_ids.len() * h;
-        let fc = lin(&mut store, "fc.weight".into(), h, feat)?;
+        let fc = Linear::new(store.get_checked("fc.weight", &[h, feat])?, None)?;
         let hidden_norm = store.get_dense("hidden_norm.weight")?;
         let norm = store.get_dense("output_norm.weight")?;
         let (cos, sin) = rope_tables(m, context, None, device)?;
         let caches = (0..m.n_layers)
-            .map(|_| KvCache::new(m.n_kv_heads, hd, context, DType::F32, device))
+            .map(|_| KvCache::new(m.n_kv_heads, m.head_dim, context, DType::F32, device))
             .collect::<Result<Vec<_>>>()?;
         let name = config
             .parent()
@@ -271,18 +228,13 @@ impl DFlashDrafter {
         &self.cfg
     }
 
-    /// A display name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
     /// Set the display name.
     pub fn set_name(&mut self, name: impl Into<String>) {
         self.name = name.into();
     }
 
     /// Refuse a target this drafter cannot read: different vocabulary, hidden size or layers.
-    pub fn check_target(&self, target: &ModelConfig) -> Result<()> {
+    fn target_mismatch(&self, target: &ModelConfig) -> Result<()> {
         let m = &self.cfg.model;
         let bad = |why: String| {
             Err(Error::Config(format!(
@@ -334,7 +286,7 @@ impl DFlashDrafter {
     }
 
     /// Forget everything from position `len` on.
-    pub fn truncate(&mut self, len: usize) {
+    fn forget_from(&mut self, len: usize) {
         let cached = self.caches.first().map_or(0, |c| c.len());
         if len <= cached {
             for c in &mut self.caches {
@@ -368,7 +320,7 @@ impl DFlashDrafter {
 
     /// Add the features of the next committed positions: `[rows, layers x hidden]`, the target's
     /// hidden states after `target_layer_ids`, concatenated in that order.
-    pub fn push_features(&mut self, features: Tensor) -> Result<()> {
+    pub fn add_features(&mut self, features: Tensor) -> Result<()> {
         let rows = features.dim(0)?;
         if self.context_len() + rows > self.context {
             return Err(Error::ContextOverflow {
@@ -394,7 +346,6 @@ impl DFlashDrafter {
                 context: self.context,
             });
         }
-        let (nh, nkv, hd) = (m.n_heads, m.n_kv_heads, m.head_dim);
         let eps = m.rms_eps as f32;
         let mut block = vec![self.cfg.mask_token_id; bs];
         block[0] = root;
@@ -414,72 +365,123 @@ impl DFlashDrafter {
             self.cos.narrow(0, base, m_rows)?,
             self.sin.narrow(0, base, m_rows)?,
         );
-        let n_rep = nh / nkv;
-        let scale = 1.0 / (hd as f64).sqrt();
+        let n_rep = m.n_heads / m.n_kv_heads;
         for (li, layer) in self.layers.iter().enumerate() {
-            let hn = candle_nn::ops::rms_norm(&h, &layer.attn_norm, eps)?;
-            let q = layer.q.forward(&hn)?.reshape((bs, nh, hd))?;
-            let q = candle_nn::ops::rms_norm(&q.contiguous()?, &layer.q_norm, eps)?;
-            let q = apply_rope(&q.transpose(0, 1)?, &bcos, &bsin, RopeStyle::HalfSplit)?;
-            let kv =
-                |x: &Tensor, rows: usize, cos: &Tensor, sin: &Tensor| -> Result<(Tensor, Tensor)> {
-                    let k = layer.k.forward(x)?.reshape((rows, nkv, hd))?;
-                    let k = candle_nn::ops::rms_norm(&k.contiguous()?, &layer.k_norm, eps)?;
-                    let k = apply_rope(&k.transpose(0, 1)?, cos, sin, RopeStyle::HalfSplit)?;
-                    let v = layer
-                        .v
-                        .forward(x)?
-                        .reshape((rows, nkv, hd))?
-                        .transpose(0, 1)?
-                        .contiguous()?;
-                    Ok((k, v))
-                };
+            let hn = layer.attn_norm(&h)?;
+            let (q, kb, vb) = layer.attn.qkv(&hn, &bcos, &bsin)?;
             if let Some(c) = &ctx {
-                let (kc, vc) = kv(c, m_rows, &ccos, &csin)?;
+                // The context's features are normed by `hidden_norm`, not by the layer's norm.
+                let (_, kc, vc) = layer.attn.qkv(c, &ccos, &csin)?;
                 self.caches[li].append(&kc, &vc)?;
             }
-            let (kb, vb) = kv(&hn, bs, &bcos, &bsin)?;
             let (kc, vc) = self.caches[li].view()?;
             let k = Tensor::cat(&[&kc, &kb], 1)?;
             let v = Tensor::cat(&[&vc, &vb], 1)?;
-            let total = k.dim(1)?;
-            let qg = q.reshape((nkv, n_rep * bs, hd))?;
-            let mut att = (qg.matmul(&k.t()?)? * scale)?;
-            if let Some(w) = self.cfg.sliding_window[li] {
-                // Keys more than `w - 1` positions before the query are out of the window.
-                let mut mask = vec![0f32; bs * total];
-                for qi in 0..bs {
-                    let qp = root_pos + qi;
-                    for (ki, slot) in mask[qi * total..(qi + 1) * total].iter_mut().enumerate() {
-                        let kp = if ki < base + m_rows {
-                            ki
-                        } else {
-                            root_pos + ki - (base + m_rows)
-                        };
-                        if kp + w <= qp {
-                            *slot = MASKED;
+            let mask = match self.cfg.sliding_window[li] {
+                Some(w) => {
+                    // Keys more than `w - 1` positions before the query are out of the window.
+                    let total = k.dim(1)?;
+                    let mut mask = vec![0f32; bs * total];
+                    for qi in 0..bs {
+                        let qp = root_pos + qi;
+                        for (ki, slot) in mask[qi * total..(qi + 1) * total].iter_mut().enumerate()
+                        {
+                            let kp = if ki < base + m_rows {
+                                ki
+                            } else {
+                                root_pos + ki - (base + m_rows)
+                            };
+                            if kp + w <= qp {
+                                *slot = MASKED;
+                            }
                         }
                     }
+                    Some(Tensor::from_vec(mask, (bs, total), &device)?.repeat((n_rep, 1))?)
                 }
-                let mask = Tensor::from_vec(mask, (bs, total), &device)?.repeat((n_rep, 1))?;
-                att = att.broadcast_add(&mask)?;
-            }
-            let att = candle_nn::ops::softmax_last_dim(&att)?;
-            let out = att
-                .matmul(&v)?
-                .reshape((nh, bs, hd))?
-                .transpose(0, 1)?
-                .reshape((bs, nh * hd))?;
-            h = (h + layer.o.forward(&out)?)?;
-            let hn = candle_nn::ops::rms_norm(&h, &layer.ffn_norm, eps)?;
-            let g = candle_nn::ops::silu(&layer.gate.forward(&hn)?)?;
-            let u = layer.up.forward(&hn)?;
-            h = (h + layer.down.forward(&(g * u)?)?)?;
+                None => None,
+            };
+            h = (h + layer.attn.attend(&q, &k, &v, mask.as_ref())?)?;
+            h = layer.mlp.forward(&h)?;
         }
         self.pending.clear();
         self.pending_rows = 0;
         let rows = h.narrow(0, 1, bs - 1)?;
         let rows = candle_nn::ops::rms_norm(&rows, &self.norm, eps)?;
         target.lm_head(&rows)
+    }
+}
+
+impl Drafter for DFlashDrafter {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn kind(&self) -> &'static str {
+        "DFlash"
+    }
+
+    fn len(&self) -> usize {
+        self.context_len()
+    }
+
+    fn truncate(&mut self, len: usize) {
+        self.forget_from(len);
+    }
+
+    fn check_target(&self, target: &ModelConfig) -> Result<()> {
+        self.target_mismatch(target)
+    }
+
+    fn feature_layers(&self) -> &[usize] {
+        &self.cfg.target_layer_ids
+    }
+
+    fn push_features(&mut self, features: Tensor) -> Result<()> {
+        self.add_features(features)
+    }
+
+    fn drafts_whole_block(&self) -> bool {
+        true
+    }
+
+    /// As in the reference, the first token of an answer comes from the target alone.
+    fn ready(&self, seq_len: usize, answer_len: usize) -> bool {
+        self.context_len() + 1 == seq_len && answer_len > 0
+    }
+
+    fn propose(&mut self, req: &DraftRequest<'_>, rng: &mut StdRng) -> Result<Proposal> {
+        let root = *req.seq.last().unwrap_or(&0);
+        let mut rows = self.draft(root, req.target)?.to_vec2::<f32>()?;
+        rows.truncate(req.depth());
+        let params = req.settings.sampling;
+        Ok(match req.mode {
+            Mode::Tree => Proposal::Depths(rows),
+            // Each depth's token drawn from that depth's distribution: the drafter's q for
+            // rejection sampling (it need not depend on the earlier drafts).
+            _ if req.sampled_chain() => Proposal::SampledChain(
+                rows.iter()
+                    .map(|r| {
+                        let q = crate::sampling::distribution(r, &params);
+                        let token = crate::sampling::draw(&q, rng).unwrap_or(0);
+                        SampledDraft { token, q }
+                    })
+                    .collect(),
+            ),
+            _ => {
+                let chain: Vec<u32> = rows
+                    .iter()
+                    .map(|r| crate::sampling::argmax(r).unwrap_or(0))
+                    .collect();
+                Proposal::Tree(DraftTree::chain(root, &chain))
+            }
+        })
+    }
+
+    fn commit(&mut self, c: &Committed<'_>) -> Result<()> {
+        if let Some(f) = &c.features {
+            self.add_features(f.clone())?;
+        }
+        self.forget_from((c.before + c.emitted.len()).saturating_sub(1));
+        Ok(())
     }
 }

@@ -1,9 +1,14 @@
-//! Drafters: models that propose tokens for the target to verify.
+//! Drafters: models that propose tokens for the target to verify, behind one interface.
 //!
-//! [`CausalDrafter`] is a small causal LM sharing the target's tokenizer: it drafts a chain one
-//! token per forward pass and keeps, at each depth, the distribution it drew from (DDTree builds
-//! its tree from those per-depth distributions), or grows a tree itself, expanding the most
-//! probable nodes of each depth ([`expand`]).
+//! Each step the engine asks the drafter for a [`Proposal`] (a deterministic tree or chain, a
+//! sampled chain, or per-depth distributions the engine builds a DDTree from), verifies it in one
+//! target pass, walks it, and tells the drafter what was [`Committed`] so it keeps only what is
+//! still valid. The engine knows nothing else of the drafter's kind.
+//!
+//! - [`CausalDrafter`]: a small causal LM sharing the target's tokenizer; one forward pass per
+//!   drafted depth (a chain), or a tree it grows itself ([`expand`]).
+//! - [`DFlashDrafter`]: a block-diffusion drafter reading the target's hidden states; one pass for
+//!   the whole block.
 
 pub mod causal;
 pub mod dflash;
@@ -13,67 +18,138 @@ pub use causal::{CausalDrafter, Chain, ChainStep};
 pub use dflash::{DFlashConfig, DFlashDrafter};
 pub use expand::GrownTree;
 
-/// The drafter an engine runs with.
-pub enum Drafter {
-    /// A small causal LM: one forward pass per drafted depth.
-    Causal(CausalDrafter),
-    /// A DFlash block-diffusion drafter: one pass for the whole block.
-    DFlash(DFlashDrafter),
+use crate::engine::{Mode, Settings};
+use crate::error::{Error, Result};
+use crate::model::config::ModelConfig;
+use crate::model::decoder::Decoder;
+use crate::model::tokenizer::TextTokenizer;
+use crate::tree::DraftTree;
+use crate::verify::SampledDraft;
+use candle_core::Tensor;
+use rand::rngs::StdRng;
+
+/// What the engine asks of a drafter for one step.
+pub struct DraftRequest<'a> {
+    /// Every committed token; the last is the root the draft continues.
+    pub seq: &'a [u32],
+    /// `Linear` (a chain) or `Tree`.
+    pub mode: Mode,
+    /// The settings in force (shape, sampler, confidence stop).
+    pub settings: &'a Settings,
+    /// Most drafted depth that can still be verified and emitted.
+    pub cap: usize,
+    /// The target (a DFlash drafter uses its embeddings and LM head).
+    pub target: &'a Decoder,
 }
 
-impl Drafter {
-    /// Display name.
-    pub fn name(&self) -> &str {
-        match self {
-            Drafter::Causal(d) => d.name(),
-            Drafter::DFlash(d) => d.name(),
+impl DraftRequest<'_> {
+    /// The chain length or tree depth asked for, within the cap.
+    pub fn depth(&self) -> usize {
+        match self.mode {
+            Mode::Linear => self.settings.gamma.min(self.cap),
+            _ => self.settings.depth.min(self.cap),
         }
     }
 
-    /// What kind of drafter it is, for display: "causal LM" or "DFlash".
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Drafter::Causal(_) => "causal LM",
-            Drafter::DFlash(_) => "DFlash",
-        }
+    /// True when a chain's tokens are to be drawn from the drafter's distribution (linear
+    /// verification by rejection sampling) rather than picked greedily.
+    pub fn sampled_chain(&self) -> bool {
+        self.mode == Mode::Linear && !self.settings.sampling.is_greedy()
+    }
+}
+
+/// A drafter's proposal for one step.
+#[derive(Debug, Clone)]
+pub enum Proposal {
+    /// A tree of fixed children (a greedy chain is a tree with one child per node), verified by
+    /// the walk: greedy, or sample-and-match at temperature > 0.
+    Tree(DraftTree),
+    /// A chain whose tokens were drawn from the drafter's distribution q at each position,
+    /// verified by rejection sampling with the residual.
+    SampledChain(Vec<SampledDraft>),
+    /// Logits per depth (depth 1 first), from which the engine builds the DDTree of the budget's
+    /// most probable prefixes.
+    Depths(Vec<Vec<f32>>),
+}
+
+/// What a step committed, for the drafter to keep what is still valid.
+pub struct Committed<'a> {
+    /// Length of the committed sequence before the step.
+    pub before: usize,
+    /// The verified tree.
+    pub tree: &'a DraftTree,
+    /// Accepted tree nodes, the root first.
+    pub accepted: &'a [usize],
+    /// Tokens the step emitted (cut at a stop token or the token limit).
+    pub emitted: &'a [u32],
+    /// The target's hidden states of [`Drafter::feature_layers`] for the accepted nodes
+    /// (`[accepted, layers x hidden]`), when the drafter reads any.
+    pub features: Option<Tensor>,
+}
+
+/// A model that proposes tokens for the target to verify.
+pub trait Drafter: Send {
+    /// Display name.
+    fn name(&self) -> &str;
+
+    /// What kind of drafter it is, for display ("causal LM", "DFlash", ...).
+    fn kind(&self) -> &'static str;
+
+    /// Positions of the committed sequence the drafter's state covers.
+    fn len(&self) -> usize;
+
+    /// True when its state covers nothing.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Forget everything from position `len` on.
-    pub fn truncate(&mut self, len: usize) {
-        match self {
-            Drafter::Causal(d) => d.truncate(len.min(d.len())),
-            Drafter::DFlash(d) => d.truncate(len),
-        }
+    fn truncate(&mut self, len: usize);
+
+    /// Its own decoder, if it has one (for inspection).
+    fn decoder(&self) -> Option<&Decoder> {
+        None
     }
 
-    /// Positions the drafter's state covers.
-    pub fn len(&self) -> usize {
-        match self {
-            Drafter::Causal(d) => d.len(),
-            Drafter::DFlash(d) => d.context_len(),
-        }
+    /// Refuse a target it cannot draft for.
+    fn check_target(&self, _target: &ModelConfig) -> Result<()> {
+        Ok(())
     }
 
-    /// True when it covers nothing.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    /// Target layers whose hidden states it reads (its state then follows the target's row for
+    /// row); empty for a drafter with its own context.
+    fn feature_layers(&self) -> &[usize] {
+        &[]
     }
+
+    /// Take the target's hidden states of [`Drafter::feature_layers`] for the next prompt rows.
+    fn push_features(&mut self, _features: Tensor) -> Result<()> {
+        Ok(())
+    }
+
+    /// Read the prompt `seq` (all but its last token, the first root) before the first step, so
+    /// that a step is charged only for drafting.
+    fn prefill(&mut self, _seq: &[u32]) -> Result<()> {
+        Ok(())
+    }
+
+    /// True when it drafts a whole block in one pass whatever the depth asked (so the cap need
+    /// not account for the tokens still to emit).
+    fn drafts_whole_block(&self) -> bool {
+        false
+    }
+
+    /// Whether it can draft at this point of an answer (`answer_len` tokens emitted so far).
+    fn ready(&self, _seq_len: usize, _answer_len: usize) -> bool {
+        true
+    }
+
+    /// Propose this step's draft.
+    fn propose(&mut self, req: &DraftRequest<'_>, rng: &mut StdRng) -> Result<Proposal>;
+
+    /// Keep what the step committed (and drop what was rejected).
+    fn commit(&mut self, c: &Committed<'_>) -> Result<()>;
 }
-
-impl From<CausalDrafter> for Drafter {
-    fn from(d: CausalDrafter) -> Self {
-        Drafter::Causal(d)
-    }
-}
-
-impl From<DFlashDrafter> for Drafter {
-    fn from(d: DFlashDrafter) -> Self {
-        Drafter::DFlash(d)
-    }
-}
-
-use crate::error::{Error, Result};
-use crate::model::tokenizer::TextTokenizer;
 
 /// Refuse a drafter whose vocabulary is not the target's, naming the first difference.
 pub fn check_same_vocabulary(

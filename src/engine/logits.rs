@@ -14,7 +14,11 @@ pub(super) struct NodeLogits<'a> {
 }
 
 impl<'a> NodeLogits<'a> {
-    pub(super) fn new(model: &'a Decoder, logits: Option<Tensor>, hidden: Option<Tensor>) -> Result<Self> {
+    pub(super) fn new(
+        model: &'a Decoder,
+        logits: Option<Tensor>,
+        hidden: Option<Tensor>,
+    ) -> Result<Self> {
         let mut rows = std::collections::HashMap::new();
         if let Some(t) = logits {
             rows.extend(t.to_vec2::<f32>()?.into_iter().enumerate());

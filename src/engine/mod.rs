@@ -21,10 +21,9 @@ pub use stats::AnswerStats;
 
 use logits::NodeLogits;
 
-use crate::draft::causal::ChainPick;
-use crate::draft::Drafter;
+use crate::draft::{Committed, DraftRequest, Drafter, Proposal};
 use crate::error::{Error, Result};
-use crate::model::decoder::{Batch, Decoder};
+use crate::model::decoder::{Batch, Decoder, ForwardOutput};
 use crate::tree::{build_ddtree, top_k_rows, walk, DraftTree};
 use crate::verify::{target_choice, verify_sampled_chain, SampledDraft, Verification};
 use candle_core::Tensor;
@@ -36,8 +35,9 @@ use std::time::{Duration, Instant};
 /// A loaded target, an optional drafter, and the state of the current answer.
 pub struct Engine {
     target: Decoder,
-    drafter: Option<Drafter>,
-    /// Target layers whose hidden states feed the drafter (DFlash), empty otherwise.
+    drafter: Option<Box<dyn Drafter>>,
+    /// Target layers whose hidden states feed the drafter, empty for a drafter with its own
+    /// context.
     feature_layers: Vec<usize>,
     stop_ids: BTreeSet<u32>,
     settings: Settings,
@@ -47,24 +47,26 @@ pub struct Engine {
     lazy_logits: bool,
 }
 
+/// Rows of the prompt read per target pass.
+const PREFILL_CHUNK: usize = 512;
+
 impl Engine {
     /// An engine over `target` and an optional drafter (a causal drafter's vocabulary is checked
-    /// by [`crate::draft::check_same_vocabulary`] when loading; a DFlash drafter's fit to the
-    /// target is checked here).
+    /// by [`crate::draft::check_same_vocabulary`] when loading; [`Drafter::check_target`] here).
     pub fn new(
         target: Decoder,
-        drafter: Option<Drafter>,
+        drafter: Option<Box<dyn Drafter>>,
         stop_ids: BTreeSet<u32>,
         settings: Settings,
         seed: u64,
     ) -> Result<Self> {
         let lazy_logits = target.device().is_cpu();
         let feature_layers = match &drafter {
-            Some(Drafter::DFlash(d)) => {
+            Some(d) => {
                 d.check_target(target.config())?;
-                d.config().target_layer_ids.clone()
+                d.feature_layers().to_vec()
             }
-            _ => vec![],
+            None => vec![],
         };
         let mut e = Engine {
             target,
@@ -122,8 +124,8 @@ impl Engine {
     }
 
     /// The drafter, if any.
-    pub fn drafter(&self) -> Option<&Drafter> {
-        self.drafter.as_ref()
+    pub fn drafter(&self) -> Option<&dyn Drafter> {
+        self.drafter.as_deref()
     }
 
     /// Hidden states of the feature layers for the given block rows, concatenated per row
@@ -132,26 +134,14 @@ impl Engine {
         if self.feature_layers.is_empty() {
             return Ok(None);
         }
-        let parts = &hidden[..self.feature_layers.len()];
-        let cat = Tensor::cat(parts, 1)?;
+        let cat = Tensor::cat(&hidden[..self.feature_layers.len()], 1)?;
         Ok(Some(match rows {
             Some(r) => {
-                let idx = Tensor::from_vec(
-                    r.iter().map(|&i| i as u32).collect::<Vec<_>>(),
-                    r.len(),
-                    cat.device(),
-                )?;
-                cat.index_select(&idx, 0)?
+                let ids: Vec<u32> = r.iter().map(|&i| i as u32).collect();
+                cat.index_select(&Tensor::from_vec(ids, r.len(), cat.device())?, 0)?
             }
             None => cat,
         }))
-    }
-
-    fn push_features(&mut self, features: Option<Tensor>) -> Result<()> {
-        if let (Some(f), Some(Drafter::DFlash(d))) = (features, self.drafter.as_mut()) {
-            d.push_features(f)?;
-        }
-        Ok(())
     }
 
     /// Every committed token.
@@ -175,7 +165,8 @@ impl Engine {
     }
 
     /// Start an answer to `prompt` (the whole rendered conversation). Cached rows shared with the
-    /// previous sequence are kept; the rest is read in chunks. Returns the time it took.
+    /// previous sequence are kept; the rest is read in chunks, by the target and (for a mode that
+    /// drafts) by the drafter. Returns the time it took.
     pub fn begin(&mut self, prompt: &[u32]) -> Result<Duration> {
         if prompt.is_empty() {
             return Err(Error::InvalidArgument("empty prompt".into()));
@@ -194,46 +185,40 @@ impl Engine {
             .take_while(|(a, b)| a == b)
             .count();
         let mut keep = common.min(prompt.len() - 1).min(self.target.len());
-        if let Some(d @ Drafter::DFlash(_)) = &self.drafter {
-            // The drafter's context must follow the target's exactly.
-            keep = keep.min(d.len());
-        }
-        self.target.truncate(keep);
         if let Some(d) = &mut self.drafter {
+            if !self.feature_layers.is_empty() {
+                // A drafter that reads the target's hidden states follows it row for row.
+                keep = keep.min(d.len());
+            }
             d.truncate(keep);
         }
-        let rest = &prompt[keep..prompt.len() - 1];
-        let layers = self.feature_layers.clone();
-        for piece in rest.chunks(512) {
+        self.target.truncate(keep);
+        for piece in prompt[keep..prompt.len() - 1].chunks(PREFILL_CHUNK) {
             let pos = self.target.len();
             let out = self.target.forward(
                 &Batch::causal(piece, pos)
                     .with_logits_rows(vec![])
-                    .with_hidden_layers(layers.clone()),
+                    .with_hidden_layers(self.feature_layers.clone()),
             )?;
-            let f = self.features(&out.hidden, None)?;
-            self.push_features(f)?;
+            if let (Some(f), Some(d)) = (self.features(&out.hidden, None)?, &mut self.drafter) {
+                d.push_features(f)?;
+            }
         }
-        // A causal drafter reads the prompt now too, so that a step is charged only for drafting.
-        if let (true, Some(Drafter::Causal(d))) =
-            (self.settings.mode.needs_drafter(), self.drafter.as_mut())
-        {
-            d.catch_up(prompt)?;
+        if let (true, Some(d)) = (self.settings.mode.needs_drafter(), &mut self.drafter) {
+            d.prefill(prompt)?;
         }
         self.seq = prompt.to_vec();
         self.answer_start = prompt.len();
         Ok(t0.elapsed())
     }
 
-    /// Run one step, emitting at most `remaining` tokens.
+    /// Run one step, emitting at most `remaining` tokens: draft, build, verify, walk, commit.
     pub fn step(&mut self, remaining: usize) -> Result<StepEvent> {
         let root = *self
             .seq
             .last()
             .ok_or_else(|| Error::InvalidArgument("step before begin".into()))?;
-        let mode = self.settings.mode;
         let base = self.seq.len() - 1;
-        debug_assert_eq!(self.target.len(), base);
         let room = self.target.context().saturating_sub(self.seq.len());
         if room == 0 || remaining == 0 {
             let why = if remaining == 0 {
@@ -242,7 +227,7 @@ impl Engine {
                 StopReason::ContextFull
             };
             return Ok(StepEvent {
-                mode,
+                mode: self.settings.mode,
                 tree: DraftTree::root(root),
                 accepted: vec![0],
                 emitted: vec![],
@@ -251,132 +236,86 @@ impl Engine {
                 finished: Some(why),
             });
         }
+        let mut times = StageTimes::default();
+
+        let t = Instant::now();
+        let (mode, proposal, cap) = self.draft(remaining, room)?;
+        times.draft = t.elapsed();
+
+        let t = Instant::now();
+        let (tree, sampled) = match proposal {
+            None => (DraftTree::root(root), None),
+            Some(Proposal::Tree(tree)) => (tree, None),
+            Some(Proposal::SampledChain(drafts)) => {
+                let tokens: Vec<u32> = drafts.iter().map(|d| d.token).collect();
+                (DraftTree::chain(root, &tokens), Some(drafts))
+            }
+            Some(Proposal::Depths(rows)) => {
+                let budget = self.settings.budget.min(cap);
+                let vocab = rows.first().map_or(0, |l| l.len());
+                (
+                    build_ddtree(&top_k_rows(&rows, budget.min(vocab)), budget, root),
+                    None,
+                )
+            }
+        };
+        times.build = t.elapsed();
+
+        let t = Instant::now();
+        let out = self.verify(&tree, base)?;
+        times.verify = t.elapsed();
+
+        let t = Instant::now();
+        let (accepted, next) = self.walk(&tree, sampled.as_deref(), &out)?;
+        times.walk = t.elapsed();
+
+        let t = Instant::now();
+        let (emitted, finished) = self.commit(base, &tree, &accepted, next, remaining, &out)?;
+        times.commit = t.elapsed();
+
+        Ok(StepEvent {
+            mode,
+            tree,
+            accepted,
+            emitted,
+            next,
+            times,
+            finished,
+        })
+    }
+
+    /// Ask the drafter for this step's proposal, or nothing (then the step is plain decoding);
+    /// with the mode the step runs in and the most drafted tokens it may verify.
+    fn draft(&mut self, remaining: usize, room: usize) -> Result<(Mode, Option<Proposal>, usize)> {
+        let mode = self.settings.mode;
+        let Some(d) = self.drafter.as_deref_mut().filter(|_| mode.needs_drafter()) else {
+            return Ok((Mode::Ar, None, 0));
+        };
         // Drafted tokens beyond the context cannot be verified; beyond what may still be emitted
-        // they are wasted. A causal drafter pays per drafted token, so it stops there; a DFlash
-        // drafter drafts its whole block in one pass anyway (and its trees then match the
-        // reference implementation's to the last round).
-        let is_dflash = matches!(self.drafter, Some(Drafter::DFlash(_)));
-        let cap = if is_dflash {
+        // they are wasted, unless the drafter drafts its whole block in one pass anyway.
+        let cap = if d.drafts_whole_block() {
             room - 1
         } else {
             room.min(remaining) - 1
         };
-        let params = self.settings.sampling;
-        let mut times = StageTimes::default();
-        let dflash_ready = match &self.drafter {
-            // As in the reference, the first token of an answer comes from the target alone.
-            Some(d @ Drafter::DFlash(_)) => d.len() == base && self.seq.len() > self.answer_start,
-            _ => true,
-        };
-        let effective = if cap == 0 || mode == Mode::Ar || self.drafter.is_none() || !dflash_ready {
-            Mode::Ar
-        } else {
-            mode
-        };
-
-        // Draft.
-        let t = Instant::now();
-        let mut sampled: Option<Vec<SampledDraft>> = None;
-        let mut chain_tokens: Vec<u32> = vec![];
-        let mut tree = DraftTree::root(root);
-        let mut per_depth_logits = vec![];
-        // The drafter cache row of each node of a grown tree (`None` for other trees).
-        let mut grown_rows = None;
-        let chain_len = match effective {
-            Mode::Linear => self.settings.gamma.min(cap),
-            _ => self.settings.depth.min(cap),
-        };
-        match self.drafter.as_mut() {
-            Some(Drafter::Causal(drafter))
-                if effective == Mode::Tree && self.settings.expand > 0 =>
-            {
-                let g = drafter.grow_tree(
-                    &self.seq,
-                    self.settings.budget.min(cap),
-                    chain_len,
-                    self.settings.expand,
-                    self.settings.min_chain_prob,
-                )?;
-                tree = g.tree;
-                grown_rows = Some(g.rows);
-            }
-            Some(Drafter::Causal(drafter)) if effective != Mode::Ar => {
-                let pick = if effective == Mode::Linear && !params.is_greedy() {
-                    ChainPick::Sample(params)
-                } else {
-                    ChainPick::Greedy
-                };
-                let chain = drafter.draft(
-                    &self.seq,
-                    chain_len,
-                    pick,
-                    self.settings.min_chain_prob,
-                    &mut self.rng,
-                )?;
-                chain_tokens = chain.tokens();
-                if effective == Mode::Linear {
-                    if let ChainPick::Sample(_) = pick {
-                        sampled = Some(
-                            chain
-                                .steps
-                                .iter()
-                                .map(|s| SampledDraft {
-                                    token: s.token,
-                                    q: s.q.clone().unwrap_or_default(),
-                                })
-                                .collect(),
-                        );
-                    }
-                } else {
-                    per_depth_logits = chain.steps.into_iter().map(|s| s.logits).collect();
-                }
-            }
-            Some(Drafter::DFlash(drafter)) if effective != Mode::Ar => {
-                let mut rows = drafter.draft(root, &self.target)?.to_vec2::<f32>()?;
-                rows.truncate(chain_len);
-                if effective == Mode::Linear && !params.is_greedy() {
-                    // Each depth's token drawn from that depth's distribution: the drafter's
-                    // q for rejection sampling (it need not depend on the earlier drafts).
-                    let drafts: Vec<SampledDraft> = rows
-                        .iter()
-                        .map(|r| {
-                            let q = crate::sampling::distribution(r, &params);
-                            let token = crate::sampling::draw(&q, &mut self.rng).unwrap_or(0);
-                            SampledDraft { token, q }
-                        })
-                        .collect();
-                    chain_tokens = drafts.iter().map(|d| d.token).collect();
-                    sampled = Some(drafts);
-                } else if effective == Mode::Linear {
-                    chain_tokens = rows
-                        .iter()
-                        .map(|r| crate::sampling::argmax(r).unwrap_or(0))
-                        .collect();
-                } else {
-                    per_depth_logits = rows;
-                }
-            }
-            _ => {}
+        let answer_len = self.seq.len() - self.answer_start;
+        if cap == 0 || !d.ready(self.seq.len(), answer_len) {
+            return Ok((Mode::Ar, None, 0));
         }
-        if effective == Mode::Linear {
-            tree = DraftTree::chain(root, &chain_tokens);
-        }
-        times.draft = t.elapsed();
+        let req = DraftRequest {
+            seq: &self.seq,
+            mode,
+            settings: &self.settings,
+            cap,
+            target: &self.target,
+        };
+        Ok((mode, Some(d.propose(&req, &mut self.rng)?), cap))
+    }
 
-        // Build.
-        if effective == Mode::Tree && grown_rows.is_none() {
-            let t = Instant::now();
-            let budget = self.settings.budget.min(cap);
-            let vocab = per_depth_logits.first().map_or(0, |l| l.len());
-            let depths = top_k_rows(&per_depth_logits, budget.min(vocab));
-            tree = build_ddtree(&depths, budget, root);
-            times.build = t.elapsed();
-        }
-
-        // Verify: one target pass over the whole tree.
-        let t = Instant::now();
-        let n = tree.len();
-        let lazy = self.lazy_logits && n > 1;
+    /// One target pass over the whole tree: positions by depth, the ancestor mask, and the
+    /// hidden states the drafter and the lazy LM head need.
+    fn verify(&mut self, tree: &DraftTree, base: usize) -> Result<ForwardOutput> {
+        let lazy = self.lazy_logits && tree.len() > 1;
         let mut layers = self.feature_layers.clone();
         if lazy {
             layers.push(self.target.config().n_layers - 1);
@@ -395,70 +334,74 @@ impl Engine {
         let out = self.target.forward(&batch)?;
         // On a GPU the pass runs asynchronously: wait for it, so that it is timed as verify.
         self.target.device().synchronize()?;
-        times.verify = t.elapsed();
+        Ok(out)
+    }
 
-        // Walk.
-        let t = Instant::now();
+    /// The accepted nodes (root first) and the target's own token after them.
+    fn walk(
+        &mut self,
+        tree: &DraftTree,
+        sampled: Option<&[SampledDraft]>,
+        out: &ForwardOutput,
+    ) -> Result<(Vec<usize>, u32)> {
+        let lazy = self.lazy_logits && tree.len() > 1;
         let last_hidden = if lazy {
             out.hidden.last().cloned()
         } else {
             None
         };
-        let rows = NodeLogits::new(&self.target, out.logits, last_hidden)?;
-        // The walk most often follows the drafter's greedy chain (each node's first child).
+        let rows = NodeLogits::new(&self.target, out.logits.clone(), last_hidden)?;
+        // The walk most often follows the drafter's first children.
         let children = tree.children();
         let mut chain = vec![0];
         while let Some(&c) = children[*chain.last().unwrap_or(&0)].first() {
             chain.push(c);
         }
         rows.prefetch(&chain)?;
-        let verification = self.settings.verification;
-        let (accepted, next) = match (&sampled, verification) {
+        let params = self.settings.sampling;
+        let rng = &mut self.rng;
+        let mut err = None;
+        let mut row = |node: usize| match rows.row(node) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                err = Some(e);
+                None
+            }
+        };
+        let res = match (sampled, self.settings.verification) {
             (_, Verification::UncheckedFirstChild) => {
                 let node = *chain.last().unwrap_or(&0);
-                let row = rows.row(node)?;
-                let y = target_choice(&row, &params, &mut self.rng);
+                let y = row(node).map_or(u32::MAX, |r| target_choice(&r, &params, rng));
                 (chain.clone(), y)
             }
             (Some(drafts), Verification::Lossless) => {
-                let mut err = None;
-                let rng = &mut self.rng;
-                let (k, y) = verify_sampled_chain(
-                    drafts,
-                    |i| match rows.row(i) {
-                        Ok(r) => crate::sampling::distribution(&r, &params),
-                        Err(e) => {
-                            err = Some(e);
-                            vec![]
-                        }
-                    },
-                    rng,
-                );
-                if let Some(e) = err {
-                    return Err(e);
-                }
+                let p = |i: usize| {
+                    row(i).map_or(vec![], |r| crate::sampling::distribution(&r, &params))
+                };
+                let (k, y) = verify_sampled_chain(drafts, p, rng);
                 ((0..=k).collect(), y)
             }
-            (None, Verification::Lossless) => {
-                let mut err = None;
-                let rng = &mut self.rng;
-                let res = walk(&tree, |node| match rows.row(node) {
-                    Ok(r) => target_choice(&r, &params, rng),
-                    Err(e) => {
-                        err = Some(e);
-                        u32::MAX
-                    }
-                });
-                if let Some(e) = err {
-                    return Err(e);
-                }
-                res
-            }
+            (None, Verification::Lossless) => walk(tree, |node| {
+                row(node).map_or(u32::MAX, |r| target_choice(&r, &params, rng))
+            }),
         };
-        times.walk = t.elapsed();
+        match err {
+            Some(e) => Err(e),
+            None => Ok(res),
+        }
+    }
 
-        // Commit.
-        let t = Instant::now();
+    /// Emit the accepted tokens and the target's own, cut at a stop token or the token limit;
+    /// keep the accepted rows in the target's cache and tell the drafter what was committed.
+    fn commit(
+        &mut self,
+        base: usize,
+        tree: &DraftTree,
+        accepted: &[usize],
+        next: u32,
+        remaining: usize,
+        out: &ForwardOutput,
+    ) -> Result<(Vec<u32>, Option<StopReason>)> {
         let mut emitted: Vec<u32> = accepted[1..].iter().map(|&i| tree.tokens[i]).collect();
         emitted.push(next);
         let mut finished = None;
@@ -470,35 +413,24 @@ impl Engine {
             emitted.truncate(remaining);
             finished.get_or_insert(StopReason::MaxTokens);
         }
-        self.target.keep(base, &accepted)?;
-        let features = self.features(&out.hidden, Some(&accepted))?;
-        self.push_features(features)?;
+        self.target.keep(base, accepted)?;
         let before = self.seq.len();
         self.seq.extend_from_slice(&emitted);
         if finished.is_none() && self.seq.len() >= self.target.context() {
             finished = Some(StopReason::ContextFull);
         }
-        let committed = self.seq.len().saturating_sub(1);
-        self.target.truncate(committed);
-        match &mut self.drafter {
-            Some(Drafter::Causal(d)) => match &grown_rows {
-                Some(rows) => d.keep_path(before, rows, &accepted, emitted.len())?,
-                None => d.rollback(before, &chain_tokens, &emitted),
-            },
-            Some(d) => d.truncate(committed),
-            None => {}
+        self.target.truncate(self.seq.len().saturating_sub(1));
+        let features = self.features(&out.hidden, Some(accepted))?;
+        if let Some(d) = &mut self.drafter {
+            d.commit(&Committed {
+                before,
+                tree,
+                accepted,
+                emitted: &emitted,
+                features,
+            })?;
         }
-        times.commit = t.elapsed();
-
-        Ok(StepEvent {
-            mode: effective,
-            tree,
-            accepted,
-            emitted,
-            next,
-            times,
-            finished,
-        })
+        Ok((emitted, finished))
     }
 
     /// Answer `prompt`, calling `on_step` after every step; at most `max_tokens` new tokens.

@@ -15,6 +15,7 @@
 use crate::error::{Error, Result};
 use crate::model::config::{ModelConfig, RopeStyle};
 use crate::model::kv_cache::KvCache;
+use crate::model::layer::DecoderLayer;
 use crate::model::weights::{Embedding, Linear, WeightStore};
 use candle_core::{DType, Device, Tensor, D};
 
@@ -189,86 +190,11 @@ impl ForwardOutput {
     }
 }
 
-/// Projections that read the same input: one fused matrix where the weights can be joined
-/// (fewer, larger matmuls), else one matrix each.
-enum Projections {
-    Fused { linear: Linear, widths: Vec<usize> },
-    Separate(Vec<Linear>),
-}
-
-impl Projections {
-    /// Load the weights `blk.{layer}.{stem}.weight` (`[out_i, inp]`), with biases if asked.
-    fn load(
-        store: &mut WeightStore,
-        layer: usize,
-        parts: &[(&str, usize)],
-        inp: usize,
-        bias: bool,
-    ) -> Result<Self> {
-        let name = |stem: &str, what: &str| format!("blk.{layer}.{stem}.{what}");
-        let mut biases = Vec::new();
-        if bias {
-            for (stem, _) in parts {
-                biases.push(store.get_dense(&name(stem, "bias"))?);
-            }
-        }
-        let shapes: Vec<(String, [usize; 2])> = parts
-            .iter()
-            .map(|(stem, out)| (name(stem, "weight"), [*out, inp]))
-            .collect();
-        if let Some(w) = store.get_concat(&shapes)? {
-            let b = if bias {
-                Some(Tensor::cat(&biases, 0)?)
-            } else {
-                None
-            };
-            return Ok(Projections::Fused {
-                linear: Linear::new(w, b)?,
-                widths: parts.iter().map(|p| p.1).collect(),
-            });
-        }
-        let mut out = Vec::with_capacity(parts.len());
-        for (i, (n, shape)) in shapes.iter().enumerate() {
-            let w = store.get_checked(n, shape)?;
-            out.push(Linear::new(w, biases.get(i).cloned())?);
-        }
-        Ok(Projections::Separate(out))
-    }
-
-    /// Apply to `x` `[rows, in]`; one output per projection.
-    fn forward(&self, x: &Tensor) -> Result<Vec<Tensor>> {
-        match self {
-            Projections::Separate(ls) => ls.iter().map(|l| l.forward(x)).collect(),
-            Projections::Fused { linear, widths } => {
-                let y = linear.forward(x)?;
-                let mut off = 0;
-                let mut outs = Vec::with_capacity(widths.len());
-                for &w in widths {
-                    outs.push(y.narrow(1, off, w)?);
-                    off += w;
-                }
-                Ok(outs)
-            }
-        }
-    }
-}
-
-struct Layer {
-    attn_norm: Tensor,
-    qkv: Projections,
-    o: Linear,
-    q_norm: Option<Tensor>,
-    k_norm: Option<Tensor>,
-    ffn_norm: Tensor,
-    gate_up: Projections,
-    down: Linear,
-}
-
 /// A loaded decoder with its KV cache.
 pub struct Decoder {
     cfg: ModelConfig,
     embed: Embedding,
-    layers: Vec<Layer>,
+    layers: Vec<DecoderLayer>,
     norm: Tensor,
     lm_head: Linear,
     cos: Tensor,
@@ -287,57 +213,11 @@ impl Decoder {
         }
         let device = store.device().clone();
         let (h, hd) = (cfg.hidden, cfg.head_dim);
-        let q_out = cfg.n_heads * hd;
-        let kv_out = cfg.n_kv_heads * hd;
         let embed_w = store.get_checked("token_embd.weight", &[cfg.vocab_size, h])?;
         let embed = Embedding::new(embed_w)?;
-        let mut layers = Vec::with_capacity(cfg.n_layers);
-        for i in 0..cfg.n_layers {
-            let name = |s: &str| format!("blk.{i}.{s}");
-            let mut lin = |stem: &str, out: usize, inp: usize, bias: bool| -> Result<Linear> {
-                let w = store.get_checked(&name(&format!("{stem}.weight")), &[out, inp])?;
-                let b = if bias {
-                    Some(store.get_dense(&name(&format!("{stem}.bias")))?)
-                } else {
-                    None
-                };
-                Linear::new(w, b)
-            };
-            let o = lin("attn_output", h, q_out, false)?;
-            let down = lin("ffn_down", h, cfg.ffn, false)?;
-            let qkv = Projections::load(
-                store,
-                i,
-                &[("attn_q", q_out), ("attn_k", kv_out), ("attn_v", kv_out)],
-                h,
-                cfg.qkv_bias,
-            )?;
-            let gate_up = Projections::load(
-                store,
-                i,
-                &[("ffn_gate", cfg.ffn), ("ffn_up", cfg.ffn)],
-                h,
-                false,
-            )?;
-            let (q_norm, k_norm) = if cfg.qk_norm {
-                (
-                    Some(store.get_dense(&name("attn_q_norm.weight"))?),
-                    Some(store.get_dense(&name("attn_k_norm.weight"))?),
-                )
-            } else {
-                (None, None)
-            };
-            layers.push(Layer {
-                attn_norm: store.get_dense(&name("attn_norm.weight"))?,
-                qkv,
-                o,
-                q_norm,
-                k_norm,
-                ffn_norm: store.get_dense(&name("ffn_norm.weight"))?,
-                gate_up,
-                down,
-            });
-        }
+        let layers = (0..cfg.n_layers)
+            .map(|i| DecoderLayer::load(store, i, &cfg))
+            .collect::<Result<Vec<_>>>()?;
         let norm = store.get_dense("output_norm.weight")?;
         let lm_head = if cfg.tie_embeddings || !store.contains("output.weight") {
             embed.as_linear()?
@@ -626,55 +506,13 @@ impl Decoder {
         sin: &Tensor,
         mask: Option<&Tensor>,
     ) -> Result<Tensor> {
-        let cfg = &self.cfg;
-        let eps = cfg.rms_eps as f32;
         let layer = &self.layers[li];
-        let n = x.dim(0)?;
-        let (nh, nkv, hd) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
-
-        let h = candle_nn::ops::rms_norm(x, &layer.attn_norm, eps)?;
-        let qkv = layer.qkv.forward(&h)?;
-        let q = qkv[0].reshape((n, nh, hd))?;
-        let k = qkv[1].reshape((n, nkv, hd))?;
-        let v = qkv[2].reshape((n, nkv, hd))?;
-        let q = match &layer.q_norm {
-            Some(w) => candle_nn::ops::rms_norm(&q.contiguous()?, w, eps)?,
-            None => q,
-        };
-        let k = match &layer.k_norm {
-            Some(w) => candle_nn::ops::rms_norm(&k.contiguous()?, w, eps)?,
-            None => k,
-        };
-        // [heads, n, hd]
-        let q = apply_rope(&q.transpose(0, 1)?, cos, sin, cfg.rope_style)?;
-        let k = apply_rope(&k.transpose(0, 1)?, cos, sin, cfg.rope_style)?;
-        let v = v.transpose(0, 1)?.contiguous()?;
+        let h = layer.attn_norm(x)?;
+        let (q, k, v) = layer.attn.qkv(&h, cos, sin)?;
         self.caches[li].append(&k, &v)?;
         let (kc, vc) = self.caches[li].view()?;
-
-        // Grouped-query attention without copying K/V: query heads that share a K/V head are
-        // stacked along the row axis, [kv_heads, n_rep * n, hd].
-        let n_rep = nh / nkv;
-        let qg = q.reshape((nkv, n_rep * n, hd))?;
-        let scale = 1.0 / (hd as f64).sqrt();
-        let att = (qg.matmul(&kc.t()?)? * scale)?;
-        let att = match mask {
-            Some(m) => att.broadcast_add(m)?,
-            None => att,
-        };
-        let att = candle_nn::ops::softmax_last_dim(&att)?;
-        let out = att.matmul(&vc)?; // [nkv, n_rep * n, hd]
-        let out = out
-            .reshape((nh, n, hd))?
-            .transpose(0, 1)?
-            .reshape((n, nh * hd))?;
-        let x = (x + layer.o.forward(&out)?)?;
-
-        let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, eps)?;
-        let gu = layer.gate_up.forward(&h)?;
-        let g = candle_nn::ops::silu(&gu[0])?;
-        let x = (x + layer.down.forward(&(g * &gu[1])?)?)?;
-        Ok(x)
+        let x = (x + layer.attn.attend(&q, &kc, &vc, mask)?)?;
+        layer.mlp.forward(&x)
     }
 }
 

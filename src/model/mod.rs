@@ -5,6 +5,7 @@ pub mod chat_template;
 pub mod config;
 pub mod decoder;
 pub mod kv_cache;
+pub mod layer;
 pub mod source;
 pub mod tokenizer;
 pub mod weights;

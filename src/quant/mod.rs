@@ -100,7 +100,11 @@ thread_local! {
 /// Run `f` with every matrix product it starts on this thread using `path` (tests use this to
 /// run one model on each path in turn). Panics if the CPU cannot run `path`.
 pub fn with_path<T>(path: KernelPath, f: impl FnOnce() -> T) -> T {
-    assert!(path.available(), "this CPU cannot run the {} path", path.name());
+    assert!(
+        path.available(),
+        "this CPU cannot run the {} path",
+        path.name()
+    );
     let before = OVERRIDE.with(|o| o.replace(Some(path)));
     let out = f();
     OVERRIDE.with(|o| o.set(before));

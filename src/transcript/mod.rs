@@ -215,8 +215,7 @@ impl Transcript {
     /// Load a transcript. Complete turns are kept; a partial last line or an unfinished turn is
     /// reported in [`Loaded::dropped`].
     pub fn load(path: &Path) -> Result<Loaded> {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
         let bad = |m: String| Error::InvalidArgument(format!("{}: {m}", path.display()));
         let mut t = Transcript {
             created: String::new(),

@@ -1,0 +1,92 @@
+//! Loading what the engine runs: models by name, path or hub id (known models fetched on first
+//! use), a drafter of whichever kind the files hold, and the engine over both.
+
+use crate::draft::{check_same_vocabulary, CausalDrafter, DFlashDrafter, Drafter};
+use crate::engine::{Engine, Settings};
+use crate::error::{Error, Result};
+use crate::fetch;
+use crate::model::chat_template::ChatTemplate;
+use crate::model::source::{self, ModelFiles};
+use crate::model::tokenizer::TextTokenizer;
+use crate::model::{self, LoadOptions, LoadedModel};
+
+/// Resolve a model argument to something [`model::load`] takes, fetching a known model
+/// (`target`, `drafter`, `smollm2`) into the cache on first use.
+pub fn model_path(spec: &str) -> Result<String> {
+    match fetch::known(spec) {
+        Some(known) => Ok(fetch::ensure(&known)?.display().to_string()),
+        None => Ok(spec.to_string()),
+    }
+}
+
+/// Load a model by name, path or hub id.
+pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
+    model::load(&model_path(spec)?, opts)
+}
+
+/// Load a drafter for `target`: a DFlash checkpoint (recognised by its config) or a small causal
+/// LM, which must share the target's vocabulary.
+pub fn load_drafter(
+    spec: &str,
+    target: &LoadedModel,
+    opts: &LoadOptions,
+) -> Result<Box<dyn Drafter>> {
+    let path = model_path(spec)?;
+    if let ModelFiles::Checkpoint(dir) = source::resolve(&path)? {
+        let cfg_path = dir.join("config.json");
+        let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::io(&cfg_path, e))?;
+        let config: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| Error::BadCheckpoint {
+                path: cfg_path.clone(),
+                reason: format!("config.json is not valid JSON: {e}"),
+            })?;
+        if crate::draft::dflash::is_dflash_config(&config) {
+            let context = target.decoder.context();
+            let mut d = DFlashDrafter::load_dir(&dir, &opts.device, context, !opts.exact)?;
+            d.set_name(ModelFiles::Checkpoint(dir).display_name());
+            return Ok(Box::new(d));
+        }
+    }
+    let d = model::load(&path, opts)?;
+    check_same_vocabulary(&target.name, &target.tokenizer, &d.name, &d.tokenizer)?;
+    Ok(Box::new(CausalDrafter::new(d.decoder, d.name)))
+}
+
+/// The text side of the target: what turns messages into ids and ids into text.
+pub struct TextSide {
+    /// The target's display name.
+    pub name: String,
+    /// Its tokenizer.
+    pub tokenizer: TextTokenizer,
+    /// Its chat template.
+    pub template: ChatTemplate,
+}
+
+/// Load the target (and the drafter, when given) into an engine; the engine takes the decoders,
+/// the tokenizer and template are returned beside it.
+pub fn build_engine(
+    target: &str,
+    drafter: Option<&str>,
+    settings: Settings,
+    seed: u64,
+    opts: &LoadOptions,
+) -> Result<(Engine, TextSide)> {
+    let t = load_model(target, opts)?;
+    let drafter = match drafter {
+        Some(spec) => Some(load_drafter(spec, &t, opts)?),
+        None => None,
+    };
+    let engine = Engine::new(
+        t.decoder,
+        drafter,
+        t.tokenizer.stop_ids().clone(),
+        settings,
+        seed,
+    )?;
+    let text = TextSide {
+        name: t.name,
+        tokenizer: t.tokenizer,
+        template: t.template,
+    };
+    Ok((engine, text))
+}

@@ -1,0 +1,254 @@
+//! The parts of a pre-norm decoder layer (RMSNorm, attention with RoPE and grouped-query heads,
+//! SwiGLU MLP), shared by the decoder ([`super::decoder`]), the DFlash drafter and the MTP head,
+//! which run the same blocks over different inputs and caches.
+
+use crate::error::Result;
+use crate::model::config::{ModelConfig, RopeStyle};
+use crate::model::decoder::apply_rope;
+use crate::model::weights::{Linear, WeightStore};
+use candle_core::Tensor;
+
+/// Projections that read the same input: one fused matrix where the weights can be joined
+/// (fewer, larger matmuls), else one matrix each.
+pub(crate) enum Projections {
+    Fused { linear: Linear, widths: Vec<usize> },
+    Separate(Vec<Linear>),
+}
+
+impl Projections {
+    /// Load the weights `blk.{layer}.{stem}.weight` (`[out_i, inp]`), with biases if asked.
+    pub(crate) fn load(
+        store: &mut WeightStore,
+        layer: usize,
+        parts: &[(&str, usize)],
+        inp: usize,
+        bias: bool,
+    ) -> Result<Self> {
+        let name = |stem: &str, what: &str| format!("blk.{layer}.{stem}.{what}");
+        let mut biases = Vec::new();
+        if bias {
+            for (stem, _) in parts {
+                biases.push(store.get_dense(&name(stem, "bias"))?);
+            }
+        }
+        let shapes: Vec<(String, [usize; 2])> = parts
+            .iter()
+            .map(|(stem, out)| (name(stem, "weight"), [*out, inp]))
+            .collect();
+        if let Some(w) = store.get_concat(&shapes)? {
+            let b = if bias {
+                Some(Tensor::cat(&biases, 0)?)
+            } else {
+                None
+            };
+            return Ok(Projections::Fused {
+                linear: Linear::new(w, b)?,
+                widths: parts.iter().map(|p| p.1).collect(),
+            });
+        }
+        let mut out = Vec::with_capacity(parts.len());
+        for (i, (n, shape)) in shapes.iter().enumerate() {
+            let w = store.get_checked(n, shape)?;
+            out.push(Linear::new(w, biases.get(i).cloned())?);
+        }
+        Ok(Projections::Separate(out))
+    }
+
+    /// Apply to `x` `[rows, in]`; one output per projection.
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<Vec<Tensor>> {
+        match self {
+            Projections::Separate(ls) => ls.iter().map(|l| l.forward(x)).collect(),
+            Projections::Fused { linear, widths } => {
+                let y = linear.forward(x)?;
+                let mut off = 0;
+                let mut outs = Vec::with_capacity(widths.len());
+                for &w in widths {
+                    outs.push(y.narrow(1, off, w)?);
+                    off += w;
+                }
+                Ok(outs)
+            }
+        }
+    }
+}
+
+/// The attention of a layer: q/k/v projections (Qwen2's biases, Qwen3's per-head q/k norms),
+/// RoPE, grouped-query attention over given K/V, the output projection.
+pub struct Attention {
+    qkv: Projections,
+    o: Linear,
+    q_norm: Option<Tensor>,
+    k_norm: Option<Tensor>,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    eps: f32,
+    rope: RopeStyle,
+}
+
+impl Attention {
+    /// Load layer `i`'s attention (GGUF names `blk.{i}.attn_*`).
+    pub fn load(store: &mut WeightStore, i: usize, cfg: &ModelConfig) -> Result<Self> {
+        let (h, hd) = (cfg.hidden, cfg.head_dim);
+        let (q_out, kv_out) = (cfg.n_heads * hd, cfg.n_kv_heads * hd);
+        let qkv = Projections::load(
+            store,
+            i,
+            &[("attn_q", q_out), ("attn_k", kv_out), ("attn_v", kv_out)],
+            h,
+            cfg.qkv_bias,
+        )?;
+        let o = Linear::new(
+            store.get_checked(&format!("blk.{i}.attn_output.weight"), &[h, q_out])?,
+            None,
+        )?;
+        let (q_norm, k_norm) = if cfg.qk_norm {
+            (
+                Some(store.get_dense(&format!("blk.{i}.attn_q_norm.weight"))?),
+                Some(store.get_dense(&format!("blk.{i}.attn_k_norm.weight"))?),
+            )
+        } else {
+            (None, None)
+        };
+        Ok(Attention {
+            qkv,
+            o,
+            q_norm,
+            k_norm,
+            n_heads: cfg.n_heads,
+            n_kv_heads: cfg.n_kv_heads,
+            head_dim: hd,
+            eps: cfg.rms_eps as f32,
+            rope: cfg.rope_style,
+        })
+    }
+
+    /// Heads `[n, heads, hd]` of a projection, normalised per head where the family does so,
+    /// rotated, as `[heads, n, hd]`.
+    fn heads(
+        &self,
+        x: &Tensor,
+        heads: usize,
+        norm: Option<&Tensor>,
+        cos: &Tensor,
+        sin: &Tensor,
+    ) -> Result<Tensor> {
+        let n = x.dim(0)?;
+        let x = x.reshape((n, heads, self.head_dim))?;
+        let x = match norm {
+            Some(w) => candle_nn::ops::rms_norm(&x.contiguous()?, w, self.eps)?,
+            None => x,
+        };
+        apply_rope(&x.transpose(0, 1)?, cos, sin, self.rope)
+    }
+
+    /// Queries `[heads, n, hd]` and keys and values `[kv_heads, n, hd]` of the normalised input
+    /// `x` `[n, hidden]`, rotated with the per-row tables `cos`, `sin` `[n, hd / 2]`.
+    pub fn qkv(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+        let p = self.qkv.forward(x)?;
+        let q = self.heads(&p[0], self.n_heads, self.q_norm.as_ref(), cos, sin)?;
+        let k = self.heads(&p[1], self.n_kv_heads, self.k_norm.as_ref(), cos, sin)?;
+        let n = x.dim(0)?;
+        let v = p[2]
+            .reshape((n, self.n_kv_heads, self.head_dim))?
+            .transpose(0, 1)?
+            .contiguous()?;
+        Ok((q, k, v))
+    }
+
+    /// Grouped-query attention of `q` `[heads, n, hd]` over `k`, `v` `[kv_heads, total, hd]`,
+    /// with an optional additive mask `[heads / kv_heads * n, total]`, through the output
+    /// projection: `[n, hidden]`. Query heads that share a K/V head are stacked along the row
+    /// axis, so K/V are never copied per head.
+    pub fn attend(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        let (nh, nkv, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
+        let n = q.dim(1)?;
+        let qg = q.reshape((nkv, nh / nkv * n, hd))?;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let att = (qg.matmul(&k.t()?)? * scale)?;
+        let att = match mask {
+            Some(m) => att.broadcast_add(m)?,
+            None => att,
+        };
+        let att = candle_nn::ops::softmax_last_dim(&att)?;
+        let out = att
+            .matmul(v)?
+            .reshape((nh, n, hd))?
+            .transpose(0, 1)?
+            .reshape((n, nh * hd))?;
+        self.o.forward(&out)
+    }
+}
+
+/// The MLP half of a layer with its norm: `x + down(silu(gate(n)) * up(n))`, `n = norm(x)`.
+pub struct Mlp {
+    norm: Tensor,
+    gate_up: Projections,
+    down: Linear,
+    eps: f32,
+}
+
+impl Mlp {
+    /// Load layer `i`'s MLP (GGUF names `blk.{i}.ffn_*`).
+    pub fn load(store: &mut WeightStore, i: usize, cfg: &ModelConfig) -> Result<Self> {
+        let gate_up = Projections::load(
+            store,
+            i,
+            &[("ffn_gate", cfg.ffn), ("ffn_up", cfg.ffn)],
+            cfg.hidden,
+            false,
+        )?;
+        let down = Linear::new(
+            store.get_checked(&format!("blk.{i}.ffn_down.weight"), &[cfg.hidden, cfg.ffn])?,
+            None,
+        )?;
+        Ok(Mlp {
+            norm: store.get_dense(&format!("blk.{i}.ffn_norm.weight"))?,
+            gate_up,
+            down,
+            eps: cfg.rms_eps as f32,
+        })
+    }
+
+    /// The residual stream after the MLP.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let h = candle_nn::ops::rms_norm(x, &self.norm, self.eps)?;
+        let gu = self.gate_up.forward(&h)?;
+        let g = candle_nn::ops::silu(&gu[0])?;
+        Ok((x + self.down.forward(&(g * &gu[1])?)?)?)
+    }
+}
+
+/// One pre-norm decoder layer: `x += attn(norm(x)); x += mlp(norm(x))`. The caller runs the
+/// attention (it owns the K/V cache).
+pub struct DecoderLayer {
+    attn_norm: Tensor,
+    eps: f32,
+    /// The attention.
+    pub attn: Attention,
+    /// The MLP with its norm.
+    pub mlp: Mlp,
+}
+
+impl DecoderLayer {
+    /// Load layer `i` (GGUF names `blk.{i}.*`).
+    pub fn load(store: &mut WeightStore, i: usize, cfg: &ModelConfig) -> Result<Self> {
+        Ok(DecoderLayer {
+            attn_norm: store.get_dense(&format!("blk.{i}.attn_norm.weight"))?,
+            eps: cfg.rms_eps as f32,
+            attn: Attention::load(store, i, cfg)?,
+            mlp: Mlp::load(store, i, cfg)?,
+        })
+    }
+
+    /// The input of the attention: `norm(x)`.
+    pub fn attn_norm(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(candle_nn::ops::rms_norm(x, &self.attn_norm, self.eps)?)
+    }
+}
