@@ -406,7 +406,13 @@ fn sampling_is_lossless_for_the_first_two_tokens() {
         );
     }
     // A walk that accepts the drafter's first child unchecked must fail the same test.
-    let (stat, df) = run_mode(with(Mode::Tree, 6, 2, 1, Verification::UncheckedFirstChild));
+    let (stat, df) = run_mode(with(
+        Mode::Tree,
+        6,
+        2,
+        1,
+        Verification::LossyUncheckedFirstChild,
+    ));
     eprintln!("lossy: chi-square {stat:.1}, {df} df");
     assert!(
         stat > chi2_critical(df),

@@ -25,7 +25,9 @@ use crate::draft::{Committed, DraftRequest, Drafter, Proposal};
 use crate::error::{Error, Result};
 use crate::model::decoder::{Batch, Decoder, ForwardOutput};
 use crate::tree::{build_ddtree, top_k_rows, walk, DraftTree};
-use crate::verify::{target_choice, verify_sampled_chain, SampledDraft, Verification};
+use crate::verify::{
+    target_choice, target_distribution, verify_sampled_chain, SampledDraft, Verification,
+};
 use candle_core::Tensor;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -359,6 +361,7 @@ impl Engine {
         }
         rows.prefetch(&chain)?;
         let params = self.settings.sampling;
+        let rule = self.settings.verification;
         let rng = &mut self.rng;
         let mut err = None;
         let mut row = |node: usize| match rows.row(node) {
@@ -368,20 +371,30 @@ impl Engine {
                 None
             }
         };
-        let res = match (sampled, self.settings.verification) {
-            (_, Verification::UncheckedFirstChild) => {
+        let res = match (sampled, rule) {
+            (_, Verification::LossyUncheckedFirstChild) => {
                 let node = *chain.last().unwrap_or(&0);
                 let y = row(node).map_or(u32::MAX, |r| target_choice(&r, &params, rng));
                 (chain.clone(), y)
             }
-            (Some(drafts), Verification::Lossless) => {
-                let p = |i: usize| {
-                    row(i).map_or(vec![], |r| crate::sampling::distribution(&r, &params))
-                };
-                let (k, y) = verify_sampled_chain(drafts, p, rng);
+            (Some(drafts), _) => {
+                let p =
+                    |i: usize| row(i).map_or(vec![], |r| target_distribution(&r, &params, rule));
+                let (k, y) = verify_sampled_chain(drafts, p, rule, rng);
                 ((0..=k).collect(), y)
             }
-            (None, Verification::Lossless) => walk(tree, |node| {
+            (None, Verification::LossyArgmaxMatch) => walk(tree, |node| {
+                row(node).map_or(u32::MAX, |r| {
+                    let a = crate::sampling::argmax(&r).unwrap_or(0);
+                    let is_child = children[node].iter().any(|&c| tree.tokens[c] == a);
+                    if is_child {
+                        a
+                    } else {
+                        target_choice(&r, &params, rng)
+                    }
+                })
+            }),
+            (None, _) => walk(tree, |node| {
                 row(node).map_or(u32::MAX, |r| target_choice(&r, &params, rng))
             }),
         };

@@ -1,0 +1,90 @@
+//! Benchmark prompt sets: JSON lines with a `prompt` field, from files or the sets bundled with
+//! treespec.
+
+use crate::error::{Error, Result};
+use std::path::Path;
+
+/// One benchmark prompt.
+#[derive(Debug, Clone)]
+pub struct BenchPrompt {
+    /// Its id in the file.
+    pub id: String,
+    /// The user message.
+    pub text: String,
+}
+
+/// A prompt file.
+#[derive(Debug, Clone)]
+pub struct PromptSet {
+    /// The file's stem (`humaneval`, `gsm8k`, `chat`, ...).
+    pub name: String,
+    /// Its prompts, in file order.
+    pub prompts: Vec<BenchPrompt>,
+}
+
+/// The prompt sets that ship with treespec (`benchmarks/prompts/`), used when `bench` is given
+/// no `--prompts`: name and JSON lines.
+pub const BUNDLED: [(&str, &str); 3] = [
+    (
+        "humaneval",
+        include_str!("../../benchmarks/prompts/humaneval.jsonl"),
+    ),
+    (
+        "gsm8k",
+        include_str!("../../benchmarks/prompts/gsm8k.jsonl"),
+    ),
+    ("chat", include_str!("../../benchmarks/prompts/chat.jsonl")),
+];
+
+/// The bundled prompt sets, each cut to `limit` prompts.
+pub fn bundled_prompts(limit: Option<usize>) -> Result<Vec<PromptSet>> {
+    BUNDLED
+        .iter()
+        .map(|(name, text)| parse_prompts(name, text, limit))
+        .collect()
+}
+
+/// Read a JSON-lines prompt file (`{"id": ..., "prompt": ...}` per line).
+pub fn load_prompts(path: &Path, limit: Option<usize>) -> Result<PromptSet> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let name = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_string())
+        .unwrap_or_default();
+    parse_prompts(&name, &text, limit).map_err(|e| match e {
+        Error::InvalidArgument(m) => Error::InvalidArgument(format!("{}:{m}", path.display())),
+        other => other,
+    })
+}
+
+/// Parse JSON-lines prompts; errors name the line.
+fn parse_prompts(name: &str, text: &str, limit: Option<usize>) -> Result<PromptSet> {
+    let mut prompts = vec![];
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| Error::InvalidArgument(format!("{}: {e}", i + 1)))?;
+        let prompt = v
+            .get("prompt")
+            .and_then(|p| p.as_str())
+            .ok_or_else(|| Error::InvalidArgument(format!("{}: no \"prompt\" field", i + 1)))?;
+        let id = match v.get("id") {
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+            None => format!("{}", i + 1),
+        };
+        prompts.push(BenchPrompt {
+            id,
+            text: prompt.to_string(),
+        });
+        if limit.is_some_and(|l| prompts.len() >= l) {
+            break;
+        }
+    }
+    Ok(PromptSet {
+        name: name.to_string(),
+        prompts,
+    })
+}
