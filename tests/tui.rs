@@ -14,7 +14,7 @@ use treespec::chat::{ChatEvent, StepView, TreeView};
 use treespec::engine::{Mode, StageTimes};
 use treespec::transcript::Transcript;
 use treespec::tui::app::{App, AppOptions};
-use treespec::tui::theme::{Theme, BUNDLED, KEYS};
+use treespec::tui::theme::{StyleKey, Theme, BUNDLED};
 use treespec::tui::view;
 
 fn answer() -> ScriptedAnswer {
@@ -114,18 +114,18 @@ fn accepted_tokens_are_coloured_by_depth_and_the_target_token_is_marked() {
     assert_eq!(buf[(x, y)].fg, theme.drafted(2).fg.unwrap());
     assert_ne!(theme.drafted(1).fg, theme.drafted(2).fg);
     let (x, y) = find(&buf, "friend").unwrap();
-    assert_eq!(buf[(x, y)].fg, theme.style("target").fg.unwrap());
+    assert_eq!(buf[(x, y)].fg, theme.style(StyleKey::Target).fg.unwrap());
     assert!(buf[(x, y)].modifier.contains(Modifier::UNDERLINED));
     // Labels.
     let (x, y) = find(&buf, "You").unwrap();
-    assert_eq!(buf[(x, y)].fg, theme.style("user_label").fg.unwrap());
+    assert_eq!(buf[(x, y)].fg, theme.style(StyleKey::UserLabel).fg.unwrap());
 
     // Colouring off: the same cells in the plain style.
     app.on_key(key(KeyCode::F(8)));
     assert!(!app.colour);
     let buf = render(&mut app, 120, 30);
     let (x, y) = find(&buf, "Hello").unwrap();
-    assert_eq!(buf[(x, y)].fg, theme.style("plain").fg.unwrap());
+    assert_eq!(buf[(x, y)].fg, theme.style(StyleKey::Plain).fg.unwrap());
     let (x, y) = find(&buf, "friend").unwrap();
     assert!(!buf[(x, y)].modifier.contains(Modifier::UNDERLINED));
 }
@@ -147,10 +147,16 @@ fn tree_panel_highlights_the_accepted_branch() {
     let (tx, ty) = find_in(&buf, "Hello", px..140, 0..30).expect("Hello in the tree panel");
     let (cx, _) = find_in(&buf, "Hello", 0..px, 0..30).expect("Hello in the transcript");
     assert!(cx < px && tx > px);
-    assert_eq!(buf[(tx, ty)].bg, theme.style("tree_accepted").bg.unwrap());
+    assert_eq!(
+        buf[(tx, ty)].bg,
+        theme.style(StyleKey::TreeAccepted).bg.unwrap()
+    );
     // The rejected alternative is drawn plainly, and the target's token after the path marked.
     let (rx, ry) = find(&buf, "friend?").unwrap();
-    assert_eq!(buf[(rx, ry)].fg, theme.style("tree_node").fg.unwrap());
+    assert_eq!(
+        buf[(rx, ry)].fg,
+        theme.style(StyleKey::TreeNode).fg.unwrap()
+    );
     // F7 hides the panel.
     app.on_key(key(KeyCode::F(7)));
     let s = screen(&render(&mut app, 140, 30));
@@ -240,7 +246,10 @@ fn status_bar_shows_mode_speed_tau_and_greys_out_mtp() {
     let theme = app.theme().clone();
     let status_row = 28..29;
     let (x, y) = find_in(&buf, " tree ", 0..200, status_row.clone()).unwrap();
-    assert_eq!(buf[(x, y)].bg, theme.style("status_mode").bg.unwrap());
+    assert_eq!(
+        buf[(x, y)].bg,
+        theme.style(StyleKey::StatusMode).bg.unwrap()
+    );
     let (x, y) = find_in(&buf, " mtp ", 0..200, status_row).unwrap();
     assert!(buf[(x + 1, y)].modifier.contains(Modifier::DIM));
 }
@@ -494,12 +503,15 @@ fn every_bundled_theme_loads_and_defines_every_key() {
         let t = Theme::from_toml(text).unwrap_or_else(|e| panic!("{file}: {e}"));
         let raw: toml::Value = toml::from_str(text).unwrap();
         let styles = raw["styles"].as_table().unwrap();
-        for k in KEYS.iter().filter(|k| **k != "drafted") {
-            assert!(styles.contains_key(*k), "{file} lacks `{k}`");
+        for k in StyleKey::ALL {
+            assert!(styles.contains_key(k.name()), "{file} lacks `{k}`");
         }
         assert!(t.drafted_shades() >= 4, "{file}: too few depth shades");
     }
-    assert!(Theme::from_toml("name = \"x\"\n[styles]\nbogus = { fg = \"red\" }").is_err());
+    let err = Theme::from_toml("name = \"x\"\n[styles]\nbogus = { fg = \"red\" }").unwrap_err();
+    assert!(err.to_string().contains("unknown style `bogus`"), "{err}");
+    // `drafted` is a list of colours, not a style.
+    assert!(Theme::from_toml("name = \"x\"\n[styles]\ndrafted = { fg = \"red\" }").is_err());
     assert!(Theme::from_toml("name = \"x\"\n[styles]\nbase = { fg = \"nocolour\" }").is_err());
     // User themes override bundled ones by name; broken files are reported, not fatal.
     let dir = tempfile::tempdir().unwrap();

@@ -13,7 +13,6 @@ use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use std::path::PathBuf;
 use std::time::Instant;
 
-
 /// A message under the input box.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Notice {

@@ -16,35 +16,145 @@ pub const BUNDLED: [(&str, &str); 3] = [
     ),
 ];
 
-/// Every style key a theme defines.
-pub const KEYS: [&str; 26] = [
-    "base",
-    "border",
-    "border_focus",
-    "title",
-    "user_label",
-    "user_text",
-    "assistant_label",
-    "system_text",
-    "plain",
-    "target",
-    "status",
-    "status_mode",
-    "status_dim",
-    "keybar",
-    "key",
-    "input",
-    "placeholder",
-    "tree_root",
-    "tree_node",
-    "tree_accepted",
-    "tree_next",
-    "tree_dim",
-    "error",
-    "notice",
-    "disabled",
-    "drafted",
-];
+/// A style a theme defines, named in theme files by [`StyleKey::name`] (`status_mode`, ...).
+/// The per-depth colours of accepted draft tokens are not a style key: they are the theme's
+/// `[drafted]` list (see [`Theme::drafted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StyleKey {
+    /// The background of the whole screen.
+    Base,
+    /// Panel borders.
+    Border,
+    /// The border of the panel that takes the keys (the input box while idle).
+    BorderFocus,
+    /// Panel titles and section headings.
+    Title,
+    /// "You".
+    UserLabel,
+    /// The user's messages.
+    UserText,
+    /// "Assistant".
+    AssistantLabel,
+    /// The system prompt.
+    SystemText,
+    /// Answer text without colouring (and ordinary help text).
+    Plain,
+    /// The target's own tokens (bonus or correction) in a speculative answer.
+    Target,
+    /// The status bar.
+    Status,
+    /// The mode in force, in the status bar.
+    StatusMode,
+    /// The other modes and the separators in the status bar.
+    StatusDim,
+    /// The key bar.
+    Keybar,
+    /// Keys, in the key bar and the help.
+    Key,
+    /// Text typed in the input box.
+    Input,
+    /// Hints shown where there is nothing yet.
+    Placeholder,
+    /// The root of the draft tree.
+    TreeRoot,
+    /// Drafted nodes the target did not accept.
+    TreeNode,
+    /// The accepted path of the draft tree.
+    TreeAccepted,
+    /// The target's own token after the accepted path.
+    TreeNext,
+    /// Secondary text in the tree panel (timings, indentation, counts).
+    TreeDim,
+    /// Error notices.
+    Error,
+    /// Other notices.
+    Notice,
+    /// Modes that cannot run (patched over their usual style).
+    Disabled,
+}
+
+impl StyleKey {
+    /// Every style key, in the order theme files list them.
+    pub const ALL: [StyleKey; 25] = [
+        StyleKey::Base,
+        StyleKey::Border,
+        StyleKey::BorderFocus,
+        StyleKey::Title,
+        StyleKey::UserLabel,
+        StyleKey::UserText,
+        StyleKey::AssistantLabel,
+        StyleKey::SystemText,
+        StyleKey::Plain,
+        StyleKey::Target,
+        StyleKey::Status,
+        StyleKey::StatusMode,
+        StyleKey::StatusDim,
+        StyleKey::Keybar,
+        StyleKey::Key,
+        StyleKey::Input,
+        StyleKey::Placeholder,
+        StyleKey::TreeRoot,
+        StyleKey::TreeNode,
+        StyleKey::TreeAccepted,
+        StyleKey::TreeNext,
+        StyleKey::TreeDim,
+        StyleKey::Error,
+        StyleKey::Notice,
+        StyleKey::Disabled,
+    ];
+
+    /// The key's name in theme files.
+    pub fn name(self) -> &'static str {
+        match self {
+            StyleKey::Base => "base",
+            StyleKey::Border => "border",
+            StyleKey::BorderFocus => "border_focus",
+            StyleKey::Title => "title",
+            StyleKey::UserLabel => "user_label",
+            StyleKey::UserText => "user_text",
+            StyleKey::AssistantLabel => "assistant_label",
+            StyleKey::SystemText => "system_text",
+            StyleKey::Plain => "plain",
+            StyleKey::Target => "target",
+            StyleKey::Status => "status",
+            StyleKey::StatusMode => "status_mode",
+            StyleKey::StatusDim => "status_dim",
+            StyleKey::Keybar => "keybar",
+            StyleKey::Key => "key",
+            StyleKey::Input => "input",
+            StyleKey::Placeholder => "placeholder",
+            StyleKey::TreeRoot => "tree_root",
+            StyleKey::TreeNode => "tree_node",
+            StyleKey::TreeAccepted => "tree_accepted",
+            StyleKey::TreeNext => "tree_next",
+            StyleKey::TreeDim => "tree_dim",
+            StyleKey::Error => "error",
+            StyleKey::Notice => "notice",
+            StyleKey::Disabled => "disabled",
+        }
+    }
+
+    /// The key a theme file names (`None` for an unknown name).
+    pub fn parse(name: &str) -> Option<StyleKey> {
+        StyleKey::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// Position in [`StyleKey::ALL`].
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl std::fmt::Display for StyleKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The names of every style key, for messages.
+fn known_keys() -> String {
+    StyleKey::ALL.map(StyleKey::name).join(", ")
+}
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -80,7 +190,7 @@ struct Drafted {
 pub struct Theme {
     /// Its name.
     pub name: String,
-    styles: BTreeMap<String, Style>,
+    styles: [Style; StyleKey::ALL.len()],
     drafted: Vec<Color>,
 }
 
@@ -122,32 +232,31 @@ pub fn parse_color(s: &str) -> Option<Color> {
 impl Theme {
     /// The built-in fallback (used when no theme file can be read).
     pub fn fallback() -> Self {
-        let mut styles = BTreeMap::new();
+        use StyleKey as K;
         let plain = Style::default();
-        for k in KEYS {
-            styles.insert(k.to_string(), plain);
-        }
         let bold = Style::default().add_modifier(Modifier::BOLD);
-        styles.insert("title".into(), bold);
-        styles.insert("user_label".into(), bold.fg(Color::Yellow));
-        styles.insert("assistant_label".into(), bold.fg(Color::Green));
-        styles.insert("target".into(), plain.fg(Color::Yellow));
-        styles.insert("status".into(), plain.add_modifier(Modifier::REVERSED));
-        styles.insert("status_mode".into(), bold.add_modifier(Modifier::REVERSED));
-        styles.insert("status_dim".into(), plain.add_modifier(Modifier::REVERSED));
-        styles.insert("key".into(), bold);
-        styles.insert(
-            "tree_accepted".into(),
-            bold.add_modifier(Modifier::REVERSED),
-        );
-        styles.insert("tree_next".into(), bold.fg(Color::Yellow));
-        styles.insert("error".into(), bold.fg(Color::Red));
-        styles.insert("disabled".into(), plain.add_modifier(Modifier::DIM));
-        Theme {
+        let mut theme = Theme {
             name: "fallback".into(),
-            styles,
+            styles: [plain; StyleKey::ALL.len()],
             drafted: vec![Color::Green, Color::Cyan, Color::Blue, Color::Magenta],
+        };
+        for (k, s) in [
+            (K::Title, bold),
+            (K::UserLabel, bold.fg(Color::Yellow)),
+            (K::AssistantLabel, bold.fg(Color::Green)),
+            (K::Target, plain.fg(Color::Yellow)),
+            (K::Status, plain.add_modifier(Modifier::REVERSED)),
+            (K::StatusMode, bold.add_modifier(Modifier::REVERSED)),
+            (K::StatusDim, plain.add_modifier(Modifier::REVERSED)),
+            (K::Key, bold),
+            (K::TreeAccepted, bold.add_modifier(Modifier::REVERSED)),
+            (K::TreeNext, bold.fg(Color::Yellow)),
+            (K::Error, bold.fg(Color::Red)),
+            (K::Disabled, plain.add_modifier(Modifier::DIM)),
+        ] {
+            theme.styles[k.index()] = s;
         }
+        theme
     }
 
     /// Parse a theme file. Every key must be known and every colour valid; keys the file leaves
@@ -156,11 +265,11 @@ impl Theme {
         let file: ThemeFile = toml::from_str(text).map_err(|e| e.to_string())?;
         let mut theme = Theme::fallback();
         theme.name = file.name;
-        for (key, spec) in file.styles {
-            if !KEYS.contains(&key.as_str()) || key == "drafted" {
-                return Err(format!("unknown style `{key}`"));
-            }
-            theme.styles.insert(key.clone(), resolve(&key, &spec)?);
+        for (name, spec) in file.styles {
+            let key = StyleKey::parse(&name).ok_or_else(|| {
+                format!("unknown style `{name}` (the styles are {})", known_keys())
+            })?;
+            theme.styles[key.index()] = resolve(&name, &spec)?;
         }
         if let Some(d) = file.drafted {
             if d.depths.is_empty() {
@@ -213,9 +322,9 @@ impl Theme {
         (themes, problems)
     }
 
-    /// The style of a key (the default style for an unknown key).
-    pub fn style(&self, key: &str) -> Style {
-        self.styles.get(key).copied().unwrap_or_default()
+    /// The style of a key.
+    pub fn style(&self, key: StyleKey) -> Style {
+        self.styles[key.index()]
     }
 
     /// The colour of accepted draft tokens at `depth` (1-based; the last colour repeats).
@@ -223,7 +332,7 @@ impl Theme {
         let i = depth
             .saturating_sub(1)
             .min(self.drafted.len().saturating_sub(1));
-        let base = self.style("plain");
+        let base = self.style(StyleKey::Plain);
         match self.drafted.get(i) {
             Some(&c) => base.fg(c),
             None => base,

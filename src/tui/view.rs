@@ -2,6 +2,7 @@
 
 use super::app::App;
 use super::keymap::Action;
+use super::theme::StyleKey;
 use super::wrap::{truncate, width, wrap};
 use crate::chat::{Origin, StepView};
 use crate::engine::Mode;
@@ -22,13 +23,17 @@ const SIDE_BY_SIDE: u16 = 100;
 pub fn draw(f: &mut Frame, app: &mut App) {
     let area = f.area();
     let theme = app.theme().clone();
-    f.render_widget(Block::default().style(theme.style("base")), area);
+    f.render_widget(Block::default().style(theme.style(StyleKey::Base)), area);
     if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
         let msg = format!(
             "terminal too small: {}x{}, treespec needs {MIN_WIDTH}x{MIN_HEIGHT}",
             area.width, area.height
         );
-        let lines = wrap(&[(&msg, theme.style("error"))], area.width as usize, 0);
+        let lines = wrap(
+            &[(&msg, theme.style(StyleKey::Error))],
+            area.width as usize,
+            0,
+        );
         f.render_widget(Paragraph::new(lines), area);
         return;
     }
@@ -72,12 +77,12 @@ pub fn draw(f: &mut Frame, app: &mut App) {
 fn origin_style(app: &App, o: Origin) -> Style {
     let t = app.theme();
     if !app.colour {
-        return t.style("plain");
+        return t.style(StyleKey::Plain);
     }
     match o {
-        Origin::Plain => t.style("plain"),
+        Origin::Plain => t.style(StyleKey::Plain),
         Origin::Drafted { depth } => t.drafted(depth),
-        Origin::Target => t.style("target"),
+        Origin::Target => t.style(StyleKey::Target),
     }
 }
 
@@ -88,8 +93,8 @@ pub fn transcript_lines(app: &App, width: usize) -> Vec<Line<'static>> {
     if let Some(s) = &app.transcript.system {
         lines.extend(wrap(
             &[
-                ("system: ", t.style("system_text")),
-                (s, t.style("system_text")),
+                ("system: ", t.style(StyleKey::SystemText)),
+                (s, t.style(StyleKey::SystemText)),
             ],
             width,
             0,
@@ -106,7 +111,7 @@ pub fn transcript_lines(app: &App, width: usize) -> Vec<Line<'static>> {
                      depth in the tree; the target's own tokens are underlined. {help} shows \
                      every key."
                 ),
-                t.style("placeholder"),
+                t.style(StyleKey::Placeholder),
             )],
             width,
             0,
@@ -114,12 +119,15 @@ pub fn transcript_lines(app: &App, width: usize) -> Vec<Line<'static>> {
         return lines;
     }
     for (i, turn) in turns.iter().enumerate() {
-        lines.push(Line::from(Span::styled("You", t.style("user_label"))));
-        lines.extend(wrap(&[(&turn.user, t.style("user_text"))], width, 2));
+        lines.push(Line::from(Span::styled(
+            "You",
+            t.style(StyleKey::UserLabel),
+        )));
+        lines.extend(wrap(&[(&turn.user, t.style(StyleKey::UserText))], width, 2));
         lines.push(Line::default());
         lines.push(Line::from(Span::styled(
             "Assistant",
-            t.style("assistant_label"),
+            t.style(StyleKey::AssistantLabel),
         )));
         let pieces: Vec<(&str, Style)> = turn
             .tokens
@@ -128,7 +136,10 @@ pub fn transcript_lines(app: &App, width: usize) -> Vec<Line<'static>> {
             .collect();
         let in_progress = i + 1 == turns.len() && app.current.is_some();
         if pieces.is_empty() && in_progress {
-            lines.push(Line::from(Span::styled("  …", t.style("placeholder"))));
+            lines.push(Line::from(Span::styled(
+                "  …",
+                t.style(StyleKey::Placeholder),
+            )));
         } else {
             lines.extend(wrap(&pieces, width, 2));
         }
@@ -146,7 +157,7 @@ pub fn transcript_lines(app: &App, width: usize) -> Vec<Line<'static>> {
                     turn.stats.tokens_per_sec(),
                     turn.stats.tau()
                 ),
-                t.style("tree_dim"),
+                t.style(StyleKey::TreeDim),
             )));
         }
         lines.push(Line::default());
@@ -165,16 +176,16 @@ fn draw_transcript(f: &mut Frame, app: &mut App, area: Rect) {
     app.page = inner_h.saturating_sub(1).max(1);
     let start = total.saturating_sub(inner_h + app.scroll);
     let visible: Vec<Line> = lines.into_iter().skip(start).take(inner_h).collect();
-    let mut title = vec![Span::styled(" treespec ", t.style("title"))];
+    let mut title = vec![Span::styled(" treespec ", t.style(StyleKey::Title))];
     if app.scroll > 0 {
         title.push(Span::styled(
             format!("· ↓ {} more lines (Ctrl+End) ", app.scroll),
-            t.style("notice"),
+            t.style(StyleKey::Notice),
         ));
     }
     let block = Block::bordered()
         .title(Line::from(title))
-        .border_style(t.style("border"));
+        .border_style(t.style(StyleKey::Border));
     f.render_widget(Paragraph::new(visible).block(block), area);
 }
 
@@ -205,24 +216,24 @@ pub fn tree_lines(app: &App, step: &StepView, rows: usize, width: usize) -> Vec<
     let verify_ms = step.times.verify.as_secs_f64() * 1e3;
     let draft_ms = step.times.draft.as_secs_f64() * 1e3;
     lines.push(Line::from(vec![
-        Span::styled(format!("{} ", step.mode), t.style("title")),
+        Span::styled(format!("{} ", step.mode), t.style(StyleKey::Title)),
         Span::styled(
             format!("nodes {} · accepted {}", tree.drafted(), step.accepted()),
-            t.style("tree_node"),
+            t.style(StyleKey::TreeNode),
         ),
     ]));
     lines.push(Line::from(Span::styled(
         format!("verify {verify_ms:.1} ms · draft {draft_ms:.1} ms"),
-        t.style("tree_dim"),
+        t.style(StyleKey::TreeDim),
     )));
     if step.mode == Mode::Ar || n <= 1 {
         lines.push(Line::from(Span::styled(
             "ar: one target token per step, nothing drafted",
-            t.style("tree_dim"),
+            t.style(StyleKey::TreeDim),
         )));
         lines.push(Line::from(vec![
-            Span::styled("next ", t.style("tree_dim")),
-            Span::styled(tree_label(&tree.next), t.style("tree_next")),
+            Span::styled("next ", t.style(StyleKey::TreeDim)),
+            Span::styled(tree_label(&tree.next), t.style(StyleKey::TreeNext)),
         ]));
         return lines;
     }
@@ -266,11 +277,11 @@ pub fn tree_lines(app: &App, step: &StepView, rows: usize, width: usize) -> Vec<
         let depth = tree.depths[i];
         let indent = "  ".repeat(depth.min(12));
         let style = if i == 0 {
-            t.style("tree_root")
+            t.style(StyleKey::TreeRoot)
         } else if accepted.contains(&i) {
-            t.style("tree_accepted")
+            t.style(StyleKey::TreeAccepted)
         } else {
-            t.style("tree_node")
+            t.style(StyleKey::TreeNode)
         };
         let label = if i == 0 {
             format!("● {}", tree_label(&tree.labels[0]))
@@ -278,16 +289,22 @@ pub fn tree_lines(app: &App, step: &StepView, rows: usize, width: usize) -> Vec<
             tree_label(&tree.labels[i])
         };
         let mut spans = vec![
-            Span::styled(indent, t.style("tree_dim")),
+            Span::styled(indent, t.style(StyleKey::TreeDim)),
             Span::styled(label, style),
         ];
         if i == last_accepted {
-            spans.push(Span::styled(" → ", t.style("tree_dim")));
-            spans.push(Span::styled(tree_label(&tree.next), t.style("tree_next")));
+            spans.push(Span::styled(" → ", t.style(StyleKey::TreeDim)));
+            spans.push(Span::styled(
+                tree_label(&tree.next),
+                t.style(StyleKey::TreeNext),
+            ));
         }
         let hidden = children[i].iter().filter(|&&c| !shown[c]).count();
         if hidden > 0 {
-            spans.push(Span::styled(format!("  +{hidden}"), t.style("tree_dim")));
+            spans.push(Span::styled(
+                format!("  +{hidden}"),
+                t.style(StyleKey::TreeDim),
+            ));
         }
         body.push(Line::from(spans));
         for &c in children[i].iter().rev() {
@@ -305,7 +322,7 @@ pub fn tree_lines(app: &App, step: &StepView, rows: usize, width: usize) -> Vec<
                 visible - 1,
                 n - 1
             ),
-            t.style("tree_dim"),
+            t.style(StyleKey::TreeDim),
         )));
     }
     let _ = width;
@@ -319,15 +336,15 @@ fn draw_tree(f: &mut Frame, app: &App, area: Rect) {
         None => " draft tree ".to_string(),
     };
     let block = Block::bordered()
-        .title(Span::styled(title, t.style("title")))
-        .border_style(t.style("border"));
+        .title(Span::styled(title, t.style(StyleKey::Title)))
+        .border_style(t.style(StyleKey::Border));
     let inner_h = area.height.saturating_sub(2) as usize;
     let inner_w = area.width.saturating_sub(2) as usize;
     let lines = match &app.last_step {
         Some(step) => tree_lines(app, step, inner_h, inner_w),
         None => vec![Line::from(Span::styled(
             "the last step's draft tree appears here",
-            t.style("placeholder"),
+            t.style(StyleKey::Placeholder),
         ))],
     };
     f.render_widget(Paragraph::new(lines).block(block), area);
@@ -336,14 +353,18 @@ fn draw_tree(f: &mut Frame, app: &App, area: Rect) {
 fn draw_input(f: &mut Frame, app: &App, area: Rect) {
     let t = app.theme();
     let mut block = Block::bordered()
-        .title(Span::styled(" message ", t.style("title")))
+        .title(Span::styled(" message ", t.style(StyleKey::Title)))
         .border_style(t.style(if app.generating() {
-            "border"
+            StyleKey::Border
         } else {
-            "border_focus"
+            StyleKey::BorderFocus
         }));
     if let Some(n) = &app.notice {
-        let style = t.style(if n.error { "error" } else { "notice" });
+        let style = t.style(if n.error {
+            StyleKey::Error
+        } else {
+            StyleKey::Notice
+        });
         let max = area.width.saturating_sub(4) as usize;
         block = block.title_bottom(Line::from(Span::styled(
             format!(" {} ", truncate(&n.text, max)),
@@ -359,7 +380,7 @@ fn draw_input(f: &mut Frame, app: &App, area: Rect) {
             "message, or /help"
         };
         f.render_widget(
-            Paragraph::new(Span::styled(hint, t.style("placeholder"))).block(block),
+            Paragraph::new(Span::styled(hint, t.style(StyleKey::Placeholder))).block(block),
             area,
         );
         f.set_cursor_position(Position::new(inner.x, inner.y));
@@ -405,7 +426,7 @@ fn draw_input(f: &mut Frame, app: &App, area: Rect) {
         .iter()
         .skip(first)
         .take(h)
-        .map(|r| Line::from(Span::styled(r.clone(), t.style("input"))))
+        .map(|r| Line::from(Span::styled(r.clone(), t.style(StyleKey::Input))))
         .collect();
     f.render_widget(Paragraph::new(lines).block(block), area);
     f.set_cursor_position(Position::new(
@@ -419,16 +440,17 @@ pub fn status_spans(app: &App) -> Vec<Span<'static>> {
     let t = app.theme();
     let s = app.settings;
     let info = app.engine.info();
-    let sep = || Span::styled(" │ ", t.style("status_dim"));
+    let sep = || Span::styled(" │ ", t.style(StyleKey::StatusDim));
     let mut spans = vec![];
     for m in Mode::ALL {
         let name = format!(" {} ", m.name());
         let style = if m == s.mode {
-            t.style("status_mode")
+            t.style(StyleKey::StatusMode)
         } else if info.why_unavailable(m).is_some() {
-            t.style("status_dim").patch(t.style("disabled"))
+            t.style(StyleKey::StatusDim)
+                .patch(t.style(StyleKey::Disabled))
         } else {
-            t.style("status_dim")
+            t.style(StyleKey::StatusDim)
         };
         spans.push(Span::styled(name, style));
     }
@@ -442,7 +464,7 @@ pub fn status_spans(app: &App) -> Vec<Span<'static>> {
     if s.min_chain_prob > 0.0 && matches!(s.mode, Mode::Tree | Mode::Linear) {
         shape.push_str(&format!(" p≥{}", s.min_chain_prob));
     }
-    spans.push(Span::styled(shape, t.style("status")));
+    spans.push(Span::styled(shape, t.style(StyleKey::Status)));
     spans.push(sep());
     spans.push(Span::styled(
         if s.sampling.is_greedy() {
@@ -450,18 +472,18 @@ pub fn status_spans(app: &App) -> Vec<Span<'static>> {
         } else {
             format!("T {:.1}", s.sampling.temperature)
         },
-        t.style("status"),
+        t.style(StyleKey::Status),
     ));
     spans.push(sep());
     let st = app.stats;
     spans.push(Span::styled(
         format!("{:.1} tok/s", st.tokens_per_sec()),
-        t.style("status"),
+        t.style(StyleKey::Status),
     ));
     spans.push(sep());
     spans.push(Span::styled(
         format!("τ {:.2}", st.tau()),
-        t.style("status"),
+        t.style(StyleKey::Status),
     ));
     spans.push(sep());
     spans.push(Span::styled(
@@ -469,30 +491,30 @@ pub fn status_spans(app: &App) -> Vec<Span<'static>> {
             Some(a) => format!("acc {:.0}%", a * 100.0),
             None => "acc –".into(),
         },
-        t.style("status"),
+        t.style(StyleKey::Status),
     ));
     spans.push(sep());
     spans.push(Span::styled(
         format!("target {}", truncate(&info.target, 28)),
-        t.style("status"),
+        t.style(StyleKey::Status),
     ));
     if let Some(d) = &info.drafter {
         spans.push(sep());
         let kind = info.drafter_kind.as_deref().unwrap_or("drafter");
         spans.push(Span::styled(
             format!("drafter {} ({kind})", truncate(d, 28)),
-            t.style("status"),
+            t.style(StyleKey::Status),
         ));
     }
     spans.push(sep());
-    spans.push(Span::styled(info.device.clone(), t.style("status")));
+    spans.push(Span::styled(info.device.clone(), t.style(StyleKey::Status)));
     spans
 }
 
 fn draw_status(f: &mut Frame, app: &App, area: Rect) {
     let t = app.theme();
     f.render_widget(
-        Paragraph::new(Line::from(status_spans(app))).style(t.style("status")),
+        Paragraph::new(Line::from(status_spans(app))).style(t.style(StyleKey::Status)),
         area,
     );
 }
@@ -539,10 +561,10 @@ pub fn keybar_spans(app: &App) -> Vec<Span<'static>> {
     let mut spans = vec![];
     for (i, (key, what)) in items.into_iter().enumerate() {
         if i > 0 {
-            spans.push(Span::styled("  ", t.style("keybar")));
+            spans.push(Span::styled("  ", t.style(StyleKey::Keybar)));
         }
-        spans.push(Span::styled(key, t.style("key")));
-        spans.push(Span::styled(format!(" {what}"), t.style("keybar")));
+        spans.push(Span::styled(key, t.style(StyleKey::Key)));
+        spans.push(Span::styled(format!(" {what}"), t.style(StyleKey::Keybar)));
     }
     spans
 }
@@ -550,7 +572,7 @@ pub fn keybar_spans(app: &App) -> Vec<Span<'static>> {
 fn draw_keybar(f: &mut Frame, app: &App, area: Rect) {
     let t = app.theme();
     f.render_widget(
-        Paragraph::new(Line::from(keybar_spans(app))).style(t.style("keybar")),
+        Paragraph::new(Line::from(keybar_spans(app))).style(t.style(StyleKey::Keybar)),
         area,
     );
 }
@@ -559,7 +581,7 @@ fn draw_keybar(f: &mut Frame, app: &App, area: Rect) {
 /// colour legend.
 pub fn help_lines(app: &App) -> Vec<Line<'static>> {
     let t = app.theme();
-    let mut lines = vec![Line::from(Span::styled("keys", t.style("title")))];
+    let mut lines = vec![Line::from(Span::styled("keys", t.style(StyleKey::Title)))];
     let help = app.keymap.help();
     let kw = help
         .iter()
@@ -569,12 +591,18 @@ pub fn help_lines(app: &App) -> Vec<Line<'static>> {
         .min(28);
     for (keys, what) in help {
         lines.push(Line::from(vec![
-            Span::styled(format!("  {:<kw$}  ", truncate(&keys, kw)), t.style("key")),
-            Span::styled(what, t.style("plain")),
+            Span::styled(
+                format!("  {:<kw$}  ", truncate(&keys, kw)),
+                t.style(StyleKey::Key),
+            ),
+            Span::styled(what, t.style(StyleKey::Plain)),
         ]));
     }
     lines.push(Line::default());
-    lines.push(Line::from(Span::styled("commands", t.style("title"))));
+    lines.push(Line::from(Span::styled(
+        "commands",
+        t.style(StyleKey::Title),
+    )));
     for (c, what) in [
         ("/mode ar|linear|tree|mtp", "decoding mode"),
         (
@@ -590,17 +618,17 @@ pub fn help_lines(app: &App) -> Vec<Line<'static>> {
         ("/clear  /theme [NAME]  /quit", "new chat, theme, quit"),
     ] {
         lines.push(Line::from(vec![
-            Span::styled(format!("  {c:<32}  "), t.style("key")),
-            Span::styled(what, t.style("plain")),
+            Span::styled(format!("  {c:<32}  "), t.style(StyleKey::Key)),
+            Span::styled(what, t.style(StyleKey::Plain)),
         ]));
     }
     lines.push(Line::default());
-    lines.push(Line::from(Span::styled("modes", t.style("title"))));
+    lines.push(Line::from(Span::styled("modes", t.style(StyleKey::Title))));
     let info = app.engine.info();
     for m in Mode::ALL {
         let (style, why) = match info.why_unavailable(m) {
-            Some(w) => (t.style("disabled"), format!(" (unavailable: {w})")),
-            None => (t.style("plain"), String::new()),
+            Some(w) => (t.style(StyleKey::Disabled), format!(" (unavailable: {w})")),
+            None => (t.style(StyleKey::Plain), String::new()),
         };
         let what = match m {
             Mode::Ar => "plain decoding, one target token per step",
@@ -614,23 +642,29 @@ pub fn help_lines(app: &App) -> Vec<Line<'static>> {
         )));
     }
     lines.push(Line::default());
-    lines.push(Line::from(Span::styled("colours", t.style("title"))));
-    let mut legend = vec![Span::styled("  accepted draft by depth ", t.style("plain"))];
+    lines.push(Line::from(Span::styled(
+        "colours",
+        t.style(StyleKey::Title),
+    )));
+    let mut legend = vec![Span::styled(
+        "  accepted draft by depth ",
+        t.style(StyleKey::Plain),
+    )];
     for d in 1..=t.drafted_shades() {
         legend.push(Span::styled(format!("d{d} "), t.drafted(d)));
     }
     lines.push(Line::from(legend));
     lines.push(Line::from(vec![
-        Span::styled("  ", t.style("plain")),
-        Span::styled("target's own token", t.style("target")),
-        Span::styled(" (bonus or correction)   ", t.style("plain")),
-        Span::styled("plain ar token", t.style("plain")),
+        Span::styled("  ", t.style(StyleKey::Plain)),
+        Span::styled("target's own token", t.style(StyleKey::Target)),
+        Span::styled(" (bonus or correction)   ", t.style(StyleKey::Plain)),
+        Span::styled("plain ar token", t.style(StyleKey::Plain)),
     ]));
     lines.push(Line::from(vec![
-        Span::styled("  tree: ", t.style("plain")),
-        Span::styled("accepted path", t.style("tree_accepted")),
-        Span::styled(" then ", t.style("plain")),
-        Span::styled("the target's token", t.style("tree_next")),
+        Span::styled("  tree: ", t.style(StyleKey::Plain)),
+        Span::styled("accepted path", t.style(StyleKey::TreeAccepted)),
+        Span::styled(" then ", t.style(StyleKey::Plain)),
+        Span::styled("the target's token", t.style(StyleKey::TreeNext)),
     ]));
     lines
 }
@@ -647,8 +681,11 @@ fn draw_help(f: &mut Frame, app: &App, area: Rect) {
     );
     f.render_widget(Clear, rect);
     let block = Block::bordered()
-        .title(Span::styled(" help · any key closes ", t.style("title")))
-        .border_style(t.style("border_focus"))
-        .style(t.style("base"));
+        .title(Span::styled(
+            " help · any key closes ",
+            t.style(StyleKey::Title),
+        ))
+        .border_style(t.style(StyleKey::BorderFocus))
+        .style(t.style(StyleKey::Base));
     f.render_widget(Paragraph::new(help_lines(app)).block(block), rect);
 }
