@@ -1,18 +1,25 @@
 //! Themes: TOML files (`themes/` in the repository, bundled into the binary; user themes from
 //! `<config>/treespec/themes/`), with a built-in fallback when a file cannot be used.
+//!
+//! A theme file has a `name`, an optional `[palette]` of named colours, `[styles]` (one per
+//! [`StyleKey`]) whose colours are palette names, colour names, `#rrggbb` or 0-255 indices, and
+//! a `[drafted]` list of colours by tree depth. With `inherits = "other"` it starts from every
+//! style, palette entry and depth colour of that theme and overrides only what it sets itself
+//! (see [`load`]).
+
+pub mod load;
+
+pub use load::ThemeError;
 
 use ratatui::style::{Color, Modifier, Style};
-use serde::Deserialize;
-use std::collections::BTreeMap;
-use std::path::Path;
 
 /// The themes shipped with treespec (file name, contents).
 pub const BUNDLED: [(&str, &str); 3] = [
-    ("dark.toml", include_str!("../../themes/dark.toml")),
-    ("light.toml", include_str!("../../themes/light.toml")),
+    ("dark.toml", include_str!("../../../themes/dark.toml")),
+    ("light.toml", include_str!("../../../themes/light.toml")),
     (
         "high-contrast.toml",
-        include_str!("../../themes/high-contrast.toml"),
+        include_str!("../../../themes/high-contrast.toml"),
     ),
 ];
 
@@ -156,35 +163,6 @@ fn known_keys() -> String {
     StyleKey::ALL.map(StyleKey::name).join(", ")
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct StyleSpec {
-    fg: Option<String>,
-    bg: Option<String>,
-    #[serde(default)]
-    bold: bool,
-    #[serde(default)]
-    italic: bool,
-    #[serde(default)]
-    underline: bool,
-    #[serde(default)]
-    dim: bool,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ThemeFile {
-    name: String,
-    styles: BTreeMap<String, StyleSpec>,
-    drafted: Option<Drafted>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Drafted {
-    depths: Vec<String>,
-}
-
 /// A resolved theme.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Theme {
@@ -259,69 +237,6 @@ impl Theme {
         theme
     }
 
-    /// Parse a theme file. Every key must be known and every colour valid; keys the file leaves
-    /// out take the fallback's style.
-    pub fn from_toml(text: &str) -> Result<Self, String> {
-        let file: ThemeFile = toml::from_str(text).map_err(|e| e.to_string())?;
-        let mut theme = Theme::fallback();
-        theme.name = file.name;
-        for (name, spec) in file.styles {
-            let key = StyleKey::parse(&name).ok_or_else(|| {
-                format!("unknown style `{name}` (the styles are {})", known_keys())
-            })?;
-            theme.styles[key.index()] = resolve(&name, &spec)?;
-        }
-        if let Some(d) = file.drafted {
-            if d.depths.is_empty() {
-                return Err("drafted.depths is empty".into());
-            }
-            theme.drafted = d
-                .depths
-                .iter()
-                .map(|c| parse_color(c).ok_or_else(|| format!("drafted: unknown colour `{c}`")))
-                .collect::<Result<_, _>>()?;
-        }
-        Ok(theme)
-    }
-
-    /// The bundled themes, then the user's (from `dir`, if it exists). Files that fail to parse
-    /// are skipped, with a message for each.
-    pub fn load_all(user_dir: Option<&Path>) -> (Vec<Theme>, Vec<String>) {
-        let mut themes = vec![];
-        let mut problems = vec![];
-        for (file, text) in BUNDLED {
-            match Theme::from_toml(text) {
-                Ok(t) => themes.push(t),
-                Err(e) => problems.push(format!("bundled theme {file}: {e}")),
-            }
-        }
-        if let Some(dir) = user_dir {
-            let mut files: Vec<_> = std::fs::read_dir(dir)
-                .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
-                .unwrap_or_default();
-            files.sort();
-            for p in files
-                .into_iter()
-                .filter(|p| p.extension().is_some_and(|x| x == "toml"))
-            {
-                match std::fs::read_to_string(&p)
-                    .map_err(|e| e.to_string())
-                    .and_then(|t| Theme::from_toml(&t))
-                {
-                    Ok(t) => {
-                        themes.retain(|x| x.name != t.name);
-                        themes.push(t);
-                    }
-                    Err(e) => problems.push(format!("theme {}: {e}", p.display())),
-                }
-            }
-        }
-        if themes.is_empty() {
-            themes.push(Theme::fallback());
-        }
-        (themes, problems)
-    }
-
     /// The style of a key.
     pub fn style(&self, key: StyleKey) -> Style {
         self.styles[key.index()]
@@ -343,33 +258,4 @@ impl Theme {
     pub fn drafted_shades(&self) -> usize {
         self.drafted.len()
     }
-}
-
-fn resolve(key: &str, s: &StyleSpec) -> Result<Style, String> {
-    let color = |c: &Option<String>| -> Result<Option<Color>, String> {
-        match c {
-            Some(c) => parse_color(c)
-                .map(Some)
-                .ok_or_else(|| format!("{key}: unknown colour `{c}`")),
-            None => Ok(None),
-        }
-    };
-    let mut style = Style::default();
-    if let Some(fg) = color(&s.fg)? {
-        style = style.fg(fg);
-    }
-    if let Some(bg) = color(&s.bg)? {
-        style = style.bg(bg);
-    }
-    for (on, m) in [
-        (s.bold, Modifier::BOLD),
-        (s.italic, Modifier::ITALIC),
-        (s.underline, Modifier::UNDERLINED),
-        (s.dim, Modifier::DIM),
-    ] {
-        if on {
-            style = style.add_modifier(m);
-        }
-    }
-    Ok(style)
 }
