@@ -15,6 +15,7 @@ use treespec::engine::{Mode, StageTimes};
 use treespec::transcript::Transcript;
 use treespec::tui::app::{App, AppOptions};
 use treespec::tui::theme::{StyleKey, Theme, BUNDLED};
+use treespec::tui::tree_panel::TreePanel;
 use treespec::tui::view;
 
 fn answer() -> ScriptedAnswer {
@@ -198,7 +199,7 @@ fn large_trees_collapse_and_say_so() {
                 ..Default::default()
             },
         };
-        let lines = view::tree_lines(&app, &step, 24, 40);
+        let lines = TreePanel::new(Some(&step), app.theme()).lines(24);
         assert!(lines.len() <= 24, "budget {budget}: {} lines", lines.len());
         let text: String = lines
             .iter()

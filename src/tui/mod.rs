@@ -7,6 +7,7 @@ pub mod app;
 pub mod input;
 pub mod keymap;
 pub mod theme;
+pub mod tree_panel;
 pub mod view;
 pub mod wrap;
 

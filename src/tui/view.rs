@@ -3,8 +3,9 @@
 use super::app::App;
 use super::keymap::Action;
 use super::theme::StyleKey;
+use super::tree_panel::TreePanel;
 use super::wrap::{truncate, width, wrap};
-use crate::chat::{Origin, StepView};
+use crate::chat::Origin;
 use crate::engine::Mode;
 use ratatui::layout::{Constraint, Layout, Position, Rect};
 use ratatui::style::Style;
@@ -64,7 +65,7 @@ pub fn draw(f: &mut Frame, app: &mut App) {
     };
     draw_transcript(f, app, chat);
     if let Some(t) = tree {
-        draw_tree(f, app, t);
+        f.render_widget(TreePanel::new(app.last_step.as_ref(), app.theme()), t);
     }
     draw_input(f, app, input);
     draw_status(f, app, status);
@@ -187,167 +188,6 @@ fn draw_transcript(f: &mut Frame, app: &mut App, area: Rect) {
         .title(Line::from(title))
         .border_style(t.style(StyleKey::Border));
     f.render_widget(Paragraph::new(visible).block(block), area);
-}
-
-/// A token label for the tree: whitespace made visible, cut to a few cells.
-pub fn tree_label(s: &str) -> String {
-    let mut out = String::new();
-    for c in s.chars() {
-        match c {
-            '\n' => out.push('⏎'),
-            '\t' => out.push('⇥'),
-            ' ' => out.push('·'),
-            c if c.is_control() => out.push('�'),
-            c => out.push(c),
-        }
-    }
-    if out.is_empty() {
-        out.push('∅');
-    }
-    truncate(&out, 18)
-}
-
-/// The tree panel's lines for a panel of `rows` rows and `width` cells.
-pub fn tree_lines(app: &App, step: &StepView, rows: usize, width: usize) -> Vec<Line<'static>> {
-    let t = app.theme();
-    let tree = &step.tree;
-    let n = tree.labels.len();
-    let mut lines = vec![];
-    let verify_ms = step.times.verify.as_secs_f64() * 1e3;
-    let draft_ms = step.times.draft.as_secs_f64() * 1e3;
-    lines.push(Line::from(vec![
-        Span::styled(format!("{} ", step.mode), t.style(StyleKey::Title)),
-        Span::styled(
-            format!("nodes {} · accepted {}", tree.drafted(), step.accepted()),
-            t.style(StyleKey::TreeNode),
-        ),
-    ]));
-    lines.push(Line::from(Span::styled(
-        format!("verify {verify_ms:.1} ms · draft {draft_ms:.1} ms"),
-        t.style(StyleKey::TreeDim),
-    )));
-    if step.mode == Mode::Ar || n <= 1 {
-        lines.push(Line::from(Span::styled(
-            "ar: one target token per step, nothing drafted",
-            t.style(StyleKey::TreeDim),
-        )));
-        lines.push(Line::from(vec![
-            Span::styled("next ", t.style(StyleKey::TreeDim)),
-            Span::styled(tree_label(&tree.next), t.style(StyleKey::TreeNext)),
-        ]));
-        return lines;
-    }
-    // Which nodes fit: the accepted path always, then nodes in the builder's order (most
-    // probable first); a node's ancestors come before it in that order, so the shown set is
-    // always a connected tree.
-    let budget_rows = rows.saturating_sub(4).max(1);
-    let mut shown = vec![false; n];
-    for &a in &tree.accepted {
-        shown[a] = true;
-    }
-    let mut count = tree.accepted.len();
-    for s in shown.iter_mut() {
-        if count >= budget_rows {
-            break;
-        }
-        if !*s {
-            *s = true;
-            count += 1;
-        }
-    }
-    // Ancestors of shown nodes (the accepted path's are on it already).
-    for i in (0..n).rev() {
-        if shown[i] {
-            if let Some(p) = tree.parents[i] {
-                shown[p] = true;
-            }
-        }
-    }
-    let mut children = vec![vec![]; n];
-    for (i, p) in tree.parents.iter().enumerate() {
-        if let Some(p) = p {
-            children[*p].push(i);
-        }
-    }
-    let accepted: std::collections::HashSet<usize> = tree.accepted.iter().copied().collect();
-    let last_accepted = *tree.accepted.last().unwrap_or(&0);
-    let mut body = vec![];
-    let mut stack = vec![0usize];
-    while let Some(i) = stack.pop() {
-        let depth = tree.depths[i];
-        let indent = "  ".repeat(depth.min(12));
-        let style = if i == 0 {
-            t.style(StyleKey::TreeRoot)
-        } else if accepted.contains(&i) {
-            t.style(StyleKey::TreeAccepted)
-        } else {
-            t.style(StyleKey::TreeNode)
-        };
-        let label = if i == 0 {
-            format!("● {}", tree_label(&tree.labels[0]))
-        } else {
-            tree_label(&tree.labels[i])
-        };
-        let mut spans = vec![
-            Span::styled(indent, t.style(StyleKey::TreeDim)),
-            Span::styled(label, style),
-        ];
-        if i == last_accepted {
-            spans.push(Span::styled(" → ", t.style(StyleKey::TreeDim)));
-            spans.push(Span::styled(
-                tree_label(&tree.next),
-                t.style(StyleKey::TreeNext),
-            ));
-        }
-        let hidden = children[i].iter().filter(|&&c| !shown[c]).count();
-        if hidden > 0 {
-            spans.push(Span::styled(
-                format!("  +{hidden}"),
-                t.style(StyleKey::TreeDim),
-            ));
-        }
-        body.push(Line::from(spans));
-        for &c in children[i].iter().rev() {
-            if shown[c] {
-                stack.push(c);
-            }
-        }
-    }
-    let visible = shown.iter().filter(|&&s| s).count();
-    lines.extend(body);
-    if visible < n {
-        lines.push(Line::from(Span::styled(
-            format!(
-                "showing {} of {} nodes (+k: hidden children)",
-                visible - 1,
-                n - 1
-            ),
-            t.style(StyleKey::TreeDim),
-        )));
-    }
-    let _ = width;
-    lines
-}
-
-fn draw_tree(f: &mut Frame, app: &App, area: Rect) {
-    let t = app.theme();
-    let title = match &app.last_step {
-        Some(s) => format!(" draft tree · step {} ", s.step),
-        None => " draft tree ".to_string(),
-    };
-    let block = Block::bordered()
-        .title(Span::styled(title, t.style(StyleKey::Title)))
-        .border_style(t.style(StyleKey::Border));
-    let inner_h = area.height.saturating_sub(2) as usize;
-    let inner_w = area.width.saturating_sub(2) as usize;
-    let lines = match &app.last_step {
-        Some(step) => tree_lines(app, step, inner_h, inner_w),
-        None => vec![Line::from(Span::styled(
-            "the last step's draft tree appears here",
-            t.style(StyleKey::Placeholder),
-        ))],
-    };
-    f.render_widget(Paragraph::new(lines).block(block), area);
 }
 
 fn draw_input(f: &mut Frame, app: &App, area: Rect) {
