@@ -14,6 +14,7 @@ use treespec::chat::{ChatEvent, StepView, TreeView};
 use treespec::engine::{Mode, StageTimes};
 use treespec::transcript::Transcript;
 use treespec::tui::app::{App, AppOptions};
+use treespec::tui::commands::COMMANDS;
 use treespec::tui::theme::{StyleKey, Theme, BUNDLED};
 use treespec::tui::tree_panel::TreePanel;
 use treespec::tui::view;
@@ -556,4 +557,62 @@ fn key_overrides_from_the_config() {
     app.on_key(key(KeyCode::F(1)));
     let s = screen(&render(&mut app, 120, 50));
     assert!(s.contains("Ctrl+O"), "the help shows the real binding");
+}
+
+#[test]
+fn the_help_lists_every_slash_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut app, _) = app_with(vec![], dir.path());
+    let help: String = view::help_lines(&app)
+        .iter()
+        .map(|l| l.to_string() + "\n")
+        .collect();
+    for c in &COMMANDS {
+        assert!(
+            help.contains(&c.usage()),
+            "help lacks {}:\n{help}",
+            c.usage()
+        );
+        // ... and each one runs (no "unknown command").
+        app.slash(&format!("/{}", c.name));
+        if let Some(n) = &app.notice {
+            assert!(
+                !n.text.contains("unknown command"),
+                "/{}: {}",
+                c.name,
+                n.text
+            );
+        }
+        app.quit = false;
+        app.show_help = false;
+    }
+}
+
+#[test]
+fn tab_completes_slash_command_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut app, _) = app_with(vec![], dir.path());
+    type_text(&mut app, "/bu");
+    app.on_key(key(KeyCode::Tab));
+    assert_eq!(app.input.text(), "/budget ");
+    type_text(&mut app, "16");
+    app.on_key(key(KeyCode::Enter));
+    assert_eq!(app.settings.budget, 16);
+    // Several candidates: the shared prefix, and the names in the notice line.
+    type_text(&mut app, "/e");
+    app.on_key(key(KeyCode::Tab));
+    assert_eq!(app.input.text(), "/exp");
+    let notice = app.notice.clone().unwrap();
+    assert_eq!(notice.text, "/expand /export");
+    assert!(!notice.error);
+    app.on_key(ctrl('u'));
+    type_text(&mut app, "/zz");
+    app.on_key(key(KeyCode::Tab));
+    assert_eq!(app.input.text(), "/zz");
+    assert!(app.notice.as_ref().unwrap().error);
+    // Elsewhere Tab still indents.
+    app.on_key(ctrl('u'));
+    type_text(&mut app, "x");
+    app.on_key(key(KeyCode::Tab));
+    assert_eq!(app.input.text(), "x    ");
 }

@@ -2,6 +2,7 @@
 //! [`super::view`] draws it. Nothing here touches the terminal, so whole-app tests drive it with
 //! fake key events and a scripted engine.
 
+use super::commands::{self, CommandKind, Completion};
 use super::input::{History, InputBox};
 use super::keymap::{Action, Keymap};
 use super::theme::Theme;
@@ -197,7 +198,7 @@ impl App {
                 self.input.take();
             }
             KeyCode::Char(c) if !ctrl && !alt => self.input.insert(c),
-            KeyCode::Tab => self.input.insert_str("    "),
+            KeyCode::Tab => self.tab(),
             KeyCode::Backspace => self.input.backspace(),
             KeyCode::Delete => self.input.delete(),
             KeyCode::Left => self.input.left(),
@@ -216,6 +217,29 @@ impl App {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Tab: complete a slash command's name being typed, else indent.
+    fn tab(&mut self) {
+        let completion = if self.input.at_end() {
+            commands::complete(self.input.text())
+        } else {
+            None
+        };
+        match completion {
+            None => self.input.insert_str("    "),
+            Some(Completion::Unique(full)) => self.input.set(&full),
+            Some(Completion::Several { common, names }) => {
+                if common.len() > self.input.text().len() {
+                    self.input.set(&common);
+                }
+                self.say(names.join(" "));
+            }
+            Some(Completion::NoMatch) => {
+                let text = self.input.text().to_string();
+                self.fail(format!("no command starts with {text} (/help lists them)"));
+            }
         }
     }
 
@@ -441,12 +465,17 @@ impl App {
 
     /// Run a slash command.
     pub fn slash(&mut self, cmd: &str) {
-        let mut parts = cmd.trim_start_matches('/').splitn(2, char::is_whitespace);
-        let name = parts.next().unwrap_or("").to_ascii_lowercase();
-        let arg = parts.next().unwrap_or("").trim();
+        let (command, arg) = match commands::parse(cmd) {
+            Ok(c) => c,
+            Err(e) => {
+                self.fail(e);
+                return;
+            }
+        };
+        let name = command.name;
         let number = |a: &str| a.parse::<f64>().ok();
-        match name.as_str() {
-            "mode" => match Mode::parse(arg) {
+        match command.kind {
+            CommandKind::Mode => match Mode::parse(arg) {
                 Some(m) => {
                     self.apply(Settings {
                         mode: m,
@@ -456,15 +485,15 @@ impl App {
                         self.say(format!("mode {m}"));
                     }
                 }
-                None => self.fail("usage: /mode ar|linear|tree|mtp"),
+                None => self.fail(format!("usage: {}", command.usage())),
             },
-            "budget" | "depth" | "gamma" => match number(arg) {
+            CommandKind::Budget | CommandKind::Depth | CommandKind::Gamma => match number(arg) {
                 Some(n) if (1.0..=4096.0).contains(&n) && n.fract() == 0.0 => {
                     let n = n as usize;
                     let mut s = self.settings;
-                    match name.as_str() {
-                        "budget" => s.budget = n,
-                        "depth" => s.depth = n.min(MAX_DEPTH * 4),
+                    match command.kind {
+                        CommandKind::Budget => s.budget = n,
+                        CommandKind::Depth => s.depth = n.min(MAX_DEPTH * 4),
                         _ => s.gamma = n.min(MAX_DEPTH * 4),
                     }
                     self.apply(s);
@@ -472,7 +501,7 @@ impl App {
                 }
                 _ => self.fail(format!("usage: /{name} N (a whole number, at least 1)")),
             },
-            "expand" => match number(arg) {
+            CommandKind::Expand => match number(arg) {
                 Some(n) if (0.0..=64.0).contains(&n) && n.fract() == 0.0 => {
                     let s = Settings {
                         expand: n as usize,
@@ -487,7 +516,7 @@ impl App {
                 }
                 _ => self.fail("usage: /expand W (0: tree from the drafter's chain; W: grow it)"),
             },
-            "temp" | "temperature" => match number(arg) {
+            CommandKind::Temperature => match number(arg) {
                 Some(t) if (0.0..=5.0).contains(&t) => {
                     let mut s = self.settings;
                     s.sampling.temperature = t as f32;
@@ -496,7 +525,7 @@ impl App {
                 }
                 _ => self.fail("usage: /temp T (0 is greedy, at most 5)"),
             },
-            "system" => {
+            CommandKind::System => {
                 self.transcript.system = (!arg.is_empty()).then(|| arg.to_string());
                 self.save();
                 self.say(if arg.is_empty() {
@@ -505,7 +534,7 @@ impl App {
                     "system prompt set".to_string()
                 });
             }
-            "save" => {
+            CommandKind::Save => {
                 if !arg.is_empty() {
                     self.transcript.path = PathBuf::from(arg);
                 }
@@ -517,21 +546,24 @@ impl App {
                     Err(e) => self.fail(format!("could not save: {e}")),
                 }
             }
-            "export" => {
+            CommandKind::Export => {
                 let mut a = arg.splitn(2, char::is_whitespace);
                 let fmt = a.next().unwrap_or("");
                 let path = a.next().map(str::trim).filter(|p| !p.is_empty());
                 if fmt != "md" && fmt != "markdown" {
-                    self.fail("usage: /export md [PATH]");
+                    self.fail(format!("usage: {}", command.usage()));
                     return;
                 }
-                match self.transcript.export_markdown(path.map(std::path::Path::new)) {
+                match self
+                    .transcript
+                    .export_markdown(path.map(std::path::Path::new))
+                {
                     Ok(p) => self.say(format!("exported to {}", p.display())),
                     Err(e) => self.fail(format!("could not export: {e}")),
                 }
             }
-            "clear" | "new" => self.new_chat(),
-            "theme" => {
+            CommandKind::Clear => self.new_chat(),
+            CommandKind::Theme => {
                 if arg.is_empty() {
                     let names: Vec<String> = self.themes.iter().map(|t| t.name.clone()).collect();
                     self.say(format!("themes: {}", names.join(", ")));
@@ -542,16 +574,13 @@ impl App {
                     self.fail(format!("no theme named `{arg}`"));
                 }
             }
-            "help" => self.show_help = true,
-            "quit" | "exit" => {
+            CommandKind::Help => self.show_help = true,
+            CommandKind::Quit => {
                 if self.generating() {
                     self.engine.stop();
                 }
                 self.quit = true;
             }
-            _ => self.fail(format!(
-                "unknown command /{name} (try /mode /budget /depth /gamma /expand /temp /system /save /export /clear /theme /help /quit)"
-            )),
         }
     }
 

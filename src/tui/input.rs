@@ -95,6 +95,11 @@ impl InputBox {
         self.cursor = (self.cursor + 1).min(self.text.chars().count());
     }
 
+    /// True when the cursor is after the last character.
+    pub fn at_end(&self) -> bool {
+        self.cursor >= self.text.chars().count()
+    }
+
     /// (line, column) of the cursor, in chars.
     pub fn cursor_pos(&self) -> (usize, usize) {
         let before: String = self.text.chars().take(self.cursor).collect();

@@ -4,6 +4,7 @@
 //! termination signal.
 
 pub mod app;
+pub mod commands;
 pub mod input;
 pub mod keymap;
 pub mod theme;

@@ -1,6 +1,7 @@
 //! Drawing the app: transcript, draft tree panel, input, status bar, key bar and help popup.
 
 use super::app::App;
+use super::commands;
 use super::keymap::Action;
 use super::theme::StyleKey;
 use super::tree_panel::TreePanel;
@@ -443,22 +444,16 @@ pub fn help_lines(app: &App) -> Vec<Line<'static>> {
         "commands",
         t.style(StyleKey::Title),
     )));
-    for (c, what) in [
-        ("/mode ar|linear|tree|mtp", "decoding mode"),
-        (
-            "/budget N  /depth N  /gamma N  /expand W",
-            "tree budget, depth, chain length, grown-tree width",
-        ),
-        ("/temp T", "temperature (0: greedy)"),
-        ("/system TEXT", "system prompt (empty clears it)"),
-        (
-            "/save [PATH]  /export md [PATH]",
-            "save the transcript, export Markdown",
-        ),
-        ("/clear  /theme [NAME]  /quit", "new chat, theme, quit"),
-    ] {
+    let rows = commands::help_rows();
+    let cw = rows
+        .iter()
+        .map(|(u, _)| width(u))
+        .max()
+        .unwrap_or(0)
+        .min(44);
+    for (usage, what) in rows {
         lines.push(Line::from(vec![
-            Span::styled(format!("  {c:<32}  "), t.style(StyleKey::Key)),
+            Span::styled(format!("  {usage:<cw$}  "), t.style(StyleKey::Key)),
             Span::styled(what, t.style(StyleKey::Plain)),
         ]));
     }
