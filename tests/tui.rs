@@ -616,3 +616,98 @@ fn tab_completes_slash_command_names() {
     app.on_key(key(KeyCode::Tab));
     assert_eq!(app.input.text(), "x    ");
 }
+
+#[test]
+fn out_of_range_values_show_the_engines_limits_and_change_nothing() {
+    use treespec::engine::{MAX_BUDGET, MAX_DEPTH, MAX_EXPAND};
+    let dir = tempfile::tempdir().unwrap();
+    let (mut app, log) = app_with(vec![], dir.path());
+    let run = |app: &mut App, cmd: &str| {
+        app.slash(cmd);
+        app.notice.clone().unwrap()
+    };
+    let before = app.settings;
+    for (cmd, value) in [
+        ("budget", MAX_BUDGET + 1),
+        ("budget", 0),
+        ("depth", MAX_DEPTH + 1),
+        ("gamma", 0),
+        ("expand", MAX_EXPAND + 1),
+    ] {
+        let n = run(&mut app, &format!("/{cmd} {value}"));
+        let mut s = before;
+        match cmd {
+            "budget" => s.budget = value,
+            "depth" => s.depth = value,
+            "gamma" => s.gamma = value,
+            _ => s.expand = value,
+        }
+        let msg = match s.validate() {
+            Err(treespec::Error::Config(m)) => m,
+            other => panic!("/{cmd} {value}: {other:?}"),
+        };
+        assert!(n.error, "/{cmd} {value}");
+        assert_eq!(n.text, msg);
+        assert!(msg.starts_with(cmd), "{msg}");
+        assert_eq!(app.settings, before, "/{cmd} {value} changed nothing");
+    }
+    let n = run(&mut app, "/temp -1");
+    assert!(
+        n.error && n.text.starts_with("temperature must be"),
+        "{n:?}"
+    );
+    let n = run(&mut app, "/depth deep");
+    assert!(n.error && n.text.starts_with("usage: /depth N"), "{n:?}");
+    assert_eq!(app.settings, before);
+    assert!(
+        log.lock().unwrap().applied.is_empty(),
+        "nothing reached the engine"
+    );
+    // The largest values are accepted.
+    run(&mut app, &format!("/budget {MAX_BUDGET}"));
+    run(&mut app, &format!("/depth {MAX_DEPTH}"));
+    run(&mut app, &format!("/expand {MAX_EXPAND}"));
+    assert_eq!(
+        (app.settings.budget, app.settings.depth, app.settings.expand),
+        (MAX_BUDGET, MAX_DEPTH, MAX_EXPAND)
+    );
+    // Keys step within the limits: up at the top and down at the bottom change nothing.
+    app.on_key(key(KeyCode::F(4)));
+    assert_eq!(app.settings.budget, MAX_BUDGET);
+    app.on_key(KeyEvent::new(KeyCode::Char('.'), KeyModifiers::ALT));
+    assert_eq!(app.settings.depth, MAX_DEPTH);
+    assert!(!app.notice.as_ref().unwrap().error);
+    app.slash("/depth 1");
+    app.slash("/budget 1");
+    app.on_key(KeyEvent::new(KeyCode::Char(','), KeyModifiers::ALT));
+    app.on_key(key(KeyCode::F(3)));
+    assert_eq!((app.settings.budget, app.settings.depth), (1, 1));
+    app.slash("/mode linear");
+    app.slash("/gamma 1");
+    app.on_key(key(KeyCode::F(3)));
+    assert_eq!(app.settings.gamma, 1);
+    app.slash(&format!("/gamma {MAX_DEPTH}"));
+    app.on_key(key(KeyCode::F(4)));
+    assert_eq!(app.settings.gamma, MAX_DEPTH);
+    assert!(app.settings.validate().is_ok());
+}
+
+#[test]
+fn the_status_bar_shape_is_the_engines() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut app, _) = app_with(vec![], dir.path());
+    app.slash("/expand 4");
+    let status = |app: &App| -> String {
+        view::status_spans(app)
+            .iter()
+            .map(|s| s.content.to_string())
+            .collect()
+    };
+    assert!(status(&app).contains(&format!("│ {} │", app.settings.shape())));
+    assert!(status(&app).contains("W4"));
+    app.slash("/mode linear");
+    assert!(status(&app).contains(&format!("│ {} │", app.settings.shape())));
+    app.slash("/mode ar");
+    assert_eq!(app.settings.shape(), "");
+    assert!(status(&app).contains("│ — │"), "{}", status(&app));
+}

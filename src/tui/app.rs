@@ -7,12 +7,21 @@ use super::input::{History, InputBox};
 use super::keymap::{Action, Keymap};
 use super::theme::Theme;
 use crate::chat::{ChatEngine, ChatEvent, Finished, Origin, StepView};
-use crate::engine::{AnswerStats, Mode, Settings, StopReason, BUDGET_STEPS as BUDGETS, MAX_DEPTH};
+use crate::engine::{AnswerStats, Mode, Settings, StopReason, BUDGET_STEPS};
 use crate::model::chat_template::{ChatMessage, Role};
 use crate::transcript::{StepRecord, Transcript, Turn};
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use std::path::PathBuf;
 use std::time::Instant;
+
+/// The message of a [`Settings::validate`] error, for a notice (without the `config:` that
+/// the command line puts in front).
+fn setting_message(e: crate::Error) -> String {
+    match e {
+        crate::Error::Config(msg) => msg,
+        other => other.to_string(),
+    }
+}
 
 /// A message under the input box.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -300,14 +309,34 @@ impl App {
         }
     }
 
-    fn apply(&mut self, s: Settings) {
+    /// Ask the engine for new settings, if [`Settings::validate`] accepts them and the mode can
+    /// run; otherwise show why as an error and change nothing. True when applied.
+    fn apply(&mut self, s: Settings) -> bool {
+        if let Err(e) = s.validate() {
+            self.fail(setting_message(e));
+            return false;
+        }
         if let Some(why) = self.engine.info().why_unavailable(s.mode) {
             let why = why.to_string();
             self.fail(format!("{} is unavailable: {why}", s.mode));
-            return;
+            return false;
         }
         self.settings = s;
         self.engine.apply(s);
+        true
+    }
+
+    /// A key's step to `s`: applied (with `done` as the notice) when within the limits; at a
+    /// limit, the notice says so and nothing changes.
+    fn step_to(&mut self, s: Settings, done: String) {
+        match s.validate() {
+            Ok(()) => {
+                if self.apply(s) {
+                    self.say(done);
+                }
+            }
+            Err(e) => self.say(setting_message(e)),
+        }
     }
 
     /// Switch to the next available mode.
@@ -320,11 +349,11 @@ impl App {
         for i in 1..=modes.len() {
             let m = modes[(start + i) % modes.len()];
             if self.engine.info().why_unavailable(m).is_none() {
-                if m != self.settings.mode {
-                    self.apply(Settings {
-                        mode: m,
-                        ..self.settings
-                    });
+                let s = Settings {
+                    mode: m,
+                    ..self.settings
+                };
+                if m != self.settings.mode && self.apply(s) {
                     self.say(format!("mode {m}"));
                 }
                 return;
@@ -336,51 +365,49 @@ impl App {
         let mut s = self.settings;
         match s.mode {
             Mode::Tree => {
-                let i = BUDGETS
-                    .iter()
-                    .position(|&b| b >= s.budget)
-                    .unwrap_or(BUDGETS.len() - 1);
-                let j = if up {
-                    (i + usize::from(BUDGETS[i] <= s.budget)).min(BUDGETS.len() - 1)
+                // The next step of BUDGET_STEPS above (or below) the budget in force.
+                let next = if up {
+                    BUDGET_STEPS.iter().find(|&&b| b > s.budget)
                 } else {
-                    i.saturating_sub(1)
+                    BUDGET_STEPS.iter().rev().find(|&&b| b < s.budget)
                 };
-                s.budget = BUDGETS[j];
-                self.say(format!("budget {}", s.budget));
+                s.budget = match next {
+                    Some(&b) => b,
+                    None => {
+                        let at = if up { "largest" } else { "smallest" };
+                        self.say(format!("budget {} is the {at} step", s.budget));
+                        return;
+                    }
+                };
+                self.step_to(s, format!("budget {}", s.budget));
             }
             Mode::Linear => {
                 s.gamma = if up {
-                    (s.gamma + 1).min(MAX_DEPTH)
+                    s.gamma + 1
                 } else {
-                    s.gamma.saturating_sub(1).max(1)
+                    s.gamma.saturating_sub(1)
                 };
-                self.say(format!("gamma {}", s.gamma));
+                self.step_to(s, format!("gamma {}", s.gamma));
             }
-            Mode::Ar | Mode::Mtp => {
-                self.say("the budget applies in tree and linear modes");
-                return;
-            }
+            Mode::Ar | Mode::Mtp => self.say("the budget applies in tree and linear modes"),
         }
-        self.apply(s);
     }
 
     fn step_depth(&mut self, up: bool) {
         let mut s = self.settings;
         s.depth = if up {
-            (s.depth + 1).min(MAX_DEPTH)
+            s.depth + 1
         } else {
-            s.depth.saturating_sub(1).max(1)
+            s.depth.saturating_sub(1)
         };
-        self.say(format!("depth {}", s.depth));
-        self.apply(s);
+        self.step_to(s, format!("depth {}", s.depth));
     }
 
     fn step_temperature(&mut self, delta: f32) {
         let mut s = self.settings;
-        let t = ((s.sampling.temperature + delta) * 10.0).round() / 10.0;
-        s.sampling.temperature = t.clamp(0.0, 2.0);
-        self.say(format!("temperature {:.1}", s.sampling.temperature));
-        self.apply(s);
+        s.sampling.temperature = ((s.sampling.temperature + delta) * 10.0).round() / 10.0;
+        let done = format!("temperature {:.1}", s.sampling.temperature);
+        self.step_to(s, done);
     }
 
     /// Send the message in the input box (or run it as a slash command).
@@ -473,58 +500,52 @@ impl App {
             }
         };
         let name = command.name;
-        let number = |a: &str| a.parse::<f64>().ok();
         match command.kind {
             CommandKind::Mode => match Mode::parse(arg) {
                 Some(m) => {
-                    self.apply(Settings {
+                    let s = Settings {
                         mode: m,
                         ..self.settings
-                    });
-                    if self.settings.mode == m {
+                    };
+                    if self.apply(s) {
                         self.say(format!("mode {m}"));
                     }
                 }
                 None => self.fail(format!("usage: {}", command.usage())),
             },
-            CommandKind::Budget | CommandKind::Depth | CommandKind::Gamma => match number(arg) {
-                Some(n) if (1.0..=4096.0).contains(&n) && n.fract() == 0.0 => {
-                    let n = n as usize;
-                    let mut s = self.settings;
-                    match command.kind {
-                        CommandKind::Budget => s.budget = n,
-                        CommandKind::Depth => s.depth = n.min(MAX_DEPTH * 4),
-                        _ => s.gamma = n.min(MAX_DEPTH * 4),
-                    }
-                    self.apply(s);
-                    self.say(format!("{name} {n}"));
+            CommandKind::Budget | CommandKind::Depth | CommandKind::Gamma | CommandKind::Expand => {
+                let Ok(n) = arg.parse::<usize>() else {
+                    self.fail(format!("usage: {} (a whole number)", command.usage()));
+                    return;
+                };
+                let mut s = self.settings;
+                match command.kind {
+                    CommandKind::Budget => s.budget = n,
+                    CommandKind::Depth => s.depth = n,
+                    CommandKind::Gamma => s.gamma = n,
+                    _ => s.expand = n,
                 }
-                _ => self.fail(format!("usage: /{name} N (a whole number, at least 1)")),
-            },
-            CommandKind::Expand => match number(arg) {
-                Some(n) if (0.0..=64.0).contains(&n) && n.fract() == 0.0 => {
-                    let s = Settings {
-                        expand: n as usize,
-                        ..self.settings
-                    };
-                    self.apply(s);
-                    self.say(if n == 0.0 {
-                        "tree from the drafter's chain".to_string()
-                    } else {
-                        format!("the drafter grows the tree, {n} nodes per depth")
+                if self.apply(s) {
+                    self.say(match command.kind {
+                        CommandKind::Expand if n == 0 => "tree from the drafter's chain".into(),
+                        CommandKind::Expand => {
+                            format!("the drafter grows the tree, {n} nodes per depth")
+                        }
+                        _ => format!("{name} {n}"),
                     });
                 }
-                _ => self.fail("usage: /expand W (0: tree from the drafter's chain; W: grow it)"),
-            },
-            CommandKind::Temperature => match number(arg) {
-                Some(t) if (0.0..=5.0).contains(&t) => {
-                    let mut s = self.settings;
-                    s.sampling.temperature = t as f32;
-                    self.apply(s);
+            }
+            CommandKind::Temperature => {
+                let Ok(t) = arg.parse::<f32>() else {
+                    self.fail(format!("usage: {} (0 is greedy)", command.usage()));
+                    return;
+                };
+                let mut s = self.settings;
+                s.sampling.temperature = t;
+                if self.apply(s) {
                     self.say(format!("temperature {t}"));
                 }
-                _ => self.fail("usage: /temp T (0 is greedy, at most 5)"),
-            },
+            }
             CommandKind::System => {
                 self.transcript.system = (!arg.is_empty()).then(|| arg.to_string());
                 self.save();

@@ -296,15 +296,12 @@ pub fn status_spans(app: &App) -> Vec<Span<'static>> {
         spans.push(Span::styled(name, style));
     }
     spans.push(sep());
-    let mut shape = match s.mode {
-        Mode::Tree if s.expand > 0 => format!("B{} L{} W{}", s.budget, s.depth, s.expand),
-        Mode::Tree => format!("B{} L{}", s.budget, s.depth),
-        Mode::Linear => format!("γ{}", s.gamma),
-        Mode::Ar | Mode::Mtp => "—".into(),
+    let shape = s.shape();
+    let shape = if shape.is_empty() {
+        "—".into()
+    } else {
+        shape
     };
-    if s.min_chain_prob > 0.0 && matches!(s.mode, Mode::Tree | Mode::Linear) {
-        shape.push_str(&format!(" p≥{}", s.min_chain_prob));
-    }
     spans.push(Span::styled(shape, t.style(StyleKey::Status)));
     spans.push(sep());
     spans.push(Span::styled(
