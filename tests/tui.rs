@@ -711,3 +711,59 @@ fn the_status_bar_shape_is_the_engines() {
     assert_eq!(app.settings.shape(), "");
     assert!(status(&app).contains("│ — │"), "{}", status(&app));
 }
+
+#[test]
+fn export_right_after_esc_includes_the_answer_on_screen() {
+    // Issue 9 §5: Esc during an answer, then /export md before the engine reports that the
+    // answer finished (its current step still running on a slow CPU), wrote a file without the
+    // answer that was on screen.
+    let dir = tempfile::tempdir().unwrap();
+    let (mut app, _) = app_with(vec![answer()], dir.path());
+    type_text(&mut app, "hi");
+    app.on_key(key(KeyCode::Enter));
+    app.poll_engine(); // Started and the first step: "Hello there friend"
+    let on_screen = screen(&render(&mut app, 120, 30));
+    assert!(on_screen.contains("Hello there friend"), "{on_screen}");
+    app.on_key(key(KeyCode::Esc));
+    assert!(
+        app.generating(),
+        "the Finished event has not been taken in yet"
+    );
+    let md = dir.path().join("stopped.md");
+    app.slash(&format!("/export md {}", md.display()));
+    assert!(!app.notice.as_ref().unwrap().error, "{:?}", app.notice);
+    let text = std::fs::read_to_string(&md).unwrap();
+    assert!(text.contains("**You:**\n\nhi"), "{text}");
+    assert!(
+        text.contains("**Assistant:**\n\nHello there friend"),
+        "{text}"
+    );
+    assert!(text.contains("_(stopped:"), "marked as stopped: {text}");
+    // The answer is then committed as usual, with the counts of what was shown.
+    finish(&mut app);
+    assert_eq!(app.transcript.turns.len(), 1);
+    let turn = &app.transcript.turns[0];
+    assert_eq!(turn.answer(), "Hello there friend");
+    assert_eq!((turn.stats.tokens, turn.stats.steps), (3, 1));
+    // Exported again, it is an ordinary turn.
+    app.slash(&format!("/export md {}", md.display()));
+    let text = std::fs::read_to_string(&md).unwrap();
+    assert!(text.contains("Hello there friend"), "{text}");
+    assert!(!text.contains("_(stopped:"), "{text}");
+}
+
+#[test]
+fn export_during_an_answer_includes_it_as_in_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut app, _) = app_with(vec![answer()], dir.path());
+    type_text(&mut app, "hi");
+    app.on_key(key(KeyCode::Enter));
+    app.poll_engine();
+    app.slash("/export md");
+    let md = app.transcript.path.with_extension("md");
+    let text = std::fs::read_to_string(&md).unwrap();
+    assert!(text.contains("Hello there friend"), "{text}");
+    assert!(text.contains("_(in progress:"), "{text}");
+    finish(&mut app);
+    assert_eq!(app.transcript.turns[0].answer(), "Hello there friend!\n");
+}

@@ -52,6 +52,7 @@ impl App {
                 self.stats.steps = steps;
                 self.stats.tokens = tokens;
                 self.started = None;
+                self.stop_requested = false;
                 if let Some(mut t) = self.current.take() {
                     if t.tokens.is_empty() && reason == StopReason::Cancelled {
                         // Nothing was said: give the message back rather than save an empty turn.

@@ -96,6 +96,7 @@ impl App {
             Action::Stop => {
                 if self.generating() {
                     self.engine.stop();
+                    self.stop_requested = true;
                     self.say("stopping after this step");
                 } else if is_ctrl_c {
                     if self.quit_armed {

@@ -93,6 +93,8 @@ pub struct App {
     /// Set when the app should end.
     pub quit: bool,
     quit_armed: bool,
+    /// Esc was pressed during the answer in progress (it ends after its current step).
+    stop_requested: bool,
     started: Option<Instant>,
     max_tokens: usize,
 }
@@ -138,6 +140,7 @@ impl App {
             }),
             quit: false,
             quit_armed: false,
+            stop_requested: false,
             started: None,
             max_tokens: opts.max_tokens,
         }
@@ -194,6 +197,7 @@ impl App {
         match self.engine.generate(&messages, self.max_tokens) {
             Ok(()) => {
                 self.current = Some(Turn::new(text));
+                self.stop_requested = false;
                 self.stats = AnswerStats::default();
                 self.started = Some(Instant::now());
                 self.scroll = 0;

@@ -3,7 +3,7 @@
 use super::App;
 use crate::engine::{Mode, Settings};
 use crate::tui::commands::{self, CommandKind};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 impl App {
     /// Run a slash command.
@@ -91,10 +91,7 @@ impl App {
                     self.fail(format!("usage: {}", command.usage()));
                     return;
                 }
-                match self
-                    .transcript
-                    .export_markdown(path.map(std::path::Path::new))
-                {
+                match self.export_markdown(path.map(Path::new)) {
                     Ok(p) => self.say(format!("exported to {}", p.display())),
                     Err(e) => self.fail(format!("could not export: {e}")),
                 }
@@ -119,5 +116,38 @@ impl App {
                 self.quit = true;
             }
         }
+    }
+
+    /// The conversation as Markdown, as the screen shows it: with the answer in progress (its
+    /// tokens so far and its counts), marked as such. An answer stopped with Esc stays in
+    /// progress until the engine reports that it finished (after its current step, which on a
+    /// slow CPU can take seconds); it is exported as it stands, marked as stopped.
+    pub fn markdown(&self) -> String {
+        let Some(current) = &self.current else {
+            return self.transcript.to_markdown();
+        };
+        let mut shown = self.transcript.clone();
+        let mut turn = current.clone();
+        turn.stats = self.stats;
+        shown.turns.push(turn);
+        let mut md = shown.to_markdown();
+        md.push_str(if self.stop_requested {
+            "_(stopped: the answer above was still ending when this was exported)_\n\n"
+        } else {
+            "_(in progress: the answer above was still being generated when this was exported)_\n\n"
+        });
+        md
+    }
+
+    /// Write [`App::markdown`] beside the transcript (or to `path`); returns where.
+    fn export_markdown(&self, path: Option<&Path>) -> crate::Result<PathBuf> {
+        let out = path
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| self.transcript.path.with_extension("md"));
+        if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| crate::Error::io(dir, e))?;
+        }
+        std::fs::write(&out, self.markdown()).map_err(|e| crate::Error::io(&out, e))?;
+        Ok(out)
     }
 }
