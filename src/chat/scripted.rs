@@ -102,6 +102,8 @@ pub struct ScriptedEngine {
     settings: Settings,
     answers: VecDeque<ScriptedAnswer>,
     pending: VecDeque<ChatEvent>,
+    /// Tokens and steps of the answer in progress handed out so far (what a stop reports).
+    delivered: (usize, usize),
     log: Arc<Mutex<ScriptLog>>,
 }
 
@@ -123,6 +125,7 @@ impl ScriptedEngine {
             settings: Settings::default(),
             answers: answers.into(),
             pending: VecDeque::new(),
+            delivered: (0, 0),
             log: Arc::new(Mutex::new(ScriptLog::default())),
         }
     }
@@ -170,6 +173,7 @@ impl ChatEngine for ScriptedEngine {
 
     fn generate(&mut self, messages: &[ChatMessage], max_tokens: usize) -> crate::Result<()> {
         self.record(|l| l.requests.push(messages.to_vec()));
+        self.delivered = (0, 0);
         let answer = self
             .answers
             .pop_front()
@@ -204,13 +208,15 @@ impl ChatEngine for ScriptedEngine {
         if self.pending.is_empty() {
             return;
         }
+        // The answer ends after the steps already handed out, and says how many there were.
         self.pending
             .retain(|e| !matches!(e, ChatEvent::Step(_) | ChatEvent::Finished(_)));
+        let (tokens, steps) = self.delivered;
         self.pending.push_back(ChatEvent::Finished(Finished {
             reason: StopReason::Cancelled,
-            tokens: 0,
-            steps: 0,
-            decode: Duration::ZERO,
+            tokens,
+            steps,
+            decode: Duration::from_millis(10 * steps as u64),
         }));
     }
 
@@ -231,7 +237,13 @@ impl ChatEngine for ScriptedEngine {
         // One step per poll, so that the UI sees a stream.
         let mut out = vec![];
         while let Some(e) = self.pending.pop_front() {
-            let is_step = matches!(e, ChatEvent::Step(_));
+            let is_step = if let ChatEvent::Step(s) = &e {
+                self.delivered.0 += s.pieces.len();
+                self.delivered.1 += 1;
+                true
+            } else {
+                false
+            };
             out.push(e);
             if is_step {
                 break;

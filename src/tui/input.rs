@@ -95,6 +95,11 @@ impl InputBox {
         self.cursor = (self.cursor + 1).min(self.text.chars().count());
     }
 
+    /// True when the cursor is after the last character.
+    pub fn at_end(&self) -> bool {
+        self.cursor >= self.text.chars().count()
+    }
+
     /// (line, column) of the cursor, in chars.
     pub fn cursor_pos(&self) -> (usize, usize) {
         let before: String = self.text.chars().take(self.cursor).collect();
@@ -204,5 +209,133 @@ impl History {
                 Some(self.draft.as_str())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn boxed(text: &str) -> InputBox {
+        let mut b = InputBox::default();
+        b.set(text);
+        b
+    }
+
+    #[test]
+    fn editing_at_the_cursor_with_multibyte_text() {
+        let mut b = boxed("héllo");
+        assert!(b.at_end());
+        b.left();
+        b.left();
+        b.insert('✓');
+        assert_eq!(b.text(), "hél✓lo");
+        assert!(!b.at_end());
+        b.backspace();
+        b.backspace();
+        assert_eq!(b.text(), "hélo");
+        b.delete();
+        assert_eq!(b.text(), "héo");
+        b.home();
+        b.backspace();
+        assert_eq!(b.text(), "héo", "backspace at the start does nothing");
+        b.end();
+        b.delete();
+        assert_eq!(b.text(), "héo", "delete at the end does nothing");
+        b.insert_str("🙂 ok");
+        assert_eq!(b.text(), "héo🙂 ok");
+        assert_eq!(b.cursor_pos(), (0, 7));
+    }
+
+    #[test]
+    fn left_and_right_stop_at_the_ends() {
+        let mut b = boxed("ab");
+        b.right();
+        assert_eq!(b.cursor_pos(), (0, 2));
+        for _ in 0..5 {
+            b.left();
+        }
+        assert_eq!(b.cursor_pos(), (0, 0));
+        b.right();
+        assert_eq!(b.cursor_pos(), (0, 1));
+    }
+
+    #[test]
+    fn pasted_line_ends_become_newlines() {
+        let mut b = InputBox::default();
+        b.insert_str("one\r\ntwo\rthree\n");
+        assert_eq!(b.text(), "one\ntwo\nthree\n");
+        assert_eq!(b.lines(), 4);
+        assert_eq!(b.cursor_pos(), (3, 0));
+    }
+
+    #[test]
+    fn up_and_down_keep_the_column_where_they_can() {
+        let mut b = boxed("abcd\nx\nefghij");
+        assert_eq!(b.cursor_pos(), (2, 6));
+        assert!(b.up());
+        assert_eq!(b.cursor_pos(), (1, 1), "clamped to the short line");
+        assert!(b.up());
+        assert_eq!(b.cursor_pos(), (0, 1));
+        assert!(!b.up(), "already on the first line");
+        b.end();
+        assert_eq!(b.cursor_pos(), (0, 4));
+        assert!(b.down());
+        assert_eq!(b.cursor_pos(), (1, 1));
+        assert!(b.down());
+        assert_eq!(b.cursor_pos(), (2, 1));
+        assert!(!b.down(), "already on the last line");
+        b.home();
+        assert_eq!(b.cursor_pos(), (2, 0));
+        b.insert('>');
+        assert_eq!(b.text(), "abcd\nx\n>efghij");
+        // Left from the start of a line goes to the end of the one above.
+        b.left();
+        b.left();
+        assert_eq!(b.cursor_pos(), (1, 1));
+    }
+
+    #[test]
+    fn delete_word_takes_the_word_and_the_spaces_after_it() {
+        let mut b = boxed("say hello  world  ");
+        b.delete_word();
+        assert_eq!(b.text(), "say hello  ");
+        b.delete_word();
+        assert_eq!(b.text(), "say ");
+        b.home();
+        b.delete_word();
+        assert_eq!(b.text(), "say ", "nothing before the cursor");
+        b.end();
+        b.delete_word();
+        b.delete_word();
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn take_empties_and_resets_the_cursor() {
+        let mut b = boxed("line\nmore");
+        assert_eq!(b.take(), "line\nmore");
+        assert!(b.is_empty() && b.at_end());
+        assert_eq!(b.cursor_pos(), (0, 0));
+        b.insert('x');
+        assert_eq!(b.text(), "x");
+    }
+
+    #[test]
+    fn history_keeps_the_draft_and_skips_repeats() {
+        let mut h = History::default();
+        assert_eq!(h.older("draft"), None);
+        h.push("one");
+        h.push("two");
+        h.push("two");
+        h.push("   ");
+        assert_eq!(h.older("draft"), Some("two"));
+        assert_eq!(h.older("two"), Some("one"));
+        assert_eq!(h.older("one"), Some("one"), "stays at the oldest");
+        assert_eq!(h.newer(), Some("two"));
+        assert_eq!(h.newer(), Some("draft"), "back to what was being typed");
+        assert_eq!(h.newer(), None);
+        h.push("three");
+        assert_eq!(h.older(""), Some("three"));
     }
 }

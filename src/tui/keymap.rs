@@ -191,7 +191,8 @@ impl Key {
         code == self.code && mods == self.mods
     }
 
-    /// Parse `ctrl+r`, `alt+enter`, `f2`, `pageup`, `?` ...
+    /// Parse `ctrl+r`, `alt+enter`, `f2`, `pageup`, `?` ... (what [`Key`]'s `Display` writes
+    /// reads back).
     pub fn parse(spec: &str) -> Option<Key> {
         let mut mods = KeyModifiers::NONE;
         let parts: Vec<&str> = spec.split('+').collect();
@@ -214,8 +215,8 @@ impl Key {
             "down" => KeyCode::Down,
             "left" => KeyCode::Left,
             "right" => KeyCode::Right,
-            "pageup" => KeyCode::PageUp,
-            "pagedown" => KeyCode::PageDown,
+            "pageup" | "pgup" => KeyCode::PageUp,
+            "pagedown" | "pgdn" => KeyCode::PageDown,
             "home" => KeyCode::Home,
             "end" => KeyCode::End,
             "space" => KeyCode::Char(' '),
@@ -401,5 +402,117 @@ impl Keymap {
                 (!keys.is_empty()).then(|| (keys.join(", "), a.describe()))
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(code: KeyCode, mods: KeyModifiers) -> KeyEvent {
+        KeyEvent::new(code, mods)
+    }
+
+    #[test]
+    fn key_strings() {
+        assert_eq!(Key::parse("ctrl+o"), Some(Key::ctrl('o')));
+        assert_eq!(Key::parse("Ctrl+O"), Some(Key::ctrl('o')), "any case");
+        assert_eq!(Key::parse("control + o"), Some(Key::ctrl('o')));
+        assert_eq!(Key::parse("alt+="), Some(Key::alt(KeyCode::Char('='))));
+        assert_eq!(Key::parse("meta+,"), Some(Key::alt(KeyCode::Char(','))));
+        assert_eq!(Key::parse("alt+enter"), Some(Key::alt(KeyCode::Enter)));
+        assert_eq!(Key::parse("f2"), Some(Key::plain(KeyCode::F(2))));
+        assert_eq!(Key::parse("F12"), Some(Key::plain(KeyCode::F(12))));
+        assert_eq!(Key::parse("?"), Some(Key::plain(KeyCode::Char('?'))));
+        assert_eq!(Key::parse("space"), Some(Key::plain(KeyCode::Char(' '))));
+        assert_eq!(Key::parse("esc"), Some(Key::plain(KeyCode::Esc)));
+        assert_eq!(Key::parse("pgdn"), Some(Key::plain(KeyCode::PageDown)));
+        assert_eq!(
+            Key::parse("shift+up"),
+            Some(Key {
+                code: KeyCode::Up,
+                mods: KeyModifiers::SHIFT
+            })
+        );
+        assert_eq!(
+            Key::parse("ctrl+alt+x"),
+            Some(Key {
+                code: KeyCode::Char('x'),
+                mods: KeyModifiers::CONTROL | KeyModifiers::ALT
+            })
+        );
+        // Without Ctrl a character keeps its case.
+        assert_eq!(Key::parse("alt+T"), Some(Key::alt(KeyCode::Char('T'))));
+    }
+
+    #[test]
+    fn bad_key_strings() {
+        for bad in [
+            "", "ctrl+", "+", "hyper+x", "ctrl+xy", "enterr", "fx", "f999", "ctrl+alt",
+        ] {
+            assert_eq!(Key::parse(bad), None, "`{bad}`");
+        }
+        // `f` alone is the letter.
+        assert_eq!(Key::parse("f"), Some(Key::plain(KeyCode::Char('f'))));
+    }
+
+    #[test]
+    fn every_default_key_reads_back_from_its_name() {
+        for (key, action) in &Keymap::default().bindings {
+            let shown = key.to_string();
+            assert_eq!(Key::parse(&shown), Some(*key), "{shown} ({action:?})");
+        }
+    }
+
+    #[test]
+    fn matching_ignores_shift_on_characters_and_case_under_ctrl() {
+        let question = Key::plain(KeyCode::Char('?'));
+        assert!(question.matches(&ev(KeyCode::Char('?'), KeyModifiers::SHIFT)));
+        assert!(Key::ctrl('c').matches(&ev(
+            KeyCode::Char('C'),
+            KeyModifiers::CONTROL | KeyModifiers::SHIFT
+        )));
+        assert!(!Key::ctrl('c').matches(&ev(KeyCode::Char('c'), KeyModifiers::NONE)));
+        let shift_up = Key::parse("shift+up").unwrap();
+        assert!(shift_up.matches(&ev(KeyCode::Up, KeyModifiers::SHIFT)));
+        assert!(!shift_up.matches(&ev(KeyCode::Up, KeyModifiers::NONE)));
+    }
+
+    #[test]
+    fn overrides_replace_an_actions_keys_and_report_problems() {
+        let mut o = BTreeMap::new();
+        o.insert("cycle_mode".to_string(), vec!["ctrl+o".to_string()]);
+        o.insert(
+            "help".to_string(),
+            vec!["f2".to_string(), "bogus key".to_string()],
+        );
+        o.insert("frobnicate".to_string(), vec!["f12".to_string()]);
+        let (map, problems) = Keymap::with_overrides(&o);
+        assert_eq!(map.keys(Action::CycleMode), ["Ctrl+O"]);
+        // F2 moved from cycle_mode to help; F1 is no longer help's.
+        assert_eq!(map.keys(Action::Help), ["F2"]);
+        assert_eq!(
+            map.action(&ev(KeyCode::F(2), KeyModifiers::NONE)),
+            Some(Action::Help)
+        );
+        assert_eq!(map.action(&ev(KeyCode::F(1), KeyModifiers::NONE)), None);
+        assert_eq!(
+            problems,
+            [
+                "[keys]: unknown action `frobnicate`",
+                "[keys] help: cannot read key `bogus key`"
+            ]
+        );
+        assert_eq!(map.first_key(Action::Send), "Enter");
+    }
+
+    #[test]
+    fn every_action_has_a_name_that_parses_and_a_default_key() {
+        let map = Keymap::default();
+        for a in Action::ALL {
+            assert_eq!(Action::parse(a.name()), Some(a));
+            assert!(!map.keys(a).is_empty(), "{a:?} has no key");
+        }
+        assert_eq!(map.help().len(), Action::ALL.len());
     }
 }

@@ -4,9 +4,11 @@
 //! termination signal.
 
 pub mod app;
+pub mod commands;
 pub mod input;
 pub mod keymap;
 pub mod theme;
+pub mod tree_panel;
 pub mod view;
 pub mod wrap;
 

@@ -142,3 +142,110 @@ pub fn truncate(s: &str, max: usize) -> String {
     out.push('…');
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratatui::style::{Color, Modifier};
+
+    fn text(lines: &[Line]) -> Vec<String> {
+        lines.iter().map(Line::to_string).collect()
+    }
+
+    fn plain(s: &str, width: usize) -> Vec<String> {
+        text(&wrap(&[(s, Style::default())], width, 0))
+    }
+
+    #[test]
+    fn breaks_after_spaces() {
+        assert_eq!(plain("hello world foo", 11), ["hello world", "foo"]);
+        assert_eq!(plain("hello world foo", 20), ["hello world foo"]);
+        // The space at a break stays at the end of the line it ends (it is invisible).
+        assert_eq!(plain("aaa bbb", 4), ["aaa ", "bbb"]);
+        // Trailing spaces past the width are dropped.
+        assert_eq!(plain("aaa      bbb", 4), ["aaa ", "bbb"]);
+    }
+
+    #[test]
+    fn long_words_break_where_they_overflow() {
+        assert_eq!(plain("abcdefghij", 4), ["abcd", "efgh", "ij"]);
+        // A word longer than a line fills the line it starts on, then goes on below.
+        assert_eq!(plain("ab abcdefghij", 4), ["ab a", "bcde", "fghi", "j"]);
+        assert_eq!(
+            plain("see https://example.com/a/long/path ok", 12),
+            ["see https://", "example.com/", "a/long/path ", "ok"]
+        );
+    }
+
+    #[test]
+    fn wide_characters_take_two_cells() {
+        assert_eq!(width("日本語"), 6);
+        assert_eq!(plain("日本語テキスト", 5), ["日本", "語テ", "キス", "ト"]);
+        assert_eq!(plain("日本 語", 4), ["日本", "語"]);
+        for line in wrap(&[("漢字かな交じり文 and ascii", Style::default())], 7, 0) {
+            assert!(line.width() <= 7, "{line}");
+        }
+    }
+
+    #[test]
+    fn combining_characters_take_no_cell() {
+        let cafe = "cafe\u{301}";
+        assert_eq!(width(cafe), 4);
+        assert_eq!(
+            plain(&format!("{cafe} au lait"), 7),
+            [format!("{cafe} au"), "lait".into()]
+        );
+        // A combining mark never starts a line of its own when its base fits.
+        assert_eq!(
+            plain("e\u{301}e\u{301}e\u{301}", 3),
+            ["e\u{301}e\u{301}e\u{301}"]
+        );
+    }
+
+    #[test]
+    fn newlines_tabs_and_control_characters() {
+        assert_eq!(plain("a\n\nb", 10), ["a", "", "b"]);
+        assert_eq!(plain("", 10), [""]);
+        assert_eq!(plain("a\tb", 10), ["a    b"]);
+        assert_eq!(plain("a\u{7}b\rc", 10), ["abc"]);
+    }
+
+    #[test]
+    fn indent_counts_in_the_width() {
+        let lines = text(&wrap(&[("one two three", Style::default())], 8, 2));
+        assert_eq!(lines, ["  one ", "  two ", "  three"]);
+        // A width below the indent still makes progress, one cell a line.
+        assert_eq!(
+            text(&wrap(&[("ab", Style::default())], 1, 2)),
+            ["  a", "  b"]
+        );
+    }
+
+    #[test]
+    fn styles_follow_their_characters_across_breaks() {
+        let red = Style::default().fg(Color::Red);
+        let bold = Style::default().add_modifier(Modifier::BOLD);
+        let lines = wrap(&[("Hello ", red), ("there friend", bold)], 12, 0);
+        assert_eq!(text(&lines), ["Hello there ", "friend"]);
+        let spans: Vec<(String, Style)> = lines[0]
+            .spans
+            .iter()
+            .map(|s| (s.content.to_string(), s.style))
+            .collect();
+        assert_eq!(
+            spans,
+            [("Hello ".to_string(), red), ("there ".to_string(), bold)]
+        );
+        assert_eq!(lines[1].spans.len(), 1);
+        assert_eq!(lines[1].spans[0].style, bold);
+    }
+
+    #[test]
+    fn truncate_cuts_with_an_ellipsis() {
+        assert_eq!(truncate("hello", 5), "hello");
+        assert_eq!(truncate("hello world", 6), "hello…");
+        assert_eq!(truncate("日本語", 4), "日…");
+        assert_eq!(truncate("日本語", 6), "日本語");
+        assert_eq!(truncate("abc", 0), "…");
+    }
+}

@@ -1,0 +1,128 @@
+//! The conversation panel: the turns as wrapped, coloured lines, scrolled.
+
+use crate::chat::Origin;
+use crate::tui::app::App;
+use crate::tui::keymap::Action;
+use crate::tui::theme::StyleKey;
+use crate::tui::wrap::wrap;
+use ratatui::layout::Rect;
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Paragraph};
+use ratatui::Frame;
+
+fn origin_style(app: &App, o: Origin) -> Style {
+    let t = app.theme();
+    if !app.colour {
+        return t.style(StyleKey::Plain);
+    }
+    match o {
+        Origin::Plain => t.style(StyleKey::Plain),
+        Origin::Drafted { depth } => t.drafted(depth),
+        Origin::Target => t.style(StyleKey::Target),
+    }
+}
+
+/// The transcript as wrapped lines for a view `width` cells wide.
+pub fn transcript_lines(app: &App, width: usize) -> Vec<Line<'static>> {
+    let t = app.theme();
+    let mut lines = vec![];
+    if let Some(s) = &app.transcript.system {
+        lines.extend(wrap(
+            &[
+                ("system: ", t.style(StyleKey::SystemText)),
+                (s, t.style(StyleKey::SystemText)),
+            ],
+            width,
+            0,
+        ));
+        lines.push(Line::default());
+    }
+    let turns: Vec<_> = app.turns().collect();
+    if turns.is_empty() {
+        let help = app.keymap.first_key(Action::Help);
+        lines.extend(wrap(
+            &[(
+                &format!(
+                    "Type a message and press Enter. Accepted draft tokens are coloured by their \
+                     depth in the tree; the target's own tokens are underlined. {help} shows \
+                     every key."
+                ),
+                t.style(StyleKey::Placeholder),
+            )],
+            width,
+            0,
+        ));
+        return lines;
+    }
+    for (i, turn) in turns.iter().enumerate() {
+        lines.push(Line::from(Span::styled(
+            "You",
+            t.style(StyleKey::UserLabel),
+        )));
+        lines.extend(wrap(&[(&turn.user, t.style(StyleKey::UserText))], width, 2));
+        lines.push(Line::default());
+        lines.push(Line::from(Span::styled(
+            "Assistant",
+            t.style(StyleKey::AssistantLabel),
+        )));
+        let pieces: Vec<(&str, Style)> = turn
+            .tokens
+            .iter()
+            .map(|p| (p.text.as_str(), origin_style(app, p.origin)))
+            .collect();
+        let in_progress = i + 1 == turns.len() && app.current.is_some();
+        if pieces.is_empty() && in_progress {
+            lines.push(Line::from(Span::styled(
+                "  …",
+                t.style(StyleKey::Placeholder),
+            )));
+        } else {
+            lines.extend(wrap(&pieces, width, 2));
+        }
+        if let Some(stop) = turn.stop {
+            let why = match stop {
+                crate::engine::StopReason::Cancelled => " · stopped",
+                crate::engine::StopReason::MaxTokens => " · token limit",
+                crate::engine::StopReason::ContextFull => " · context full",
+                crate::engine::StopReason::StopToken => "",
+            };
+            lines.push(Line::from(Span::styled(
+                format!(
+                    "  {} tokens · {:.1} tok/s · τ {:.2}{why}",
+                    turn.stats.tokens,
+                    turn.stats.tokens_per_sec(),
+                    turn.stats.tau()
+                ),
+                t.style(StyleKey::TreeDim),
+            )));
+        }
+        lines.push(Line::default());
+    }
+    lines
+}
+
+/// Draw the conversation into `area`, keeping the scroll position within the text.
+pub(super) fn draw(f: &mut Frame, app: &mut App, area: Rect) {
+    let t = app.theme().clone();
+    let inner_w = area.width.saturating_sub(2) as usize;
+    let inner_h = area.height.saturating_sub(2) as usize;
+    let lines = transcript_lines(app, inner_w);
+    let total = lines.len();
+    let max_scroll = total.saturating_sub(inner_h);
+    app.scroll = app.scroll.min(max_scroll);
+    app.page = inner_h.saturating_sub(1).max(1);
+    let start = total.saturating_sub(inner_h + app.scroll);
+    let visible: Vec<Line> = lines.into_iter().skip(start).take(inner_h).collect();
+    let mut title = vec![Span::styled(" treespec ", t.style(StyleKey::Title))];
+    if app.scroll > 0 {
+        title.push(Span::styled(
+            format!("· ↓ {} more lines (Ctrl+End) ", app.scroll),
+            t.style(StyleKey::Notice),
+        ));
+    }
+    let block = Block::bordered()
+        .title(Line::from(title))
+        .border_style(t.style(StyleKey::Border));
+    f.render_widget(Paragraph::new(visible).block(block), area);
+}
