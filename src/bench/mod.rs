@@ -6,7 +6,6 @@ use crate::error::Result;
 use crate::model::chat_template::{ChatMessage, ChatTemplate, Role};
 use crate::model::tokenizer::TextTokenizer;
 use serde::Serialize;
-use std::time::Duration;
 
 mod costs;
 mod prompts;
@@ -43,38 +42,6 @@ pub struct PromptRun {
     pub output: Vec<u32>,
 }
 
-/// Stage times in seconds.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct StageSeconds {
-    /// Drafting.
-    pub draft: f64,
-    /// Tree building.
-    pub build: f64,
-    /// Target verification pass.
-    pub verify: f64,
-    /// Logits and walk.
-    pub walk: f64,
-    /// Cache compaction.
-    pub commit: f64,
-}
-
-impl StageSeconds {
-    fn from(t: &StageTimes) -> Self {
-        let s = |d: Duration| d.as_secs_f64();
-        StageSeconds {
-            draft: s(t.draft),
-            build: s(t.build),
-            verify: s(t.verify),
-            walk: s(t.walk),
-            commit: s(t.commit),
-        }
-    }
-
-    fn total(&self) -> f64 {
-        self.draft + self.build + self.verify + self.walk + self.commit
-    }
-}
-
 /// Totals of one configuration over one prompt file.
 #[derive(Debug, Clone, Serialize)]
 pub struct ModeResult {
@@ -98,7 +65,7 @@ pub struct ModeResult {
     /// drafted that deep.
     pub acceptance_by_depth: Vec<f64>,
     /// Time per stage.
-    pub stages: StageSeconds,
+    pub stages: StageTimes,
     /// Per prompt.
     pub prompts: Vec<PromptRun>,
     /// Prompts whose output is exactly `ar`'s (greedy speculation must give all of them).
@@ -280,7 +247,7 @@ pub fn run(
                         .zip(&a.drafted)
                         .map(|(&r, &d)| r as f64 / d.max(1) as f64)
                         .collect(),
-                    stages: StageSeconds::from(&a.stages),
+                    stages: a.stages,
                     prompts: a.prompts,
                     matches_ar: a.matches_ar,
                     first_divergence: a.first_divergence,
@@ -349,8 +316,7 @@ pub fn markdown(r: &BenchReport) -> String {
                     .collect::<Vec<_>>()
                     .join(" ")
             };
-            let total = m.stages.total().max(1e-12);
-            let pct = |x: f64| format!("{:.0}%", 100.0 * x / total);
+            let pct = m.stages.shares().map(|x| format!("{:.0}%", 100.0 * x));
             let same = match &m.first_divergence {
                 None => format!("{}/{}", m.matches_ar, set.prompts),
                 Some(d) => format!(
@@ -365,11 +331,11 @@ pub fn markdown(r: &BenchReport) -> String {
                 m.speedup,
                 m.tau,
                 acc,
-                pct(m.stages.draft),
-                pct(m.stages.build),
-                pct(m.stages.verify),
-                pct(m.stages.walk),
-                pct(m.stages.commit),
+                pct[0],
+                pct[1],
+                pct[2],
+                pct[3],
+                pct[4],
                 same,
             ));
         }

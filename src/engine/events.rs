@@ -6,8 +6,10 @@ use super::stats::AnswerStats;
 use crate::tree::DraftTree;
 use std::time::Duration;
 
-/// Time spent in each stage of one step.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+/// Time spent in each stage of one step (or of many, added up): the one form of stage timings in
+/// events, transcripts and `bench`. Written as `[draft, build, verify, walk, commit]` in
+/// milliseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct StageTimes {
     /// Drafting (drafter forward passes).
     pub draft: Duration,
@@ -34,6 +36,38 @@ impl StageTimes {
         self.verify += o.verify;
         self.walk += o.walk;
         self.commit += o.commit;
+    }
+
+    /// The stages in milliseconds: draft, build, verify, walk, commit.
+    pub fn millis(&self) -> [f64; 5] {
+        [self.draft, self.build, self.verify, self.walk, self.commit].map(|d| d.as_secs_f64() * 1e3)
+    }
+
+    /// Each stage's share of the total.
+    pub fn shares(&self) -> [f64; 5] {
+        let ms = self.millis();
+        let total: f64 = ms.iter().sum();
+        ms.map(|m| if total > 0.0 { m / total } else { 0.0 })
+    }
+}
+
+impl serde::Serialize for StageTimes {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        self.millis().serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for StageTimes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let ms = <[f64; 5]>::deserialize(d)?;
+        let t = |m: f64| Duration::from_secs_f64((m / 1e3).max(0.0));
+        Ok(StageTimes {
+            draft: t(ms[0]),
+            build: t(ms[1]),
+            verify: t(ms[2]),
+            walk: t(ms[3]),
+            commit: t(ms[4]),
+        })
     }
 }
 

@@ -4,7 +4,7 @@
 //! the tree's size and the stage timings.
 
 use crate::chat::{Origin, StepView, TokenPiece};
-use crate::engine::{AnswerStats, Mode, StopReason};
+use crate::engine::{AnswerStats, Mode, StageTimes, StopReason};
 use crate::error::{Error, Result};
 use crate::model::chat_template::{ChatMessage, Role};
 use serde::{Deserialize, Serialize};
@@ -28,27 +28,21 @@ pub struct StepRecord {
     pub accepted: usize,
     /// Tokens emitted.
     pub emitted: usize,
-    /// Milliseconds per stage: draft, build, verify, walk, commit.
-    pub times_ms: [f64; 5],
+    /// Time per stage (written in milliseconds: draft, build, verify, walk, commit).
+    #[serde(rename = "times_ms")]
+    pub times: StageTimes,
 }
 
 impl StepRecord {
     /// The record of a step.
     pub fn from_view(v: &StepView) -> Self {
-        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         StepRecord {
             step: v.step,
             mode: v.mode,
             drafted: v.tree.drafted(),
             accepted: v.accepted(),
             emitted: v.pieces.len(),
-            times_ms: [
-                ms(v.times.draft),
-                ms(v.times.build),
-                ms(v.times.verify),
-                ms(v.times.walk),
-                ms(v.times.commit),
-            ],
+            times: v.times,
         }
     }
 }
