@@ -25,6 +25,10 @@
 use super::blocks::{decode_unit, k_header, k_unit_ints, Format};
 use super::{KernelPath, QuantActs, QuantMatrix, BLOCK};
 
+/// Products smaller than this (multiply-adds) run on the calling thread: waking the pool costs
+/// more than the work.
+const SERIAL_WORK: usize = 1 << 16;
+
 /// Rows of activations computed together against each decoded weight unit.
 pub(crate) const TILE_ROWS: usize = 4;
 
@@ -147,9 +151,7 @@ pub(crate) fn matmul(w: &QuantMatrix, acts: &QuantActs, path: KernelPath) -> Vec
         return out;
     }
     let ptr = OutPtr(out.as_mut_ptr());
-    // candle's persistent spinning pool (the one its own CPU ops use): a matmul of a decode step
-    // takes tens of microseconds, too short to wake sleeping threads for.
-    candle_core::utils::barrier_pool().execute_chunked(n, |columns| {
+    let columns = |columns: std::ops::Range<usize>| {
         let mut vals = [0f32; TILE_ROWS];
         for c in columns {
             let wrow = w.row_data(c);
@@ -166,12 +168,19 @@ pub(crate) fn matmul(w: &QuantMatrix, acts: &QuantActs, path: KernelPath) -> Vec
                 }
                 for (i, &v) in vals.iter().enumerate() {
                     // SAFETY: (r0 + i, c) is inside the [m, n] buffer, and column c belongs to
-                    // this chunk alone.
+                    // this range alone.
                     unsafe { ptr.write((r0 + i) * n + c, v) };
                 }
                 r0 += rows;
             }
         }
-    });
+    };
+    if m * n * w.cols() < SERIAL_WORK {
+        columns(0..n);
+        return out;
+    }
+    // candle's persistent spinning pool (the one its own CPU ops use): a matmul of a decode step
+    // takes tens of microseconds, too short to wake sleeping threads for.
+    candle_core::utils::barrier_pool().execute_chunked(n, columns);
     out
 }

@@ -259,3 +259,74 @@ pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
         .to_scalar::<f32>()
         .unwrap()
 }
+
+/// A tiny random DFlash drafter for `target` in a new directory under `dir` (config.json and
+/// model.safetensors in z-lab's layout): one Qwen3 layer reading all of the target's layers,
+/// blocks of `block_size`, the last token of the vocabulary as its mask token.
+pub fn write_tiny_dflash(
+    dir: &Path,
+    target: &ModelConfig,
+    block_size: usize,
+    seed: u64,
+) -> PathBuf {
+    let out = dir.join(format!("dflash-{seed}"));
+    std::fs::create_dir_all(&out).unwrap();
+    let (h, hd, heads, kv) = (target.hidden, 8usize, 4usize, 2usize);
+    let layers: Vec<usize> = (0..target.n_layers).collect();
+    let config = serde_json::json!({
+        "architectures": ["DFlashDraftModel"],
+        "model_type": "qwen3",
+        "vocab_size": target.vocab_size,
+        "hidden_size": h,
+        "intermediate_size": 2 * h,
+        "num_hidden_layers": 1,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "head_dim": hd,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 1024,
+        "tie_word_embeddings": false,
+        "attention_bias": false,
+        "block_size": block_size,
+        "num_target_layers": target.n_layers,
+        "dflash_config": {
+            "target_layer_ids": layers,
+            "mask_token_id": target.vocab_size - 1
+        }
+    });
+    std::fs::write(out.join("config.json"), config.to_string()).unwrap();
+    let mut rng = Lcg(seed
+        .wrapping_mul(2862933555777941757)
+        .wrapping_add(3037000493));
+    let mut t = |shape: &[usize], scale: f32, offset: f32| -> Tensor {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| rng.next_f32() * scale + offset).collect();
+        Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
+    };
+    let ws = 1.0 / (h as f32).sqrt();
+    let mut m: HashMap<String, Tensor> = HashMap::new();
+    m.insert("fc.weight".into(), t(&[h, h * layers.len()], ws, 0.0));
+    m.insert("hidden_norm.weight".into(), t(&[h], 0.1, 1.0));
+    m.insert("norm.weight".into(), t(&[h], 0.1, 1.0));
+    let p = |s: &str| format!("layers.0.{s}");
+    m.insert(p("input_layernorm.weight"), t(&[h], 0.1, 1.0));
+    m.insert(p("post_attention_layernorm.weight"), t(&[h], 0.1, 1.0));
+    m.insert(
+        p("self_attn.q_proj.weight"),
+        t(&[heads * hd, h], 2.0 * ws, 0.0),
+    );
+    m.insert(
+        p("self_attn.k_proj.weight"),
+        t(&[kv * hd, h], 2.0 * ws, 0.0),
+    );
+    m.insert(p("self_attn.v_proj.weight"), t(&[kv * hd, h], ws, 0.0));
+    m.insert(p("self_attn.o_proj.weight"), t(&[h, heads * hd], ws, 0.0));
+    m.insert(p("self_attn.q_norm.weight"), t(&[hd], 0.1, 1.0));
+    m.insert(p("self_attn.k_norm.weight"), t(&[hd], 0.1, 1.0));
+    m.insert(p("mlp.gate_proj.weight"), t(&[2 * h, h], ws, 0.0));
+    m.insert(p("mlp.up_proj.weight"), t(&[2 * h, h], ws, 0.0));
+    m.insert(p("mlp.down_proj.weight"), t(&[h, 2 * h], ws, 0.0));
+    candle_core::safetensors::save(&m, out.join("model.safetensors")).unwrap();
+    out
+}
