@@ -2,6 +2,8 @@
 //! small model when present.
 #![allow(dead_code)]
 
+pub mod tui;
+
 use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
