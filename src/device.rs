@@ -25,7 +25,47 @@ pub fn parse_device(spec: &str) -> Result<Device> {
              (rebuild with `cargo build --release --features cuda`)"
         )));
     }
-    Device::new_cuda(ordinal).map_err(|e| Error::Device(format!("cannot open cuda:{ordinal}: {e}")))
+    let device = Device::new_cuda(ordinal)
+        .map_err(|e| Error::Device(format!("cannot open cuda:{ordinal}: {e}")))?;
+    tune(&device)?;
+    Ok(device)
+}
+
+/// Runtime settings for a GPU that treespec drives from one stream: no CUDA events recorded per
+/// allocation (cudarc does so while event tracking is on, for multi-stream safety), and a memory
+/// pool that keeps freed memory for the next step instead of returning it to the driver at every
+/// synchronisation.
+#[cfg(feature = "cuda")]
+fn tune(device: &Device) -> Result<()> {
+    use cudarc::driver::{result, sys};
+    let Device::Cuda(dev) = device else {
+        return Ok(());
+    };
+    let fail = |what: &str, e: result::DriverError| Error::Device(format!("{what}: {e:?}"));
+    // SAFETY: treespec issues all work for a device on its one stream (candle's default stream
+    // of that device), which is what turning event tracking off requires.
+    unsafe { dev.disable_event_tracking() };
+    let ctx = dev.cuda_stream().context().clone();
+    ctx.bind_to_thread()
+        .map_err(|e| fail("binding the CUDA context", e))?;
+    // SAFETY: the device handle comes from the context; the attribute takes a u64.
+    unsafe {
+        let pool = result::device::get_default_mem_pool(ctx.cu_device())
+            .map_err(|e| fail("reading the memory pool", e))?;
+        let mut keep = u64::MAX;
+        result::mem_pool::set_attribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            &mut keep as *mut u64 as *mut std::ffi::c_void,
+        )
+        .map_err(|e| fail("setting the memory pool's release threshold", e))?;
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "cuda"))]
+fn tune(_device: &Device) -> Result<()> {
+    Ok(())
 }
 
 /// A short description of the device for status lines.

@@ -352,7 +352,7 @@ impl Engine {
         } else {
             None
         };
-        let rows = NodeLogits::new(&self.target, out.logits.clone(), last_hidden)?;
+        let rows = NodeLogits::new(&self.target, out.logits.clone(), last_hidden);
         // The walk most often follows the drafter's first children.
         let children = tree.children();
         let mut chain = vec![0];
@@ -363,42 +363,48 @@ impl Engine {
         let params = self.settings.sampling;
         let rule = self.settings.verification;
         let rng = &mut self.rng;
-        let mut err = None;
-        let mut row = |node: usize| match rows.row(node) {
-            Ok(r) => Some(r),
-            Err(e) => {
-                err = Some(e);
-                None
+        let err = std::cell::RefCell::new(None);
+        let keep = |r: Result<u32>| {
+            r.unwrap_or_else(|e| {
+                *err.borrow_mut() = Some(e);
+                u32::MAX
+            })
+        };
+        // The target's own token at a node: its argmax, or a draw from its distribution.
+        let choose = |node: usize, rng: &mut StdRng| -> u32 {
+            if params.is_greedy() {
+                keep(rows.argmax(node))
+            } else {
+                keep(rows.row(node).map(|r| target_choice(&r, &params, rng)))
             }
         };
         let res = match (sampled, rule) {
             (_, Verification::LossyUncheckedFirstChild) => {
                 let node = *chain.last().unwrap_or(&0);
-                let y = row(node).map_or(u32::MAX, |r| target_choice(&r, &params, rng));
-                (chain.clone(), y)
+                (chain.clone(), choose(node, rng))
             }
             (Some(drafts), _) => {
-                let p =
-                    |i: usize| row(i).map_or(vec![], |r| target_distribution(&r, &params, rule));
+                let p = |i: usize| match rows.row(i) {
+                    Ok(r) => target_distribution(&r, &params, rule),
+                    Err(e) => {
+                        *err.borrow_mut() = Some(e);
+                        vec![]
+                    }
+                };
                 let (k, y) = verify_sampled_chain(drafts, p, rule, rng);
                 ((0..=k).collect(), y)
             }
             (None, Verification::LossyArgmaxMatch) => walk(tree, |node| {
-                row(node).map_or(u32::MAX, |r| {
-                    let a = crate::sampling::argmax(&r).unwrap_or(0);
-                    let is_child = children[node].iter().any(|&c| tree.tokens[c] == a);
-                    if is_child {
-                        a
-                    } else {
-                        target_choice(&r, &params, rng)
-                    }
-                })
+                let a = keep(rows.argmax(node));
+                if children[node].iter().any(|&c| tree.tokens[c] == a) {
+                    a
+                } else {
+                    choose(node, rng)
+                }
             }),
-            (None, _) => walk(tree, |node| {
-                row(node).map_or(u32::MAX, |r| target_choice(&r, &params, rng))
-            }),
+            (None, _) => walk(tree, |node| choose(node, rng)),
         };
-        match err {
+        match err.into_inner() {
             Some(e) => Err(e),
             None => Ok(res),
         }

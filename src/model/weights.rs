@@ -371,6 +371,19 @@ pub fn read_gguf_header(path: &Path) -> Result<gguf_file::Content> {
     Ok(content)
 }
 
+/// Rows candle's GPU kernels multiply with one per-row summation order: its quantised mat-vec
+/// kernel (`mmvq_gguf.cu`) runs four warps per block for up to four activation rows (two for five
+/// to eight, a tiled kernel beyond), and the warps split each row's blocks between them. Feeding a
+/// verify pass four rows at a time gives every row exactly the logits of a one-token step.
+const GPU_INVARIANT_ROWS: usize = 4;
+
+/// Batch-invariant GPU products (the default); `TREESPEC_GPU_BATCH_INVARIANT=0` turns them off,
+/// to measure what they cost.
+fn gpu_batch_invariant() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TREESPEC_GPU_BATCH_INVARIANT").as_deref() != Ok("0"))
+}
+
 /// A linear layer `y = x W^T + b` over a quantised or a plain weight.
 #[derive(Debug, Clone)]
 pub struct Linear {
@@ -458,7 +471,18 @@ impl Linear {
                 let y = m.matmul(&host, rows)?;
                 Tensor::from_vec(y, (rows, m.rows()), x.device())?
             }
-            LinearWeight::Quantized(q) => q.forward(x)?,
+            LinearWeight::Quantized(q) => {
+                let rows = x.dim(0)?;
+                if rows > GPU_INVARIANT_ROWS && gpu_batch_invariant() {
+                    let parts = (0..rows)
+                        .step_by(GPU_INVARIANT_ROWS)
+                        .map(|r| q.forward(&x.narrow(0, r, (rows - r).min(GPU_INVARIANT_ROWS))?))
+                        .collect::<candle_core::Result<Vec<_>>>()?;
+                    Tensor::cat(&parts, 0)?
+                } else {
+                    q.forward(x)?
+                }
+            }
             LinearWeight::Dense(w) => x.matmul(&w.t()?)?,
         };
         Ok(match &self.bias {

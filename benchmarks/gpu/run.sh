@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# On the H200 machine, with the binary and the GGUF files staged in /root/stage (in parts, see
+# ../shared/device/README.md): plain decoding speed, the cost table, and the modes side by side on
+# the default pair with and without batch-invariant products. Writes logs and JSON under $OUT and
+# prints the tables last. Usage: benchmarks/gpu/run.sh [ar|costs|modes|variance]...
+set -euo pipefail
+export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/local/nvidia/lib64
+S=/root/stage
+B="$S/treespec"
+T="$S/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+D="$S/qwen2.5-coder-0.5b-instruct-awq.gguf"
+M="$S/SmolLM2-135M-Instruct.Q4_1.gguf"
+prompt="Write a Python function that checks whether a number is prime."
+rate() { sed -n 's/.*decode [0-9]* tokens at \([0-9.]*\) tok\/s.*/\1/p'; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
+for what in "${@:-ar costs modes variance}"; do
+  case $what in
+  ar)
+    echo "| model | treespec ar tok/s (3 runs, 256 tokens) |"
+    echo "| --- | --- |"
+    for m in "$M" "$T" "$D"; do
+      r=""
+      for i in 1 2 3; do
+        r="$r $("$B" generate --device cuda -m "$m" -p "$prompt" --max-tokens 256 2>&1 >/dev/null | rate)"
+      done
+      echo "| $(basename "$m") |$r |"
+    done | tee "$OUT/gpu-ar.md" ;;
+  costs)
+    "$B" bench --device cuda --costs --target "$T" --drafter "$D" 2>&1 | tee "$OUT/gpu-costs.md" | tail -25 ;;
+  modes)
+    "$B" bench --device cuda --target "$T" --drafter "$D" --limit "${LIMIT:-6}" --max-tokens 128 \
+      --modes "${MODES:-ar,linear,tree,linear:6@0,tree:32x6@0}" --json "$OUT/gpu-modes.json" \
+      > "$OUT/gpu-modes.log" 2>&1 || { tail -40 "$OUT/gpu-modes.log"; exit 1; }
+    sed -n '/^settings:/,$p' "$OUT/gpu-modes.log" ;;
+  variance)
+    TREESPEC_GPU_BATCH_INVARIANT=0 "$B" bench --device cuda --target "$T" --drafter "$D" \
+      --limit "${LIMIT:-6}" --max-tokens 128 --modes "${MODES:-ar,linear,tree,linear:6@0,tree:32x6@0}" \
+      --json "$OUT/gpu-modes-variant.json" > "$OUT/gpu-modes-variant.log" 2>&1 \
+      || { tail -40 "$OUT/gpu-modes-variant.log"; exit 1; }
+    sed -n '/^settings:/,$p' "$OUT/gpu-modes-variant.log" ;;
+  esac
+done
