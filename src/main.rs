@@ -287,11 +287,11 @@ fn parse_mode(s: &str) -> anyhow::Result<Mode> {
 fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
     let mode = parse_mode(&a.mode)?;
     let settings = a.decode.settings(mode)?;
-    let drafter = match (&a.drafter, mode.needs_drafter()) {
+    let drafter = match (&a.drafter, mode.uses_drafter()) {
         (Some(d), _) => Some(d.clone()),
         (None, true) if a.model == "target" => Some("drafter".to_string()),
-        (None, true) => anyhow::bail!("--mode {mode} needs --drafter"),
-        (None, false) => None,
+        (None, true) if mode.needs_drafter() => anyhow::bail!("--mode {mode} needs --drafter"),
+        (None, _) => None,
     };
     let (mut engine, m) = build_engine(
         &a.model,
@@ -350,7 +350,7 @@ fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
         .filter(|s| !s.trim().is_empty())
         .map(|s| bench::Variant::parse(s, &base))
         .collect::<treespec::Result<Vec<_>>>()?;
-    let needs_drafter = variants.iter().any(|v| v.settings.mode.needs_drafter());
+    let needs_drafter = variants.iter().any(|v| v.settings.mode.uses_drafter());
     let sets = if a.prompts.is_empty() {
         bench::bundled_prompts(a.limit)?
     } else {

@@ -93,6 +93,7 @@ fn greedy_speculation_equals_ar_over_many_seeds() {
         grown(4, 1, 3),
         grown(8, 4, 2),
         grown(32, 6, 4),
+        settings(Mode::Auto, 8, 4, 4),
     ];
     let mut drafted_accepts = 0;
     let mut steps_total = 0;
@@ -178,6 +179,7 @@ fn mode_switch_mid_answer() {
         grown(12, 5, 3),
         settings(Mode::Linear, 1, 1, 8),
         grown(6, 3, 1),
+        settings(Mode::Auto, 8, 5, 3),
     ];
     for seed in 0..4u64 {
         let p = prompt(seed, 61);

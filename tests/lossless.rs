@@ -494,6 +494,13 @@ fn trees_emit_the_draws_ar_makes_with_the_same_seed() {
     }
 }
 
+/// `auto` switches between ar and the drafting modes by measured speed; on models this small ar
+/// is usually fastest, so no depth is required here (`tests/engine.rs` switches it mid-answer).
+#[test]
+fn auto_is_lossless() {
+    check_lossless(Kind::Causal, Mode::Auto, 0, 0.0);
+}
+
 #[test]
 fn dflash_trees_are_lossless() {
     check_lossless(Kind::DFlash, Mode::Tree, 0, 0.05);

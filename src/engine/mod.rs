@@ -6,6 +6,7 @@
 //! drafter's cache holds some prefix of `seq` shorter than `seq`. So the mode, budget, depth and
 //! temperature can change between any two steps without touching the caches.
 
+pub mod auto;
 mod events;
 mod logits;
 mod settings;
@@ -47,6 +48,8 @@ pub struct Engine {
     answer_start: usize,
     rng: StdRng,
     lazy_logits: bool,
+    /// The chooser of `auto`, with what it has measured (kept across answers).
+    planner: Option<auto::Planner>,
 }
 
 /// Rows of the prompt read per target pass.
@@ -83,6 +86,7 @@ impl Engine {
             answer_start: 0,
             rng: StdRng::seed_from_u64(seed),
             lazy_logits,
+            planner: None,
         };
         e.set_settings(settings)?;
         Ok(e)
@@ -102,6 +106,7 @@ impl Engine {
             }
             Mode::Linear | Mode::Tree => None,
             Mode::Mtp => Some("the target has no multi-token-prediction head".into()),
+            Mode::Auto => None,
         }
     }
 
@@ -111,8 +116,23 @@ impl Engine {
             return Err(Error::Config(why));
         }
         s.validate()?;
+        if s.mode == Mode::Auto {
+            let same_base = Settings {
+                mode: Mode::Auto,
+                ..self.settings
+            } == s;
+            if self.planner.is_none() || !same_base {
+                self.planner = Some(auto::Planner::new(&s, self.drafter.is_some()));
+            }
+        }
         self.settings = s;
         Ok(())
+    }
+
+    /// `auto`'s candidates, best first, with their measured tokens per second (empty unless the
+    /// mode has been `auto`).
+    pub fn auto_rates(&self) -> Vec<(Settings, f64)> {
+        self.planner.as_ref().map_or(vec![], |p| p.rates())
     }
 
     /// Reseed the sampler.
@@ -206,7 +226,7 @@ impl Engine {
                 d.push_features(f)?;
             }
         }
-        if let (true, Some(d)) = (self.settings.mode.needs_drafter(), &mut self.drafter) {
+        if let (true, Some(d)) = (self.settings.mode.uses_drafter(), &mut self.drafter) {
             d.prefill(prompt)?;
         }
         self.seq = prompt.to_vec();
@@ -214,8 +234,30 @@ impl Engine {
         Ok(t0.elapsed())
     }
 
-    /// Run one step, emitting at most `remaining` tokens: draft, build, verify, walk, commit.
+    /// Run one step, emitting at most `remaining` tokens: draft, build, verify, walk, commit. In
+    /// `auto` the step runs with the settings the planner picks, and its speed is reported back.
     pub fn step(&mut self, remaining: usize) -> Result<StepEvent> {
+        let Some(mut planner) = self
+            .planner
+            .take()
+            .filter(|_| self.settings.mode == Mode::Auto)
+        else {
+            return self.step_with_settings(remaining);
+        };
+        let (arm, chosen) = planner.choose();
+        let saved = std::mem::replace(&mut self.settings, chosen);
+        let ev = self.step_with_settings(remaining);
+        self.settings = saved;
+        if let Ok(ev) = &ev {
+            // A step the drafter could not draft for ran as ar: ar's measurement.
+            let arm = if ev.mode == Mode::Ar { 0 } else { arm };
+            planner.observe(arm, ev.emitted.len(), ev.times.total().as_secs_f64());
+        }
+        self.planner = Some(planner);
+        ev
+    }
+
+    fn step_with_settings(&mut self, remaining: usize) -> Result<StepEvent> {
         let root = *self
             .seq
             .last()

@@ -18,11 +18,14 @@ pub enum Mode {
     Tree,
     /// The target's own multi-token-prediction head as drafter.
     Mtp,
+    /// Per step, whichever of `ar`, `linear` and `tree` has been fastest here (see
+    /// [`super::auto`]).
+    Auto,
 }
 
 impl Mode {
     /// All modes, in the order a user cycles through them.
-    pub const ALL: [Mode; 4] = [Mode::Ar, Mode::Linear, Mode::Tree, Mode::Mtp];
+    pub const ALL: [Mode; 5] = [Mode::Ar, Mode::Linear, Mode::Tree, Mode::Mtp, Mode::Auto];
 
     /// The mode's name.
     pub fn name(self) -> &'static str {
@@ -31,6 +34,7 @@ impl Mode {
             Mode::Linear => "linear",
             Mode::Tree => "tree",
             Mode::Mtp => "mtp",
+            Mode::Auto => "auto",
         }
     }
 
@@ -44,6 +48,11 @@ impl Mode {
     /// True when the mode needs a separate drafter model.
     pub fn needs_drafter(self) -> bool {
         matches!(self, Mode::Linear | Mode::Tree)
+    }
+
+    /// True when the mode drafts with a separate drafter model when there is one.
+    pub fn uses_drafter(self) -> bool {
+        matches!(self, Mode::Linear | Mode::Tree | Mode::Auto)
     }
 }
 
@@ -164,6 +173,7 @@ impl Settings {
             Mode::Tree => format!("B{} L{}", self.budget, self.depth),
             Mode::Linear | Mode::Mtp => format!("γ{}", self.gamma),
             Mode::Ar => String::new(),
+            Mode::Auto => format!("≤ B{} L{} γ{}", self.budget, self.depth, self.gamma),
         };
         if self.min_chain_prob > 0.0 && matches!(self.mode, Mode::Tree | Mode::Linear) {
             s.push_str(&format!(" p≥{}", self.min_chain_prob));

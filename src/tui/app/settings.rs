@@ -69,7 +69,7 @@ impl App {
     pub(super) fn step_budget(&mut self, up: bool) {
         let mut s = self.settings;
         match s.mode {
-            Mode::Tree => {
+            Mode::Tree | Mode::Auto => {
                 // The next step of BUDGET_STEPS above (or below) the budget in force.
                 let next = if up {
                     BUDGET_STEPS.iter().find(|&&b| b > s.budget)
@@ -94,7 +94,7 @@ impl App {
                 };
                 self.step_to(s, format!("gamma {}", s.gamma));
             }
-            Mode::Ar | Mode::Mtp => self.say("the budget applies in tree and linear modes"),
+            Mode::Ar | Mode::Mtp => self.say("the budget applies in tree, linear and auto modes"),
         }
     }
 

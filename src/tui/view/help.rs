@@ -64,6 +64,7 @@ pub fn help_lines(app: &App) -> Vec<Line<'static>> {
             Mode::Linear => "drafter chain, verified linearly",
             Mode::Tree => "DDTree: a draft tree verified in one pass, then walked",
             Mode::Mtp => "the target's own multi-token-prediction head drafts",
+            Mode::Auto => "per step, whichever of ar, linear and tree has been fastest here",
         };
         lines.push(Line::from(Span::styled(
             format!("  {:<7} {what}{why}", m.name()),

@@ -1,0 +1,228 @@
+//! `auto`: pick, step by step, the way of proposing that is fastest here and now.
+//!
+//! Whether speculation pays depends on the device (what a drafter step and a verify pass cost
+//! against a target step) and on the text (how much of the draft the target accepts): on a
+//! memory-bound CPU with code it can double the speed, on open chat or with a drafter almost as
+//! slow as the target it loses. `auto` measures instead of predicting: each candidate (`ar`, the
+//! configured chain and tree, and half-size versions of them) keeps a running estimate of the
+//! tokens it emits per second, the best is used, and the others are tried again now and then
+//! (every 8 steps at first, backing off to every 128 while they keep losing), so that the
+//! estimates follow the text. Every candidate is lossless, so the choice changes the speed, never
+//! the output.
+
+use super::settings::{Mode, Settings};
+
+/// Weight of the newest step in an arm's running averages.
+const EMA: f64 = 0.25;
+/// Steps between probes of a losing arm, at first and at most.
+const PROBE_MIN: usize = 8;
+const PROBE_MAX: usize = 128;
+
+/// One candidate and what it has measured.
+#[derive(Debug, Clone)]
+struct Arm {
+    settings: Settings,
+    tokens: f64,
+    seconds: f64,
+    pulls: usize,
+}
+
+impl Arm {
+    fn rate(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.tokens / self.seconds
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The per-step chooser of `auto`.
+#[derive(Debug, Clone)]
+pub struct Planner {
+    arms: Vec<Arm>,
+    step: usize,
+    best: usize,
+    next_probe: usize,
+    backoff: usize,
+    probe_turn: usize,
+}
+
+impl Planner {
+    /// Candidates for `base` (its shapes are the largest tried); only `ar` without a drafter.
+    pub fn new(base: &Settings, has_drafter: bool) -> Self {
+        let with = |mode, budget: usize, depth: usize, gamma: usize| Settings {
+            mode,
+            budget: budget.max(1),
+            depth: depth.max(1),
+            gamma: gamma.max(1),
+            ..*base
+        };
+        let mut candidates = vec![with(Mode::Ar, base.budget, base.depth, base.gamma)];
+        if has_drafter {
+            candidates.extend([
+                with(Mode::Tree, base.budget, base.depth, base.gamma),
+                with(Mode::Linear, base.budget, base.depth, base.gamma),
+                with(Mode::Tree, base.budget / 2, base.depth / 2, base.gamma),
+                with(Mode::Linear, base.budget, base.depth, base.gamma / 2),
+            ]);
+        }
+        let mut seen: Vec<Settings> = vec![];
+        candidates.retain(|c| {
+            let new = !seen.contains(c);
+            seen.push(*c);
+            new
+        });
+        Planner {
+            arms: candidates
+                .into_iter()
+                .map(|settings| Arm {
+                    settings,
+                    tokens: 0.0,
+                    seconds: 0.0,
+                    pulls: 0,
+                })
+                .collect(),
+            step: 0,
+            best: 0,
+            next_probe: PROBE_MIN,
+            backoff: PROBE_MIN,
+            probe_turn: 0,
+        }
+    }
+
+    /// The settings the next step runs with, and the arm to report it to.
+    pub fn choose(&mut self) -> (usize, Settings) {
+        self.step += 1;
+        // Every arm once first (ar first: its rate is the one to beat).
+        if let Some(i) = self.arms.iter().position(|a| a.pulls == 0) {
+            return (i, self.arms[i].settings);
+        }
+        let arm = if self.step >= self.next_probe && self.arms.len() > 1 {
+            self.next_probe = self.step + self.backoff;
+            self.backoff = (self.backoff * 2).min(PROBE_MAX);
+            // The losing arms in turn.
+            self.probe_turn = (self.probe_turn + 1) % (self.arms.len() - 1);
+            (0..self.arms.len())
+                .filter(|&i| i != self.best)
+                .nth(self.probe_turn)
+                .unwrap_or(self.best)
+        } else {
+            self.best
+        };
+        (arm, self.arms[arm].settings)
+    }
+
+    /// What the step run with arm `arm` emitted and how long it took.
+    pub fn observe(&mut self, arm: usize, tokens: usize, seconds: f64) {
+        let Some(a) = self.arms.get_mut(arm) else {
+            return;
+        };
+        if a.pulls == 0 {
+            (a.tokens, a.seconds) = (tokens as f64, seconds);
+        } else {
+            a.tokens += EMA * (tokens as f64 - a.tokens);
+            a.seconds += EMA * (seconds - a.seconds);
+        }
+        a.pulls += 1;
+        let best = (0..self.arms.len())
+            .filter(|&i| self.arms[i].pulls > 0)
+            .max_by(|&i, &j| self.arms[i].rate().total_cmp(&self.arms[j].rate()))
+            .unwrap_or(0);
+        if best != self.best {
+            self.best = best;
+            // The text changed its character: look around again soon.
+            self.backoff = PROBE_MIN;
+            self.next_probe = self.step + PROBE_MIN;
+        }
+    }
+
+    /// The candidates' settings, best first, with their measured tokens per second.
+    pub fn rates(&self) -> Vec<(Settings, f64)> {
+        let mut v: Vec<(Settings, f64)> =
+            self.arms.iter().map(|a| (a.settings, a.rate())).collect();
+        v.sort_by(|a, b| b.1.total_cmp(&a.1));
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn planner() -> Planner {
+        Planner::new(&Settings::default(), true)
+    }
+
+    /// Run `steps` steps where each mode emits `tokens(mode)` tokens in `secs(mode)` seconds;
+    /// returns how many steps ran in each mode.
+    fn simulate(
+        p: &mut Planner,
+        steps: usize,
+        tokens: impl Fn(&Settings) -> usize,
+        secs: impl Fn(&Settings) -> f64,
+    ) -> std::collections::HashMap<Mode, usize> {
+        let mut count = std::collections::HashMap::new();
+        for _ in 0..steps {
+            let (arm, s) = p.choose();
+            *count.entry(s.mode).or_insert(0) += 1;
+            p.observe(arm, tokens(&s), secs(&s));
+        }
+        count
+    }
+
+    #[test]
+    fn settles_on_the_fastest_candidate_and_probes_rarely() {
+        let mut p = planner();
+        // Trees emit 4 tokens per 2 units of time; everything else 1 per unit.
+        let c = simulate(
+            &mut p,
+            500,
+            |s| if s.mode == Mode::Tree { 4 } else { 1 },
+            |s| if s.mode == Mode::Tree { 2.0 } else { 1.0 },
+        );
+        assert!(c[&Mode::Tree] > 470, "{c:?}");
+        assert_eq!(p.rates()[0].0.mode, Mode::Tree);
+    }
+
+    #[test]
+    fn falls_back_to_ar_when_speculation_loses() {
+        let mut p = planner();
+        let c = simulate(
+            &mut p,
+            500,
+            |s| if s.mode == Mode::Ar { 1 } else { 2 },
+            |s| if s.mode == Mode::Ar { 1.0 } else { 3.0 },
+        );
+        assert!(c[&Mode::Ar] > 470, "{c:?}");
+    }
+
+    #[test]
+    fn follows_a_change_in_the_text() {
+        let mut p = planner();
+        simulate(
+            &mut p,
+            300,
+            |s| if s.mode == Mode::Tree { 6 } else { 1 },
+            |s| if s.mode == Mode::Tree { 2.0 } else { 1.0 },
+        );
+        // The text turns to chat: speculation now loses.
+        let c = simulate(
+            &mut p,
+            400,
+            |_| 1,
+            |s| if s.mode == Mode::Ar { 1.0 } else { 2.0 },
+        );
+        assert!(c[&Mode::Ar] > 300, "{c:?}");
+    }
+
+    #[test]
+    fn without_a_drafter_only_ar() {
+        let mut p = Planner::new(&Settings::default(), false);
+        for _ in 0..20 {
+            let (arm, s) = p.choose();
+            assert_eq!(s.mode, Mode::Ar);
+            p.observe(arm, 1, 1.0);
+        }
+    }
+}
