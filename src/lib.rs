@@ -12,6 +12,7 @@ pub mod engine;
 pub mod error;
 pub mod fetch;
 pub mod generate;
+pub mod gpu;
 pub mod load;
 pub mod model;
 pub mod paths;

@@ -106,9 +106,9 @@ fn chat_in_tmux_with_the_real_model() {
         .find(|l| l.contains(" tree ") && l.contains("tok/s"))
         .unwrap_or_else(|| panic!("no status line:\n{text}"));
     assert!(status.contains("τ "), "{status}");
-    // Switch mode: tree -> ar (mtp is unavailable, linear comes after ar).
+    // Switch mode: tree -> auto (mtp, between them, is unavailable).
     tmux(&["send-keys", "-t", &s.0, "F2"]);
-    wait_for(&s, "the mode switch", |t| t.contains("mode ar"), 30);
+    wait_for(&s, "the mode switch", |t| t.contains("mode auto"), 30);
     // Quit: Ctrl+C twice while idle.
     tmux(&["send-keys", "-t", &s.0, "C-c"]);
     wait_for(&s, "the quit prompt", |t| t.contains("again to quit"), 30);

@@ -213,7 +213,9 @@ fn mode_budget_depth_and_temperature_keys() {
     let (mut app, log) = app_with(vec![], dir.path());
     assert_eq!(app.settings.mode, Mode::Tree);
     app.on_key(key(KeyCode::F(2)));
-    assert_eq!(app.settings.mode, Mode::Ar, "mtp is skipped: unavailable");
+    assert_eq!(app.settings.mode, Mode::Auto, "mtp is skipped: unavailable");
+    app.on_key(key(KeyCode::F(2)));
+    assert_eq!(app.settings.mode, Mode::Ar);
     app.on_key(key(KeyCode::F(2)));
     assert_eq!(app.settings.mode, Mode::Linear);
     let g = app.settings.gamma;

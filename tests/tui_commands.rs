@@ -154,7 +154,7 @@ fn key_overrides_from_the_config() {
     app.on_key(key(KeyCode::F(2)));
     assert_eq!(app.settings.mode, Mode::Tree, "F2 no longer cycles");
     app.on_key(ctrl('o'));
-    assert_eq!(app.settings.mode, Mode::Ar);
+    assert_eq!(app.settings.mode, Mode::Auto);
     app.on_key(key(KeyCode::F(1)));
     let s = screen(&render(&mut app, 120, 50));
     assert!(s.contains("Ctrl+O"), "the help shows the real binding");

@@ -3,10 +3,12 @@
 use super::{Committed, DraftRequest, Drafter, Proposal};
 use crate::engine::Mode;
 use crate::error::{Error, Result};
+use crate::gpu::row_top_k;
 use crate::model::decoder::{Batch, Decoder};
-use crate::sampling::{argmax, distribution, draw, SamplingParams};
-use crate::tree::DraftTree;
+use crate::sampling::{distribution, draw, SamplingParams};
+use crate::tree::{DepthTopK, DraftTree};
 use crate::verify::SampledDraft;
+use candle_core::Tensor;
 use rand::rngs::StdRng;
 use rand::Rng;
 
@@ -24,8 +26,9 @@ pub enum ChainPick {
 pub struct ChainStep {
     /// The drafted token.
     pub token: u32,
-    /// The drafter's raw logits at this depth (the tree builder's q_d).
-    pub logits: Vec<f32>,
+    /// The drafter's most probable tokens at this depth with their log-probabilities (the tree
+    /// builder's q_d; greedy chains only).
+    pub top: Option<DepthTopK>,
     /// The processed distribution the token was drawn from (sampled chains only).
     pub q: Option<Vec<(u32, f32)>>,
 }
@@ -80,8 +83,8 @@ impl CausalDrafter {
     }
 
     /// Bring the cache up to `seq` (whose prefix it must already hold) and return the logits for
-    /// the token after it. The cache then holds all of `seq`.
-    pub(super) fn sync(&mut self, seq: &[u32]) -> Result<Vec<f32>> {
+    /// the token after it (`[1, vocab]`, on the model's device). The cache then holds all of `seq`.
+    pub(super) fn sync(&mut self, seq: &[u32]) -> Result<Tensor> {
         let have = self.model.len().min(seq.len().saturating_sub(1));
         self.model.truncate(have);
         let rest = &seq[have..];
@@ -90,14 +93,14 @@ impl CausalDrafter {
                 "drafting from an empty sequence".into(),
             ));
         }
-        let mut last = vec![];
+        let mut last = None;
         for piece in rest.chunks(512) {
             let out = self
                 .model
                 .forward(&Batch::causal(piece, self.model.len()))?;
-            last = out.logits_rows()?.pop().unwrap_or_default();
+            last = out.logits;
         }
-        Ok(last)
+        last.ok_or_else(|| Error::InvalidArgument("the drafter returned no logits".into()))
     }
 
     /// Read `seq` but its last token into the cache (the prompt, before the first step), so that
@@ -114,8 +117,9 @@ impl CausalDrafter {
         Ok(())
     }
 
-    /// Draft up to `depth` tokens after `seq`. The cache ends holding `seq` plus all drafted
-    /// tokens but the last (which is never fed).
+    /// Draft up to `depth` tokens after `seq`, keeping the `top_k` most probable tokens of each
+    /// depth of a greedy chain (read on the device where the model runs on one). The cache ends
+    /// holding `seq` plus all drafted tokens but the last (which is never fed).
     ///
     /// With `min_chain_prob` > 0 a greedy chain stops early once the drafter's own probability of
     /// the chain so far (the product of its top probabilities) falls below it: a drafter step costs
@@ -125,6 +129,7 @@ impl CausalDrafter {
         &mut self,
         seq: &[u32],
         depth: usize,
+        top_k: usize,
         pick: ChainPick,
         min_chain_prob: f32,
         rng: &mut impl Rng,
@@ -138,30 +143,31 @@ impl CausalDrafter {
         let mut logits = self.sync(seq)?;
         let mut chain_prob = 1.0f64;
         for d in 0..depth {
-            let (token, q) = match pick {
-                ChainPick::Greedy => (argmax(&logits).unwrap_or(0), None),
+            let (token, top, q) = match pick {
+                ChainPick::Greedy => {
+                    let top = row_top_k(&logits, top_k.max(1))?
+                        .pop()
+                        .ok_or_else(|| Error::InvalidArgument("no drafter logits".into()))?;
+                    // The softmax probability of the argmax taken.
+                    chain_prob *= top.log_probs.first().map_or(0.0, |&lp| (lp as f64).exp());
+                    (top.tokens.first().copied().unwrap_or(0), Some(top), None)
+                }
                 ChainPick::Sample(p) => {
-                    let q = distribution(&logits, &p);
-                    (draw(&q, rng).unwrap_or(0), Some(q))
+                    let q = distribution(&logits.squeeze(0)?.to_vec1::<f32>()?, &p);
+                    (draw(&q, rng).unwrap_or(0), None, Some(q))
                 }
             };
-            if pick == ChainPick::Greedy && min_chain_prob > 0.0 {
-                // The softmax probability of the argmax just taken.
-                let lse = crate::sampling::log_sum_exp(&logits);
-                chain_prob *= match logits.get(token as usize) {
-                    Some(&top) if lse.is_finite() => (top as f64 - lse).exp(),
-                    _ => 0.0,
-                };
-            }
-            let confident = (chain_prob as f32) >= min_chain_prob;
+            let confident = pick != ChainPick::Greedy || (chain_prob as f32) >= min_chain_prob;
             let next = if d + 1 < depth && confident {
                 let pos = self.model.len();
                 let out = self.model.forward(&Batch::causal(&[token], pos))?;
-                Some(out.logits_rows()?.pop().unwrap_or_default())
+                Some(out.logits.ok_or_else(|| {
+                    Error::InvalidArgument("the drafter returned no logits".into())
+                })?)
             } else {
                 None
             };
-            chain.steps.push(ChainStep { token, logits, q });
+            chain.steps.push(ChainStep { token, top, q });
             match next {
                 Some(l) => logits = l,
                 None => break,
@@ -229,11 +235,18 @@ impl Drafter for CausalDrafter {
         } else {
             ChainPick::Greedy
         };
-        let chain = self.draft(req.seq, req.depth(), pick, s.min_chain_prob, rng)?;
+        let chain = self.draft(
+            req.seq,
+            req.depth(),
+            req.top_k(),
+            pick,
+            s.min_chain_prob,
+            rng,
+        )?;
         self.last = Fed::Chain(chain.tokens());
         Ok(match (req.mode, pick) {
             (Mode::Tree, _) => {
-                Proposal::Depths(chain.steps.into_iter().map(|c| c.logits).collect())
+                Proposal::Depths(chain.steps.into_iter().filter_map(|c| c.top).collect())
             }
             (_, ChainPick::Sample(_)) => Proposal::SampledChain(
                 chain

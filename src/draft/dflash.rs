@@ -19,6 +19,7 @@
 use super::{Committed, DraftRequest, Drafter, Proposal};
 use crate::engine::Mode;
 use crate::error::{Error, Result};
+use crate::gpu::row_top_k;
 use crate::model::config::ModelConfig;
 use crate::model::decoder::{rope_tables, Decoder, MASKED};
 use crate::model::kv_cache::KvCache;
@@ -451,11 +452,22 @@ impl Drafter for DFlashDrafter {
 
     fn propose(&mut self, req: &DraftRequest<'_>, rng: &mut StdRng) -> Result<Proposal> {
         let root = *req.seq.last().unwrap_or(&0);
-        let mut rows = self.draft(root, req.target)?.to_vec2::<f32>()?;
-        rows.truncate(req.depth());
+        let block = self.draft(root, req.target)?;
+        let depth = req.depth().min(block.dim(0)?);
+        let block = block.narrow(0, 0, depth)?;
+        if req.mode == Mode::Tree {
+            return Ok(Proposal::Depths(row_top_k(&block, req.top_k())?));
+        }
+        if !req.sampled_chain() {
+            let chain: Vec<u32> = row_top_k(&block, 1)?
+                .iter()
+                .map(|t| t.tokens.first().copied().unwrap_or(0))
+                .collect();
+            return Ok(Proposal::Tree(DraftTree::chain(root, &chain)));
+        }
+        let rows = block.to_vec2::<f32>()?;
         let params = req.settings.sampling;
         Ok(match req.mode {
-            Mode::Tree => Proposal::Depths(rows),
             // Each depth's token drawn from that depth's distribution: the drafter's q for
             // rejection sampling (it need not depend on the earlier drafts).
             _ if req.sampled_chain() => Proposal::SampledChain(
@@ -467,13 +479,7 @@ impl Drafter for DFlashDrafter {
                     })
                     .collect(),
             ),
-            _ => {
-                let chain: Vec<u32> = rows
-                    .iter()
-                    .map(|r| crate::sampling::argmax(r).unwrap_or(0))
-                    .collect();
-                Proposal::Tree(DraftTree::chain(root, &chain))
-            }
+            _ => unreachable!("trees and greedy chains return above"),
         })
     }
 

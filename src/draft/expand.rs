@@ -15,8 +15,9 @@
 
 use super::causal::CausalDrafter;
 use crate::error::Result;
+use crate::gpu::row_top_k;
 use crate::model::decoder::{Batch, BlockMask, PastMask};
-use crate::tree::{top_k_rows, DraftTree};
+use crate::tree::DraftTree;
 
 /// A tree grown by the drafter, with the drafter cache row of every node it fed.
 #[derive(Debug, Clone)]
@@ -64,7 +65,7 @@ impl CausalDrafter {
         min_chain_prob: f32,
     ) -> Result<GrownTree> {
         let root = *seq.last().unwrap_or(&0);
-        let mut logits = vec![self.sync(seq)?];
+        let mut logits = self.sync(seq)?;
         let start = self.model.len();
         let width = width.max(1);
         let mut pool = vec![Proposal {
@@ -83,7 +84,7 @@ impl CausalDrafter {
         for d in 1..=depth {
             // Children of the frontier, from each frontier node's own distribution.
             let first_new = pool.len();
-            for (&node, top) in frontier.iter().zip(top_k_rows(&logits, budget)) {
+            for (&node, top) in frontier.iter().zip(row_top_k(&logits, budget)?) {
                 let base = pool[node].logw;
                 for (&token, &lp) in top.tokens.iter().zip(&top.log_probs) {
                     pool.push(Proposal {
@@ -125,7 +126,10 @@ impl CausalDrafter {
                 .with_mask(BlockMask::from_parents(&vec![None; tokens.len()])?)
                 .with_past_mask(PastMask { start, visible })
                 .all_logits();
-            logits = self.model.forward(&batch)?.logits_rows()?;
+            logits =
+                self.model.forward(&batch)?.logits.ok_or_else(|| {
+                    crate::error::Error::InvalidArgument("no drafter logits".into())
+                })?;
             for (i, &n) in newest.iter().enumerate() {
                 pool[n].row = Some(first_row + i);
             }

@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
 use crate::model::tokenizer::TextTokenizer;
-use crate::tree::DraftTree;
+use crate::tree::{DepthTopK, DraftTree};
 use crate::verify::SampledDraft;
 use candle_core::Tensor;
 use rand::rngs::StdRng;
@@ -51,6 +51,12 @@ impl DraftRequest<'_> {
         }
     }
 
+    /// Tokens per depth a tree needs (its budget, within the cap): what a drafter proposing
+    /// [`Proposal::Depths`] keeps of each depth's distribution.
+    pub fn top_k(&self) -> usize {
+        self.settings.budget.min(self.cap).max(1)
+    }
+
     /// True when a chain's tokens are to be drawn from the drafter's distribution (linear
     /// verification by rejection sampling) rather than picked greedily.
     pub fn sampled_chain(&self) -> bool {
@@ -67,9 +73,10 @@ pub enum Proposal {
     /// A chain whose tokens were drawn from the drafter's distribution q at each position,
     /// verified by rejection sampling with the residual.
     SampledChain(Vec<SampledDraft>),
-    /// Logits per depth (depth 1 first), from which the engine builds the DDTree of the budget's
+    /// The [`DraftRequest::top_k`] most probable tokens of each depth with their
+    /// log-probabilities (depth 1 first), from which the engine builds the DDTree of the budget's
     /// most probable prefixes.
-    Depths(Vec<Vec<f32>>),
+    Depths(Vec<DepthTopK>),
 }
 
 /// What a step committed, for the drafter to keep what is still valid.

@@ -25,7 +25,7 @@ use logits::NodeLogits;
 use crate::draft::{Committed, DraftRequest, Drafter, Proposal};
 use crate::error::{Error, Result};
 use crate::model::decoder::{Batch, Decoder, ForwardOutput};
-use crate::tree::{build_ddtree, top_k_rows, walk, DraftTree};
+use crate::tree::{build_ddtree, walk, DraftTree};
 use crate::verify::{
     target_choice, target_distribution, verify_sampled_chain, SampledDraft, Verification,
 };
@@ -294,14 +294,10 @@ impl Engine {
                 let tokens: Vec<u32> = drafts.iter().map(|d| d.token).collect();
                 (DraftTree::chain(root, &tokens), Some(drafts))
             }
-            Some(Proposal::Depths(rows)) => {
-                let budget = self.settings.budget.min(cap);
-                let vocab = rows.first().map_or(0, |l| l.len());
-                (
-                    build_ddtree(&top_k_rows(&rows, budget.min(vocab)), budget, root),
-                    None,
-                )
-            }
+            Some(Proposal::Depths(depths)) => (
+                build_ddtree(&depths, self.settings.budget.min(cap), root),
+                None,
+            ),
         };
         times.build = t.elapsed();
 

@@ -1,0 +1,41 @@
+//! Build script: with the `cuda` feature, compiles the CUDA sources in `kernels/` to PTX (for
+//! the virtual architecture `compute_$CUDA_COMPUTE_CAP`, 80 when unset, which newer GPUs
+//! compile at load time) into `$OUT_DIR`, from where `src/gpu` embeds them. Without the feature
+//! it does nothing, so CPU builds need no CUDA toolkit.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+const KERNELS: &[&str] = &["topk"];
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
+    for k in KERNELS {
+        println!("cargo:rerun-if-changed=kernels/{k}.cu");
+    }
+    if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
+        return;
+    }
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let cap = std::env::var("CUDA_COMPUTE_CAP").unwrap_or_else(|_| "80".into());
+    let cap: String = cap.chars().filter(|c| c.is_ascii_digit()).collect();
+    let nvcc = std::env::var("NVCC").unwrap_or_else(|_| "nvcc".into());
+    for k in KERNELS {
+        let ptx = out.join(format!("{k}.ptx"));
+        let status = Command::new(&nvcc)
+            .args(["--ptx", "-O3", "-std=c++17"])
+            .arg(format!("-arch=compute_{cap}"))
+            .arg(format!("kernels/{k}.cu"))
+            .arg("-o")
+            .arg(&ptx)
+            .status();
+        match status {
+            Ok(s) if s.success() => {}
+            Ok(s) => panic!("nvcc failed on kernels/{k}.cu ({s})"),
+            Err(e) => panic!(
+                "the cuda feature needs nvcc on PATH (or NVCC=...) to build kernels/{k}.cu: {e}"
+            ),
+        }
+    }
+}

@@ -1,0 +1,130 @@
+// Per-row top-k with the log-normaliser, on the device: for each row of a [rows, cols] f32
+// logits matrix, the k largest entries (largest first, ties to the lower index) as token ids and
+// log-probabilities `logit - logsumexp(row)`, and the row's logsumexp. Only rows * (k + 1)
+// numbers cross to the host instead of rows * cols.
+//
+// CPU reference: `crate::tree::top_k_log_probs` (src/tree/builder.rs); the test
+// `tests/gpu_kernels.rs` compares the two. The log-normaliser is summed in f64 (per thread, then
+// a fixed tree over the block), so it agrees with the reference's f64 row-order sum to f32
+// rounding.
+//
+// One block of TOPK_THREADS threads per row. Each thread keeps its own sorted top-k of the
+// elements it strides over (k <= TOPK_MAX, in registers); the block then takes the k winners in
+// k rounds of a block-wide maximum over the threads' current heads.
+
+#define TOPK_THREADS 256
+#define TOPK_MAX 16
+
+struct Cand {
+  float v;
+  int i;
+};
+
+// a before b: larger value, then lower index. NaN never wins (treated as -inf by the caller).
+__device__ __forceinline__ bool better(float av, int ai, float bv, int bi) {
+  return av > bv || (av == bv && ai < bi);
+}
+
+extern "C" __global__ void row_top_k_f32(const float *__restrict__ logits, int cols, int k,
+                                         int *__restrict__ out_ids,
+                                         float *__restrict__ out_logprobs,
+                                         float *__restrict__ out_lse) {
+  const int row = blockIdx.x;
+  const int tid = threadIdx.x;
+  const float *x = logits + (size_t)row * cols;
+
+  float lv[TOPK_MAX];
+  int li[TOPK_MAX];
+#pragma unroll
+  for (int s = 0; s < TOPK_MAX; ++s) {
+    lv[s] = -INFINITY;
+    li[s] = 0x7fffffff;
+  }
+  float m = -INFINITY;
+  for (int j = tid; j < cols; j += TOPK_THREADS) {
+    float v = x[j];
+    if (v != v) v = -INFINITY;
+    m = fmaxf(m, v);
+    // Each thread keeps its best TOPK_MAX whatever k is, so that the list is only ever indexed
+    // by compile-time constants and stays in registers.
+    if (better(v, j, lv[TOPK_MAX - 1], li[TOPK_MAX - 1])) {
+      float cv = v;
+      int ci = j;
+#pragma unroll
+      for (int s = 0; s < TOPK_MAX; ++s) {
+        if (better(cv, ci, lv[s], li[s])) {
+          float tv = lv[s];
+          int ti = li[s];
+          lv[s] = cv;
+          li[s] = ci;
+          cv = tv;
+          ci = ti;
+        }
+      }
+    }
+  }
+
+  __shared__ float s_f[TOPK_THREADS];
+  __shared__ double s_d[TOPK_THREADS];
+  __shared__ int s_i[TOPK_THREADS];
+
+  // The row's maximum.
+  s_f[tid] = m;
+  __syncthreads();
+  for (int w = TOPK_THREADS / 2; w > 0; w >>= 1) {
+    if (tid < w) s_f[tid] = fmaxf(s_f[tid], s_f[tid + w]);
+    __syncthreads();
+  }
+  const float mx = s_f[0];
+  __syncthreads();
+
+  // sum(exp(x - max)) in f64.
+  double acc = 0.0;
+  if (mx > -INFINITY) {
+    for (int j = tid; j < cols; j += TOPK_THREADS) {
+      float v = x[j];
+      if (v == v) acc += exp((double)v - (double)mx);
+    }
+  }
+  s_d[tid] = acc;
+  __syncthreads();
+  for (int w = TOPK_THREADS / 2; w > 0; w >>= 1) {
+    if (tid < w) s_d[tid] += s_d[tid + w];
+    __syncthreads();
+  }
+  const float lse = (float)((double)mx + log(s_d[0]));
+  if (tid == 0) out_lse[row] = lse;
+  __syncthreads();
+
+  // k rounds: the best head among the threads wins and leaves its thread's list.
+  int head = 0;
+  for (int r = 0; r < k; ++r) {
+    float hv = -INFINITY;
+    int hi = 0x7fffffff;
+#pragma unroll
+    for (int s = 0; s < TOPK_MAX; ++s) {
+      if (s == head) {
+        hv = lv[s];
+        hi = li[s];
+      }
+    }
+    s_f[tid] = hv;
+    s_i[tid] = hi;
+    __syncthreads();
+    for (int w = TOPK_THREADS / 2; w > 0; w >>= 1) {
+      if (tid < w && better(s_f[tid + w], s_i[tid + w], s_f[tid], s_i[tid])) {
+        s_f[tid] = s_f[tid + w];
+        s_i[tid] = s_i[tid + w];
+      }
+      __syncthreads();
+    }
+    const int win = s_i[0];
+    const float winv = s_f[0];
+    if (tid == 0) {
+      out_ids[row * k + r] = win;
+      out_logprobs[row * k + r] = winv - lse;
+    }
+    if (hi == win && head < k) head += 1;
+    __syncthreads();
+  }
+}
