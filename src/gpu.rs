@@ -9,6 +9,54 @@ use crate::error::Result;
 use crate::tree::{top_k_rows, DepthTopK};
 use candle_core::{DType, Tensor};
 
+/// Check every kernel on `device` against its CPU reference, on random inputs of awkward
+/// shapes; returns one line per check, or an error naming the first mismatch.
+pub fn selftest(device: &candle_core::Device) -> Result<Vec<String>> {
+    use crate::error::Error;
+    let mut report = vec![];
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed >> 40) as f32 / (1u64 << 24) as f32
+    };
+    for (rows, cols) in [
+        (1usize, 151_936usize),
+        (9, 151_936),
+        (4, 1000),
+        (3, 17),
+        (16, 4097),
+    ] {
+        // Values on a coarse grid, so that ties happen.
+        let host: Vec<f32> = (0..rows * cols)
+            .map(|_| (next() * 64.0).floor() / 4.0 - 8.0)
+            .collect();
+        let rows_host: Vec<Vec<f32>> = host.chunks(cols).map(|c| c.to_vec()).collect();
+        let t = Tensor::from_vec(host, (rows, cols), device)?;
+        for k in [1usize, 4, 8, TOP_K_MAX] {
+            let k = k.min(cols);
+            let got = row_top_k(&t, k)?;
+            let want = top_k_rows(&rows_host, k);
+            for (r, (g, w)) in got.iter().zip(&want).enumerate() {
+                let close = g
+                    .log_probs
+                    .iter()
+                    .zip(&w.log_probs)
+                    .all(|(a, b)| (a - b).abs() <= 1e-5 * b.abs().max(1.0));
+                if g.tokens != w.tokens || !close {
+                    return Err(Error::Device(format!(
+                        "top-k [{rows}x{cols}] k={k} row {r}: {:?} {:?} vs reference {:?} {:?}",
+                        g.tokens, g.log_probs, w.tokens, w.log_probs
+                    )));
+                }
+            }
+            report.push(format!("top-k [{rows} x {cols}] k={k}: ok"));
+        }
+    }
+    Ok(report)
+}
+
 /// Largest k the device kernel keeps per row (larger k takes the host path).
 pub const TOP_K_MAX: usize = 16;
 
@@ -79,8 +127,8 @@ mod cuda {
         // [rows, k] outputs and one [rows] output, k <= TOPK_MAX (checked by the caller).
         unsafe { b.launch(cfg) }.map_err(driver)?;
         drop(storage);
-        let ids = stream.memcpy_dtov(&ids).map_err(driver)?;
-        let lps = stream.memcpy_dtov(&lps).map_err(driver)?;
+        let ids = stream.clone_dtoh(&ids).map_err(driver)?;
+        let lps = stream.clone_dtoh(&lps).map_err(driver)?;
         Ok(ids
             .chunks(k)
             .zip(lps.chunks(k))

@@ -41,6 +41,16 @@ enum Command {
     Bench(BenchArgs),
     /// Fetch known models into the cache (default: the target and drafter pair).
     Fetch(FetchArgs),
+    /// Check treespec's own kernels on a device against their CPU references; exits non-zero on
+    /// a mismatch.
+    Selftest(SelftestArgs),
+}
+
+#[derive(Args)]
+struct SelftestArgs {
+    /// Where to run: cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cuda")]
+    device: String,
 }
 
 #[derive(Args)]
@@ -543,6 +553,18 @@ fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn run_selftest(a: SelftestArgs) -> anyhow::Result<()> {
+    let dev = device::parse_device(&a.device)?;
+    for line in treespec::gpu::selftest(&dev)? {
+        println!("{line}");
+    }
+    println!(
+        "selftest on {}: every kernel matches its reference",
+        a.device
+    );
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command.unwrap_or(Command::Chat(cli.chat)) {
@@ -550,6 +572,7 @@ fn main() -> ExitCode {
         Command::Generate(a) => run_generate(a),
         Command::Bench(a) => run_bench(a),
         Command::Fetch(a) => run_fetch(a),
+        Command::Selftest(a) => run_selftest(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -330,3 +330,20 @@ fn a_drafter_with_another_vocabulary_is_refused() {
         "DFlash drafter dflash: its vocabulary has 512 tokens",
     );
 }
+
+#[test]
+fn selftest_runs_the_kernel_checks() {
+    // On the CPU the kernels are their references; the command must still run every check.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_treespec"))
+        .args(["selftest", "--device", "cpu"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("top-k [9 x 151936] k=8: ok"), "{text}");
+    assert!(text.contains("every kernel matches"), "{text}");
+}
