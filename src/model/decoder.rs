@@ -13,10 +13,12 @@
 //! cache that can be truncated and compacted ([`Decoder::truncate`], [`Decoder::keep`]).
 
 use crate::error::{Error, Result};
+use crate::gpu::attention::KeyTable;
 use crate::model::config::{ModelConfig, RopeStyle};
 use crate::model::kv_cache::KvCache;
 use crate::model::layer::DecoderLayer;
-use crate::model::weights::{Embedding, Linear, WeightStore};
+use crate::model::visibility::VisibleKeys;
+use crate::model::weights::{gpu_batch_invariant, Embedding, Linear, WeightStore};
 use candle_core::{DType, Device, Tensor, D};
 
 /// Additive value for masked attention entries: large and finite, so that no row is all -inf.
@@ -202,6 +204,8 @@ pub struct Decoder {
     caches: Vec<KvCache>,
     device: Device,
     context: usize,
+    /// Attention through treespec's batch-invariant kernel (`gpu::attention`), not candle's ops.
+    listed_attention: bool,
 }
 
 impl Decoder {
@@ -236,7 +240,11 @@ impl Decoder {
         let caches = (0..cfg.n_layers)
             .map(|_| KvCache::new(cfg.n_kv_heads, hd, context, DType::F32, &device))
             .collect::<Result<Vec<_>>>()?;
+        let listed_attention = device.is_cuda()
+            && gpu_batch_invariant()
+            && crate::gpu::attention::supports(cfg.n_heads, cfg.n_kv_heads, hd);
         Ok(Decoder {
+            listed_attention,
             cfg,
             embed,
             layers,
@@ -421,12 +429,18 @@ impl Decoder {
         )?;
         let cos = self.cos.index_select(&pos, 0)?;
         let sin = self.sin.index_select(&pos, 0)?;
-        let mask = self.attention_mask(batch.mask.as_ref(), batch.past.as_ref(), n, prefix)?;
+        let visible = VisibleKeys::new(batch.mask.as_ref(), batch.past.as_ref(), n, prefix);
+        let mask = if self.listed_attention {
+            Visibility::Listed(KeyTable::new(&visible, &self.device)?)
+        } else {
+            let n_rep = self.cfg.n_heads / self.cfg.n_kv_heads;
+            Visibility::Dense(visible.dense_mask(n_rep, &self.device)?)
+        };
 
         let mut x = self.embed(&batch.tokens)?;
         let mut hidden = vec![None; batch.hidden_layers.len()];
         for li in 0..self.layers.len() {
-            x = self.layer_forward(li, &x, &cos, &sin, mask.as_ref())?;
+            x = self.layer_forward(li, &x, &cos, &sin, &mask)?;
             for (slot, &want) in batch.hidden_layers.iter().enumerate() {
                 if want == li {
                     hidden[slot] = Some(x.clone());
@@ -458,62 +472,34 @@ impl Decoder {
         Ok(ForwardOutput { logits, hidden })
     }
 
-    /// The additive mask `[n_rep * n, prefix + n]` for the grouped attention, or `None` where
-    /// every token may see everything cached (a single new token, no past mask).
-    fn attention_mask(
-        &self,
-        mask: Option<&BlockMask>,
-        past: Option<&PastMask>,
-        n: usize,
-        prefix: usize,
-    ) -> Result<Option<Tensor>> {
-        if n == 1 && past.is_none() {
-            return Ok(None);
-        }
-        let total = prefix + n;
-        let mut m = vec![0f32; n * total];
-        if let Some(past) = past {
-            for (i, visible) in past.visible.iter().enumerate() {
-                let row = &mut m[i * total..i * total + prefix];
-                row[past.start.min(prefix)..].fill(MASKED);
-                for &r in visible {
-                    row[r] = 0.0;
-                }
-            }
-        }
-        for i in 0..n {
-            for j in 0..n {
-                let ok = match mask {
-                    Some(bm) => bm.allows(i, j),
-                    None => j <= i,
-                };
-                if !ok {
-                    m[i * total + prefix + j] = MASKED;
-                }
-            }
-        }
-        let n_rep = self.cfg.n_heads / self.cfg.n_kv_heads;
-        let t = Tensor::from_vec(m, (n, total), &self.device)?;
-        let t = if n_rep > 1 { t.repeat((n_rep, 1))? } else { t };
-        Ok(Some(t))
-    }
-
     fn layer_forward(
         &mut self,
         li: usize,
         x: &Tensor,
         cos: &Tensor,
         sin: &Tensor,
-        mask: Option<&Tensor>,
+        mask: &Visibility,
     ) -> Result<Tensor> {
         let layer = &self.layers[li];
         let h = layer.attn_norm(x)?;
         let (q, k, v) = layer.attn.qkv(&h, cos, sin)?;
         self.caches[li].append(&k, &v)?;
         let (kc, vc) = self.caches[li].view()?;
-        let x = (x + layer.attn.attend(&q, &kc, &vc, mask)?)?;
+        let mixed = match mask {
+            Visibility::Dense(m) => layer.attn.attend(&q, &kc, &vc, m.as_ref())?,
+            Visibility::Listed(t) => layer.attn.attend_listed(&q, &kc, &vc, t)?,
+        };
+        let x = (x + mixed)?;
         layer.mlp.forward(&x)
     }
+}
+
+/// A pass's visibility in the form its attention path takes.
+enum Visibility {
+    /// An additive mask for candle's ops (`None`: nothing masked).
+    Dense(Option<Tensor>),
+    /// Per-row key lists for the batch-invariant kernel.
+    Listed(KeyTable),
 }
 
 /// Apply RoPE to `x` `[heads, rows, head_dim]` with per-row tables `[rows, head_dim / 2]`.

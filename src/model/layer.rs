@@ -3,6 +3,7 @@
 //! which run the same blocks over different inputs and caches.
 
 use crate::error::Result;
+use crate::gpu::attention::KeyTable;
 use crate::model::config::{ModelConfig, RopeStyle};
 use crate::model::decoder::apply_rope;
 use crate::model::weights::{Linear, WeightStore};
@@ -158,8 +159,7 @@ impl Attention {
 
     /// Grouped-query attention of `q` `[heads, n, hd]` over `k`, `v` `[kv_heads, total, hd]`,
     /// with an optional additive mask `[heads / kv_heads * n, total]`, through the output
-    /// projection: `[n, hidden]`. Query heads that share a K/V head are stacked along the row
-    /// axis, so K/V are never copied per head.
+    /// projection: `[n, hidden]` ([`grouped_attention`]).
     pub fn attend(
         &self,
         q: &Tensor,
@@ -167,23 +167,48 @@ impl Attention {
         v: &Tensor,
         mask: Option<&Tensor>,
     ) -> Result<Tensor> {
-        let (nh, nkv, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
-        let n = q.dim(1)?;
-        let qg = q.reshape((nkv, nh / nkv * n, hd))?;
-        let scale = 1.0 / (hd as f64).sqrt();
-        let att = (qg.matmul(&k.t()?)? * scale)?;
-        let att = match mask {
-            Some(m) => att.broadcast_add(m)?,
-            None => att,
-        };
-        let att = candle_nn::ops::softmax_last_dim(&att)?;
-        let out = att
-            .matmul(v)?
-            .reshape((nh, n, hd))?
-            .transpose(0, 1)?
-            .reshape((n, nh * hd))?;
-        self.o.forward(&out)
+        self.o
+            .forward(&grouped_attention(q, k, v, mask, self.n_kv_heads)?)
     }
+
+    /// As [`Attention::attend`], each row over the keys `table` lists for it, through treespec's
+    /// batch-invariant kernel ([`crate::gpu::attention`]).
+    pub fn attend_listed(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        table: &KeyTable,
+    ) -> Result<Tensor> {
+        self.o.forward(&crate::gpu::attention(q, k, v, table)?)
+    }
+}
+
+/// Grouped-query attention through candle's ops: `q` `[heads, n, hd]` over `k`, `v`
+/// `[kv_heads, total, hd]` with an optional additive mask `[heads / kv_heads * n, total]`, scaled
+/// by `1 / sqrt(hd)`: `[n, heads * hd]`. Query heads that share a K/V head are stacked along the
+/// row axis, so K/V are never copied per head.
+pub fn grouped_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    n_kv_heads: usize,
+) -> Result<Tensor> {
+    let (nh, n, hd) = q.dims3()?;
+    let qg = q.reshape((n_kv_heads, nh / n_kv_heads * n, hd))?;
+    let scale = 1.0 / (hd as f64).sqrt();
+    let att = (qg.matmul(&k.t()?)? * scale)?;
+    let att = match mask {
+        Some(m) => att.broadcast_add(m)?,
+        None => att,
+    };
+    let att = candle_nn::ops::softmax_last_dim(&att)?;
+    Ok(att
+        .matmul(v)?
+        .reshape((nh, n, hd))?
+        .transpose(0, 1)?
+        .reshape((n, nh * hd))?)
 }
 
 /// The MLP half of a layer with its norm: `x + down(silu(gate(n)) * up(n))`, `n = norm(x)`.

@@ -8,6 +8,7 @@ pub mod kv_cache;
 pub mod layer;
 pub mod source;
 pub mod tokenizer;
+pub mod visibility;
 pub mod weights;
 
 use crate::error::{Error, Result};

@@ -377,9 +377,9 @@ pub fn read_gguf_header(path: &Path) -> Result<gguf_file::Content> {
 /// verify pass four rows at a time gives every row exactly the logits of a one-token step.
 const GPU_INVARIANT_ROWS: usize = 4;
 
-/// Batch-invariant GPU products (the default); `TREESPEC_GPU_BATCH_INVARIANT=0` turns them off,
-/// to measure what they cost.
-fn gpu_batch_invariant() -> bool {
+/// Batch-invariant GPU products and attention (the default); `TREESPEC_GPU_BATCH_INVARIANT=0`
+/// turns both off (candle's kernels for every row count), to measure what they cost.
+pub(crate) fn gpu_batch_invariant() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("TREESPEC_GPU_BATCH_INVARIANT").as_deref() != Ok("0"))
 }

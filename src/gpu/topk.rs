@@ -1,26 +1,19 @@
-//! treespec's own GPU kernels (CUDA sources in `kernels/`, compiled to PTX by `build.rs` with
-//! the `cuda` feature), each behind a function that runs its CPU reference on any other device.
-//!
-//! - [`row_top_k`]: per-row top-k with the log-normaliser (`kernels/topk.cu`), so that a drafter
-//!   row of 152k logits becomes k ids and log-probabilities on the device and only those cross to
-//!   the host (CPU reference: [`crate::tree::top_k_log_probs`]).
+//! Per-row top-k with the log-normaliser (`kernels/topk.cu`), so that a drafter row of 152k
+//! logits becomes k ids and log-probabilities on the device and only those cross to the host (CPU
+//! reference: [`crate::tree::top_k_log_probs`]).
 
 use crate::error::Result;
 use crate::tree::{top_k_rows, DepthTopK};
 use candle_core::{DType, Tensor};
 
-/// Check every kernel on `device` against its CPU reference, on random inputs of awkward
-/// shapes; returns one line per check, or an error naming the first mismatch.
-pub fn selftest(device: &candle_core::Device) -> Result<Vec<String>> {
+/// The kernel against its CPU reference on random rows of awkward shapes, with ties: one line
+/// per check, or an error naming the first mismatch.
+pub(super) fn selftest(
+    device: &candle_core::Device,
+    rng: &mut super::Uniform,
+    report: &mut Vec<String>,
+) -> Result<()> {
     use crate::error::Error;
-    let mut report = vec![];
-    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        (seed >> 40) as f32 / (1u64 << 24) as f32
-    };
     for (rows, cols) in [
         (1usize, 151_936usize),
         (9, 151_936),
@@ -30,7 +23,7 @@ pub fn selftest(device: &candle_core::Device) -> Result<Vec<String>> {
     ] {
         // Values on a coarse grid, so that ties happen.
         let host: Vec<f32> = (0..rows * cols)
-            .map(|_| (next() * 64.0).floor() / 4.0 - 8.0)
+            .map(|_| (rng.next() * 64.0).floor() / 4.0 - 8.0)
             .collect();
         let rows_host: Vec<Vec<f32>> = host.chunks(cols).map(|c| c.to_vec()).collect();
         let t = Tensor::from_vec(host, (rows, cols), device)?;
@@ -54,7 +47,7 @@ pub fn selftest(device: &candle_core::Device) -> Result<Vec<String>> {
             report.push(format!("top-k [{rows} x {cols}] k={k}: ok"));
         }
     }
-    Ok(report)
+    Ok(())
 }
 
 /// Largest k the device kernel keeps per row (larger k takes the host path).
@@ -87,7 +80,7 @@ mod cuda {
     const THREADS: u32 = 256;
 
     fn driver(e: impl std::fmt::Debug) -> Error {
-        Error::Device(format!("top-k kernel: {e:?}"))
+        crate::gpu::kernel_error("top-k", e)
     }
 
     pub(super) fn row_top_k(dev: &CudaDevice, logits: &Tensor, k: usize) -> Result<Vec<DepthTopK>> {

@@ -1,0 +1,162 @@
+// Grouped-query attention of a block of new rows over the KV cache, each row over its own list of
+// visible keys, batch-invariant by construction: a row's output depends only on its query and on
+// the keys and values it sees, in the order it sees them, never on how many other rows the pass
+// holds or where its keys sit in the cache. So a draft tree's node, verified among 64 others with
+// its ancestors scattered through the block, gets bit for bit the output it would get as the single
+// row of a plain decoding step with those ancestors laid out in a line: greedy `tree` and `linear`
+// emit exactly the `ar` tokens (issue 10), and one launch pair replaces the ~6 launches of the
+// matmul / scale / mask / softmax / matmul / transpose chain (issue 11).
+//
+// Visibility, per row i of `keys` ([n, width] u32): keys[i][0] = lead, keys[i][1] = extra count,
+// keys[i][2..]: extra cache rows, ascending. The row sees cache rows 0..lead, then the extras: the
+// key of rank r is r for r < lead, else extra[r - lead]. Every reduction is indexed by rank:
+//
+// - attention_chunk_f32: one block per (chunk of CHUNK ranks, query head, row). Scores are dot
+//   products of hd terms in dimension order (one thread per key);
+//   softmax numerators use the chunk's own maximum; the chunk's sum and its value-weighted sums
+//   run in rank order per thread, then a fixed tree. Writes (max, sum, acc[hd]) per chunk.
+// - attention_combine_f32: one block per (query head, row); rescales the chunks to the common
+//   maximum and sums them in chunk order.
+//
+// Chunks cut ranks at fixed multiples of CHUNK, so the same visible keys give the same chunks in a
+// one-row pass and in a 1024-row pass. CPU reference: `gpu::attention::reference`
+// (src/gpu/attention.rs); `treespec selftest --device cuda` compares them and checks invariance.
+
+#define ATT_THREADS 128
+#define ATT_CHUNK 128  // == ATT_THREADS: one key per thread when scoring
+#define ATT_HD_MAX 256
+
+__device__ __forceinline__ unsigned int key_of(const unsigned int *__restrict__ row, int r) {
+  const unsigned int lead = row[0];
+  return (unsigned int)r < lead ? (unsigned int)r : row[2 + (r - lead)];
+}
+
+// Partials layout: [n, nh, chunks, hd + 2] with (max, sum, acc[0..hd]).
+extern "C" __global__ void attention_chunk_f32(
+    const float *__restrict__ q,            // [nh, n, hd]
+    const float *__restrict__ k,            // [nkv, *, hd], kv-head stride kv_stride
+    const float *__restrict__ v,            // same layout as k
+    const unsigned int *__restrict__ keys,  // [n, width]
+    float *__restrict__ part,               // [n, nh, chunks, hd + 2]
+    int n, int nh, int nkv, int hd, long long kv_stride, int width, int chunks, float scale) {
+  const int chunk = blockIdx.x;
+  const int h = blockIdx.y;
+  const int i = blockIdx.z;
+  const int tid = threadIdx.x;
+
+  __shared__ __align__(16) float qs[ATT_HD_MAX];
+  __shared__ unsigned int kidx[ATT_CHUNK];
+  __shared__ float p[ATT_CHUNK];
+  __shared__ float red[ATT_THREADS];
+  __shared__ float accs[ATT_HD_MAX * (ATT_THREADS / 32)];
+
+  const unsigned int *row = keys + (size_t)i * width;
+  const int count = (int)(row[0] + row[1]);
+  const int start = chunk * ATT_CHUNK;
+  float *out = part + (((size_t)i * nh + h) * chunks + chunk) * (hd + 2);
+  if (start >= count) {
+    return;  // the combine kernel reads only this row's chunks that hold keys
+  }
+  const int len = min(ATT_CHUNK, count - start);
+  const int kvh = h / (nh / nkv);
+  const float *kh = k + (size_t)kvh * kv_stride;
+  const float *vh = v + (size_t)kvh * kv_stride;
+
+  for (int d = tid; d < hd; d += ATT_THREADS) qs[d] = q[((size_t)h * n + i) * hd + d];
+  for (int r = tid; r < len; r += ATT_THREADS) kidx[r] = key_of(row, start + r);
+  __syncthreads();
+
+  // Scores: thread t takes rank t (a chunk is ATT_THREADS ranks), a whole dot product in
+  // dimension order, so its loads are independent of every other thread's and nothing waits on
+  // a shuffle.
+  for (int r = tid; r < len; r += ATT_THREADS) {
+    const float4 *kr = reinterpret_cast<const float4 *>(kh + (size_t)kidx[r] * hd);
+    const float4 *qr = reinterpret_cast<const float4 *>(qs);
+    float s = 0.f;
+#pragma unroll 8
+    for (int e = 0; e < hd / 4; ++e) {
+      const float4 a = qr[e];
+      const float4 b = kr[e];
+      s = fmaf(a.x, b.x, s);
+      s = fmaf(a.y, b.y, s);
+      s = fmaf(a.z, b.z, s);
+      s = fmaf(a.w, b.w, s);
+    }
+    p[r] = s * scale;
+  }
+  __syncthreads();
+
+  // Chunk maximum (order-free), then numerators and their sum (rank order, fixed tree).
+  float m = -INFINITY;
+  for (int r = tid; r < len; r += ATT_THREADS) m = fmaxf(m, p[r]);
+  red[tid] = m;
+  __syncthreads();
+  for (int s = ATT_THREADS / 2; s > 0; s >>= 1) {
+    if (tid < s) red[tid] = fmaxf(red[tid], red[tid + s]);
+    __syncthreads();
+  }
+  m = red[0];
+  __syncthreads();
+  float sum = 0.f;
+  for (int r = tid; r < len; r += ATT_THREADS) {
+    const float e = expf(p[r] - m);
+    p[r] = e;
+    sum += e;
+  }
+  red[tid] = sum;
+  __syncthreads();
+  for (int s = ATT_THREADS / 2; s > 0; s >>= 1) {
+    if (tid < s) red[tid] += red[tid + s];
+    __syncthreads();
+  }
+  sum = red[0];
+
+  // Value-weighted sums: thread (class c, dim d), c = tid / td, over ranks c, c + classes, ...
+  const int td = hd < ATT_THREADS ? hd : ATT_THREADS;
+  const int classes = ATT_THREADS / td;
+  const int c = tid / td;
+  for (int d = tid % td; d < hd; d += td) {
+    float acc = 0.f;
+#pragma unroll 8
+    for (int r = c; r < len; r += classes) acc = fmaf(p[r], vh[(size_t)kidx[r] * hd + d], acc);
+    accs[c * hd + d] = acc;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    out[0] = m;
+    out[1] = sum;
+  }
+  for (int d = tid; d < hd; d += ATT_THREADS) {
+    float acc = 0.f;
+    for (int cc = 0; cc < classes; ++cc) acc += accs[cc * hd + d];
+    out[2 + d] = acc;
+  }
+}
+
+extern "C" __global__ void attention_combine_f32(
+    const float *__restrict__ part,         // [n, nh, chunks, hd + 2]
+    const unsigned int *__restrict__ keys,  // [n, width]
+    float *__restrict__ out,                // [n, nh * hd]
+    int n, int nh, int hd, int width, int chunks) {
+  const int h = blockIdx.x;
+  const int i = blockIdx.y;
+  const unsigned int *row = keys + (size_t)i * width;
+  const int count = (int)(row[0] + row[1]);
+  const int used = (count + ATT_CHUNK - 1) / ATT_CHUNK;
+  const float *pr = part + ((size_t)i * nh + h) * chunks * (hd + 2);
+  float m = -INFINITY;
+  for (int c = 0; c < used; ++c) m = fmaxf(m, pr[(size_t)c * (hd + 2)]);
+  float l = 0.f;
+  for (int c = 0; c < used; ++c) {
+    const float *pc = pr + (size_t)c * (hd + 2);
+    l += pc[1] * expf(pc[0] - m);
+  }
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float acc = 0.f;
+    for (int c = 0; c < used; ++c) {
+      const float *pc = pr + (size_t)c * (hd + 2);
+      acc += pc[2 + d] * expf(pc[0] - m);
+    }
+    out[(size_t)i * nh * hd + (size_t)h * hd + d] = count > 0 ? acc / l : 0.f;
+  }
+}

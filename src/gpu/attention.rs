@@ -1,0 +1,382 @@
+//! Batch-invariant grouped-query attention over per-row key lists (`kernels/attention.cu`): each
+//! new row attends to the cached keys a [`VisibleKeys`] lists for it, in rank order, and its output
+//! depends only on those keys and its query, never on the other rows of the pass. On the GPU this
+//! is two launches per layer (chunks of 128 ranks, then their combination) in place of candle's
+//! matmul / scale / mask / softmax / matmul / transpose chain; elsewhere [`reference`] computes
+//! the same thing on the host.
+
+use crate::error::{Error, Result};
+use crate::model::visibility::VisibleKeys;
+use candle_core::{DType, Device, Tensor};
+
+/// Ranks per chunk: `ATT_CHUNK` in `kernels/attention.cu`.
+pub const CHUNK: usize = 128;
+/// Largest head dimension the kernel takes: `ATT_HD_MAX` in `kernels/attention.cu`.
+pub const HEAD_DIM_MAX: usize = 256;
+
+/// Can the kernel run heads of this shape? (Head dimension a multiple of 32 up to
+/// [`HEAD_DIM_MAX`], query heads a multiple of the K/V heads.)
+pub fn supports(n_heads: usize, n_kv_heads: usize, head_dim: usize) -> bool {
+    head_dim.is_multiple_of(32)
+        && head_dim <= HEAD_DIM_MAX
+        && n_kv_heads > 0
+        && n_heads.is_multiple_of(n_kv_heads)
+}
+
+/// A pass's visibility, uploaded once for all its layers: the packed `[rows, width]` table on
+/// the device, and the lists on the host for the reference path.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub struct KeyTable {
+    table: Tensor,
+    width: usize,
+    max_count: usize,
+    keys: VisibleKeys,
+}
+
+impl KeyTable {
+    /// Upload `keys` to `device`.
+    pub fn new(keys: &VisibleKeys, device: &Device) -> Result<Self> {
+        let width = keys.width();
+        let table = Tensor::from_vec(keys.packed(), (keys.len(), width), device)?;
+        let max_count = (0..keys.len())
+            .map(|i| keys.keys(i).count())
+            .max()
+            .unwrap_or(0);
+        Ok(KeyTable {
+            table,
+            width,
+            max_count,
+            keys: keys.clone(),
+        })
+    }
+}
+
+/// Attention of `q` `[heads, n, hd]` over `k`, `v` `[kv_heads, len, hd]` (views of a cache),
+/// each row over the keys `table` lists for it, scaled by `1 / sqrt(hd)`: `[n, heads * hd]`.
+pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, table: &KeyTable) -> Result<Tensor> {
+    let (nh, n, hd) = q.dims3()?;
+    let (nkv, len, khd) = k.dims3()?;
+    if khd != hd || v.dims3()? != (nkv, len, hd) || !supports(nh, nkv, hd) {
+        return Err(Error::InvalidArgument(format!(
+            "attention: queries {:?}, keys {:?}, values {:?}",
+            q.dims(),
+            k.dims(),
+            v.dims()
+        )));
+    }
+    if table.keys.len() != n {
+        return Err(Error::InvalidArgument(format!(
+            "attention: key lists for {} rows, queries for {n}",
+            table.keys.len()
+        )));
+    }
+    if let Some(bad) = (0..n).find(|&i| table.keys.keys(i).any(|key| key >= len)) {
+        return Err(Error::InvalidArgument(format!(
+            "attention: row {bad} lists a key past the {len} cached rows"
+        )));
+    }
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(dev) = q.device() {
+        return cuda::attention(dev, q, k, v, table);
+    }
+    reference(q, k, v, &table.keys)
+}
+
+/// The host reference: per row and head, softmax-weighted values over the listed keys, summed in
+/// f64. Returns `[n, heads * hd]` on `q`'s device.
+pub fn reference(q: &Tensor, k: &Tensor, v: &Tensor, keys: &VisibleKeys) -> Result<Tensor> {
+    let (nh, n, hd) = q.dims3()?;
+    let nkv = k.dim(0)?;
+    let device = q.device().clone();
+    let q = q.to_dtype(DType::F32)?.to_vec3::<f32>()?;
+    let k = k.to_dtype(DType::F32)?.to_vec3::<f32>()?;
+    let v = v.to_dtype(DType::F32)?.to_vec3::<f32>()?;
+    let scale = 1.0 / (hd as f64).sqrt();
+    let mut out = vec![0f32; n * nh * hd];
+    for i in 0..n {
+        let list: Vec<usize> = keys.keys(i).collect();
+        for h in 0..nh {
+            let g = h / (nh / nkv);
+            let scores: Vec<f64> = list
+                .iter()
+                .map(|&j| {
+                    let dot: f64 = (0..hd).map(|d| q[h][i][d] as f64 * k[g][j][d] as f64).sum();
+                    dot * scale
+                })
+                .collect();
+            let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let w: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+            let total: f64 = w.iter().sum();
+            for d in 0..hd {
+                let acc: f64 = list
+                    .iter()
+                    .zip(&w)
+                    .map(|(&j, wj)| wj * v[g][j][d] as f64)
+                    .sum();
+                out[i * nh * hd + h * hd + d] = (acc / total) as f32;
+            }
+        }
+    }
+    Ok(Tensor::from_vec(out, (n, nh * hd), &device)?)
+}
+
+/// The kernel against [`reference`] on random heads of the shapes treespec's models use, with a
+/// draft tree over a prefix longer than a chunk; then invariance: each tree row's output equals,
+/// bit for bit, a one-row pass over its prefix and ancestors laid out in a line.
+pub(super) fn selftest(
+    device: &Device,
+    rng: &mut super::Uniform,
+    report: &mut Vec<String>,
+) -> Result<()> {
+    use crate::model::decoder::BlockMask;
+    for (nh, nkv, hd, prefix) in [
+        (12usize, 2usize, 128usize, 300usize),
+        (14, 2, 64, 37),
+        (9, 3, 64, 129),
+        (4, 4, 32, 5),
+        (8, 2, 256, 250),
+    ] {
+        let n = 13;
+        let parents: Vec<Option<usize>> = (0..n)
+            .map(|i| match i {
+                0 => None,
+                _ => Some((rng.next() * i as f32) as usize % i),
+            })
+            .collect();
+        let mask = BlockMask::from_parents(&parents)?;
+        let keys = VisibleKeys::new(Some(&mask), None, n, prefix);
+        let len = prefix + n;
+        let mut rand =
+            |count: usize| -> Vec<f32> { (0..count).map(|_| rng.next() * 4.0 - 2.0).collect() };
+        let q_host = rand(nh * n * hd);
+        let k_host = rand(nkv * len * hd);
+        let v_host = rand(nkv * len * hd);
+        let q = Tensor::from_vec(q_host.clone(), (nh, n, hd), device)?;
+        let k = Tensor::from_vec(k_host.clone(), (nkv, len, hd), device)?;
+        let v = Tensor::from_vec(v_host.clone(), (nkv, len, hd), device)?;
+        let got = attention(&q, &k, &v, &KeyTable::new(&keys, device)?)?;
+        let got = got.to_device(&Device::Cpu)?.to_vec2::<f32>()?;
+        let want = reference(&q, &k, &v, &keys)?.to_vec2::<f32>()?;
+        let err = got
+            .iter()
+            .flatten()
+            .zip(want.iter().flatten())
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        if err > 1e-4 {
+            return Err(Error::Device(format!(
+                "attention [{nh}/{nkv} heads x {hd}, {n} rows over {prefix}]: max error {err:e}"
+            )));
+        }
+        // Invariance: row i alone, its keys copied to consecutive cache rows.
+        for i in 0..n {
+            let list: Vec<usize> = keys.keys(i).collect();
+            let gather = |src: &[f32]| -> Vec<f32> {
+                (0..nkv)
+                    .flat_map(|g| {
+                        list.iter().flat_map(move |&j| {
+                            src[(g * len + j) * hd..(g * len + j + 1) * hd].to_vec()
+                        })
+                    })
+                    .collect()
+            };
+            let c = list.len();
+            let k1 = Tensor::from_vec(gather(&k_host), (nkv, c, hd), device)?;
+            let v1 = Tensor::from_vec(gather(&v_host), (nkv, c, hd), device)?;
+            let q1: Vec<f32> = (0..nh)
+                .flat_map(|h| q_host[(h * n + i) * hd..(h * n + i + 1) * hd].to_vec())
+                .collect();
+            let q1 = Tensor::from_vec(q1, (nh, 1, hd), device)?;
+            let one = VisibleKeys::new(None, None, 1, c - 1);
+            let alone = attention(&q1, &k1, &v1, &KeyTable::new(&one, device)?)?;
+            let alone = alone.to_device(&Device::Cpu)?.to_vec2::<f32>()?;
+            if alone[0]
+                .iter()
+                .zip(&got[i])
+                .any(|(a, b)| a.to_bits() != b.to_bits())
+            {
+                return Err(Error::Device(format!(
+                    "attention [{nh}/{nkv} heads x {hd}]: tree row {i} differs from the same keys in a one-row pass"
+                )));
+            }
+        }
+        report.push(format!(
+            "attention [{nh}/{nkv} heads x {hd}, {n} tree rows over {prefix}]: max error {err:.1e}, rows batch-invariant"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use super::*;
+    use candle_core::{CudaDevice, CudaStorage, Storage};
+    use cudarc::driver::{LaunchConfig, PushKernelArg};
+
+    const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/attention.ptx"));
+    /// Threads per chunk block: `ATT_THREADS` in `kernels/attention.cu`.
+    const THREADS: u32 = 128;
+
+    fn driver(e: impl std::fmt::Debug) -> Error {
+        crate::gpu::kernel_error("attention", e)
+    }
+
+    pub(super) fn attention(
+        dev: &CudaDevice,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        table: &KeyTable,
+    ) -> Result<Tensor> {
+        let q = q.to_dtype(DType::F32)?.contiguous()?;
+        let (nh, n, hd) = q.dims3()?;
+        let nkv = k.dim(0)?;
+        // The cache views keep the cache's strides: [kv_heads, len, hd] with rows hd apart.
+        let dense = |t: &Tensor| -> Result<Tensor> {
+            let t = t.to_dtype(DType::F32)?;
+            // Rows are read as float4: 16-byte aligned, hd floats apart, unit stride inside.
+            let s = t.stride();
+            let aligned = t.layout().start_offset() % 4 == 0 && s[0] % 4 == 0;
+            Ok(if s[2] == 1 && s[1] == hd && aligned {
+                t
+            } else {
+                t.force_contiguous()?
+            })
+        };
+        let (k, v) = (dense(k)?, dense(v)?);
+        if k.stride() != v.stride() {
+            return Err(Error::Device(
+                "attention kernel: keys and values laid out differently".into(),
+            ));
+        }
+        let kv_stride = k.stride()[0] as i64;
+        let chunks = table.max_count.div_ceil(CHUNK).max(1);
+        let stream = dev.cuda_stream();
+        let mut part = stream
+            .alloc_zeros::<f32>(n * nh * chunks * (hd + 2))
+            .map_err(driver)?;
+        let mut out = stream.alloc_zeros::<f32>(n * nh * hd).map_err(driver)?;
+        {
+            let (qs, ql) = q.storage_and_layout();
+            let (ks, kl) = k.storage_and_layout();
+            let (vs, vl) = v.storage_and_layout();
+            let (ts, tl) = table.table.storage_and_layout();
+            let (Storage::Cuda(qs), Storage::Cuda(ks), Storage::Cuda(vs), Storage::Cuda(ts)) =
+                (&*qs, &*ks, &*vs, &*ts)
+            else {
+                return Err(Error::Device(
+                    "attention kernel: an input is not on the GPU".into(),
+                ));
+            };
+            let qv = qs.as_cuda_slice::<f32>()?.slice(ql.start_offset()..);
+            let kv = ks.as_cuda_slice::<f32>()?.slice(kl.start_offset()..);
+            let vv = vs.as_cuda_slice::<f32>()?.slice(vl.start_offset()..);
+            let tv = ts.as_cuda_slice::<u32>()?.slice(tl.start_offset()..);
+            let (n_i, nh_i, nkv_i, hd_i) = (n as i32, nh as i32, nkv as i32, hd as i32);
+            let (width_i, chunks_i) = (table.width as i32, chunks as i32);
+            let scale = 1.0f32 / (hd as f32).sqrt();
+            let chunk_fn =
+                dev.get_or_load_custom_func("attention_chunk_f32", "treespec_attention", PTX)?;
+            let mut b = chunk_fn.builder();
+            b.arg(&qv)
+                .arg(&kv)
+                .arg(&vv)
+                .arg(&tv)
+                .arg(&mut part)
+                .arg(&n_i)
+                .arg(&nh_i)
+                .arg(&nkv_i)
+                .arg(&hd_i)
+                .arg(&kv_stride)
+                .arg(&width_i)
+                .arg(&chunks_i)
+                .arg(&scale);
+            let cfg = LaunchConfig {
+                grid_dim: (chunks as u32, nh as u32, n as u32),
+                block_dim: (THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: arguments in the kernel's order and types; every key the table lists is
+            // below the cache length (checked by the caller), hd <= ATT_HD_MAX and a multiple of
+            // 32, nh a multiple of nkv (`supports`), the partials sized [n, nh, chunks, hd + 2]
+            // with chunks covering the longest list.
+            unsafe { b.launch(cfg) }.map_err(driver)?;
+            let combine_fn =
+                dev.get_or_load_custom_func("attention_combine_f32", "treespec_attention", PTX)?;
+            let mut b = combine_fn.builder();
+            b.arg(&part)
+                .arg(&tv)
+                .arg(&mut out)
+                .arg(&n_i)
+                .arg(&nh_i)
+                .arg(&hd_i)
+                .arg(&width_i)
+                .arg(&chunks_i);
+            let cfg = LaunchConfig {
+                grid_dim: (nh as u32, n as u32, 1),
+                block_dim: (hd as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: as above; one block of hd threads per (head, row).
+            unsafe { b.launch(cfg) }.map_err(driver)?;
+        }
+        let storage = CudaStorage::wrap_cuda_slice(out, dev.clone());
+        Ok(Tensor::from_storage(
+            Storage::Cuda(storage),
+            (n, nh * hd),
+            candle_core::op::BackpropOp::none(),
+            false,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::decoder::BlockMask;
+    use crate::model::layer::grouped_attention;
+
+    /// The reference agrees with candle's dense path under the equivalent additive mask, and the
+    /// checked entry point runs it on the CPU.
+    #[test]
+    fn the_reference_matches_the_dense_path() {
+        let mut rng = crate::gpu::Uniform(7);
+        let (nh, nkv, hd, prefix, n) = (6, 2, 32, 9, 5);
+        let mask = BlockMask::from_parents(&[None, Some(0), Some(0), Some(2), None]).unwrap();
+        let keys = VisibleKeys::new(Some(&mask), None, n, prefix);
+        let len = prefix + n;
+        let mut rand = |c: usize| (0..c).map(|_| rng.next() - 0.5).collect::<Vec<f32>>();
+        let q = Tensor::from_vec(rand(nh * n * hd), (nh, n, hd), &Device::Cpu).unwrap();
+        let k = Tensor::from_vec(rand(nkv * len * hd), (nkv, len, hd), &Device::Cpu).unwrap();
+        let v = Tensor::from_vec(rand(nkv * len * hd), (nkv, len, hd), &Device::Cpu).unwrap();
+        let dense = keys.dense_mask(nh / nkv, &Device::Cpu).unwrap();
+        let want = grouped_attention(&q, &k, &v, dense.as_ref(), nkv).unwrap();
+        let table = KeyTable::new(&keys, &Device::Cpu).unwrap();
+        let got = attention(&q, &k, &v, &table).unwrap();
+        let err = (got - want)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert!(err < 1e-5, "max error {err}");
+    }
+
+    #[test]
+    fn the_self_test_passes_on_the_cpu() {
+        let mut report = vec![];
+        selftest(&Device::Cpu, &mut crate::gpu::Uniform(3), &mut report).unwrap();
+        assert_eq!(report.len(), 5);
+    }
+
+    #[test]
+    fn a_key_past_the_cache_is_refused() {
+        let keys = VisibleKeys::new(None, None, 2, 4);
+        let q = Tensor::zeros((2, 2, 32), DType::F32, &Device::Cpu).unwrap();
+        let k = Tensor::zeros((1, 5, 32), DType::F32, &Device::Cpu).unwrap();
+        let table = KeyTable::new(&keys, &Device::Cpu).unwrap();
+        assert!(attention(&q, &k, &k, &table).is_err());
+    }
+}

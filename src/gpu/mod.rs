@@ -1,0 +1,41 @@
+//! treespec's own GPU kernels (CUDA sources in `kernels/`, compiled to PTX by `build.rs` with
+//! the `cuda` feature), each behind a function that runs its CPU reference on any other device.
+//!
+//! - [`row_top_k`] (`topk`): per-row top-k with the log-normaliser.
+//! - [`attention`] (`attention`): batch-invariant grouped-query attention over per-row key lists.
+
+pub mod attention;
+mod topk;
+
+pub use attention::attention;
+pub use topk::{row_top_k, TOP_K_MAX};
+
+use crate::error::Result;
+
+/// Check every kernel on `device` against its CPU reference, on random inputs of awkward
+/// shapes; returns one line per check, or an error naming the first mismatch.
+pub fn selftest(device: &candle_core::Device) -> Result<Vec<String>> {
+    let mut rng = Uniform(0x9E37_79B9_7F4A_7C15);
+    let mut report = vec![];
+    topk::selftest(device, &mut rng, &mut report)?;
+    attention::selftest(device, &mut rng, &mut report)?;
+    Ok(report)
+}
+
+/// A xorshift generator of uniform values in [0, 1) for the self-tests' inputs.
+pub(crate) struct Uniform(u64);
+
+impl Uniform {
+    fn next(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 40) as f32 / (1u64 << 24) as f32
+    }
+}
+
+/// A driver error of one of the kernels, as a device error naming it.
+#[cfg(feature = "cuda")]
+fn kernel_error(kernel: &str, e: impl std::fmt::Debug) -> crate::error::Error {
+    crate::error::Error::Device(format!("{kernel} kernel: {e:?}"))
+}
