@@ -193,7 +193,7 @@ impl DFlashDrafter {
         let m = &cfg.model;
         let h = m.hidden;
         let layers = (0..m.n_layers)
-            .map(|i| DecoderLayer::load(&mut store, i, m))
+            .map(|i| DecoderLayer::load(&mut store, &format!("blk.{i}"), m))
             .collect::<Result<Vec<_>>>()?;
         let feat = cfg.target_layer_ids.len() * h;
         let fc = Linear::new(store.get_checked("fc.weight", &[h, feat])?, None)?;

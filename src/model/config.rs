@@ -21,7 +21,8 @@ impl Family {
         let lower = name.to_ascii_lowercase();
         match lower.as_str() {
             "llama" | "llamaforcausallm" | "mistral" | "mistralforcausallm" => Ok(Family::Llama),
-            "qwen2" | "qwen2forcausallm" => Ok(Family::Qwen2),
+            // MiMo is a Qwen2 decoder with MTP heads beside it (`model.mtp_layers.*`).
+            "qwen2" | "qwen2forcausallm" | "mimo" | "mimoforcausallm" => Ok(Family::Qwen2),
             "qwen3" | "qwen3forcausallm" => Ok(Family::Qwen3),
             _ => Err(Error::UnsupportedArchitecture(name.to_string())),
         }
@@ -94,6 +95,8 @@ pub struct ModelConfig {
     pub qk_norm: bool,
     /// The LM head is the embedding matrix.
     pub tie_embeddings: bool,
+    /// Multi-token-prediction heads the checkpoint declares (`num_nextn_predict_layers`).
+    pub mtp_heads: usize,
 }
 
 impl ModelConfig {
@@ -126,6 +129,7 @@ impl ModelConfig {
             qkv_bias: family == Family::Qwen2,
             qk_norm: family == Family::Qwen3,
             tie_embeddings: false,
+            mtp_heads: 0,
         }
     }
 
@@ -242,6 +246,7 @@ impl ModelConfig {
         cfg.max_position = raw.max_position_embeddings.unwrap_or(4096);
         cfg.tie_embeddings = raw.tie_word_embeddings.unwrap_or(false);
         cfg.qkv_bias = raw.attention_bias.unwrap_or(family == Family::Qwen2);
+        cfg.mtp_heads = raw.num_nextn_predict_layers.unwrap_or(0);
         if let Some(scaling) = raw.rope_scaling {
             let kind = scaling
                 .get("rope_type")
@@ -285,6 +290,7 @@ struct HfConfig {
     tie_word_embeddings: Option<bool>,
     attention_bias: Option<bool>,
     rope_scaling: Option<serde_json::Value>,
+    num_nextn_predict_layers: Option<usize>,
 }
 
 /// An integer-valued GGUF metadata value as usize.

@@ -13,12 +13,11 @@
 //! cache that can be truncated and compacted ([`Decoder::truncate`], [`Decoder::keep`]).
 
 use crate::error::{Error, Result};
-use crate::gpu::attention::KeyTable;
 use crate::model::config::{ModelConfig, RopeStyle};
 use crate::model::kv_cache::KvCache;
 use crate::model::layer::DecoderLayer;
-use crate::model::visibility::VisibleKeys;
-use crate::model::weights::{gpu_batch_invariant, Embedding, Linear, WeightStore};
+use crate::model::visibility::{Visibility, VisibleKeys};
+use crate::model::weights::{Embedding, Linear, WeightStore};
 use candle_core::{DType, Device, Tensor, D};
 
 /// Additive value for masked attention entries: large and finite, so that no row is all -inf.
@@ -220,7 +219,7 @@ impl Decoder {
         let embed_w = store.get_checked("token_embd.weight", &[cfg.vocab_size, h])?;
         let embed = Embedding::new(embed_w)?;
         let layers = (0..cfg.n_layers)
-            .map(|i| DecoderLayer::load(store, i, &cfg))
+            .map(|i| DecoderLayer::load(store, &format!("blk.{i}"), &cfg))
             .collect::<Result<Vec<_>>>()?;
         let norm = store.get_dense("output_norm.weight")?;
         let lm_head = if cfg.tie_embeddings || !store.contains("output.weight") {
@@ -240,9 +239,7 @@ impl Decoder {
         let caches = (0..cfg.n_layers)
             .map(|_| KvCache::new(cfg.n_kv_heads, hd, context, DType::F32, &device))
             .collect::<Result<Vec<_>>>()?;
-        let listed_attention = device.is_cuda()
-            && gpu_batch_invariant()
-            && crate::gpu::attention::supports(cfg.n_heads, cfg.n_kv_heads, hd);
+        let listed_attention = Visibility::listed_for(&cfg, &device);
         Ok(Decoder {
             listed_attention,
             cfg,
@@ -430,12 +427,7 @@ impl Decoder {
         let cos = self.cos.index_select(&pos, 0)?;
         let sin = self.sin.index_select(&pos, 0)?;
         let visible = VisibleKeys::new(batch.mask.as_ref(), batch.past.as_ref(), n, prefix);
-        let mask = if self.listed_attention {
-            Visibility::Listed(KeyTable::new(&visible, &self.device)?)
-        } else {
-            let n_rep = self.cfg.n_heads / self.cfg.n_kv_heads;
-            Visibility::Dense(visible.dense_mask(n_rep, &self.device)?)
-        };
+        let mask = Visibility::new(&visible, self.listed_attention, &self.cfg, &self.device)?;
 
         let mut x = self.embed(&batch.tokens)?;
         let mut hidden = vec![None; batch.hidden_layers.len()];
@@ -480,26 +472,8 @@ impl Decoder {
         sin: &Tensor,
         mask: &Visibility,
     ) -> Result<Tensor> {
-        let layer = &self.layers[li];
-        let h = layer.attn_norm(x)?;
-        let (q, k, v) = layer.attn.qkv(&h, cos, sin)?;
-        self.caches[li].append(&k, &v)?;
-        let (kc, vc) = self.caches[li].view()?;
-        let mixed = match mask {
-            Visibility::Dense(m) => layer.attn.attend(&q, &kc, &vc, m.as_ref())?,
-            Visibility::Listed(t) => layer.attn.attend_listed(&q, &kc, &vc, t)?,
-        };
-        let x = (x + mixed)?;
-        layer.mlp.forward(&x)
+        self.layers[li].forward_cached(x, cos, sin, &mut self.caches[li], mask)
     }
-}
-
-/// A pass's visibility in the form its attention path takes.
-enum Visibility {
-    /// An additive mask for candle's ops (`None`: nothing masked).
-    Dense(Option<Tensor>),
-    /// Per-row key lists for the batch-invariant kernel.
-    Listed(KeyTable),
 }
 
 /// Apply RoPE to `x` `[heads, rows, head_dim]` with per-row tables `[rows, head_dim / 2]`.

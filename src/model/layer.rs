@@ -6,6 +6,8 @@ use crate::error::Result;
 use crate::gpu::attention::KeyTable;
 use crate::model::config::{ModelConfig, RopeStyle};
 use crate::model::decoder::apply_rope;
+use crate::model::kv_cache::KvCache;
+use crate::model::visibility::Visibility;
 use crate::model::weights::{Linear, WeightStore};
 use candle_core::Tensor;
 
@@ -17,15 +19,15 @@ pub(crate) enum Projections {
 }
 
 impl Projections {
-    /// Load the weights `blk.{layer}.{stem}.weight` (`[out_i, inp]`), with biases if asked.
+    /// Load the weights `{blk}.{stem}.weight` (`[out_i, inp]`), with biases if asked.
     pub(crate) fn load(
         store: &mut WeightStore,
-        layer: usize,
+        blk: &str,
         parts: &[(&str, usize)],
         inp: usize,
         bias: bool,
     ) -> Result<Self> {
-        let name = |stem: &str, what: &str| format!("blk.{layer}.{stem}.{what}");
+        let name = |stem: &str, what: &str| format!("{blk}.{stem}.{what}");
         let mut biases = Vec::new();
         if bias {
             for (stem, _) in parts {
@@ -88,25 +90,25 @@ pub struct Attention {
 }
 
 impl Attention {
-    /// Load layer `i`'s attention (GGUF names `blk.{i}.attn_*`).
-    pub fn load(store: &mut WeightStore, i: usize, cfg: &ModelConfig) -> Result<Self> {
+    /// Load a layer's attention (GGUF names `{blk}.attn_*`, e.g. `blk.3.attn_q.weight`).
+    pub fn load(store: &mut WeightStore, blk: &str, cfg: &ModelConfig) -> Result<Self> {
         let (h, hd) = (cfg.hidden, cfg.head_dim);
         let (q_out, kv_out) = (cfg.n_heads * hd, cfg.n_kv_heads * hd);
         let qkv = Projections::load(
             store,
-            i,
+            blk,
             &[("attn_q", q_out), ("attn_k", kv_out), ("attn_v", kv_out)],
             h,
             cfg.qkv_bias,
         )?;
         let o = Linear::new(
-            store.get_checked(&format!("blk.{i}.attn_output.weight"), &[h, q_out])?,
+            store.get_checked(&format!("{blk}.attn_output.weight"), &[h, q_out])?,
             None,
         )?;
         let (q_norm, k_norm) = if cfg.qk_norm {
             (
-                Some(store.get_dense(&format!("blk.{i}.attn_q_norm.weight"))?),
-                Some(store.get_dense(&format!("blk.{i}.attn_k_norm.weight"))?),
+                Some(store.get_dense(&format!("{blk}.attn_q_norm.weight"))?),
+                Some(store.get_dense(&format!("{blk}.attn_k_norm.weight"))?),
             )
         } else {
             (None, None)
@@ -220,21 +222,21 @@ pub struct Mlp {
 }
 
 impl Mlp {
-    /// Load layer `i`'s MLP (GGUF names `blk.{i}.ffn_*`).
-    pub fn load(store: &mut WeightStore, i: usize, cfg: &ModelConfig) -> Result<Self> {
+    /// Load a layer's MLP (GGUF names `{blk}.ffn_*`).
+    pub fn load(store: &mut WeightStore, blk: &str, cfg: &ModelConfig) -> Result<Self> {
         let gate_up = Projections::load(
             store,
-            i,
+            blk,
             &[("ffn_gate", cfg.ffn), ("ffn_up", cfg.ffn)],
             cfg.hidden,
             false,
         )?;
         let down = Linear::new(
-            store.get_checked(&format!("blk.{i}.ffn_down.weight"), &[cfg.hidden, cfg.ffn])?,
+            store.get_checked(&format!("{blk}.ffn_down.weight"), &[cfg.hidden, cfg.ffn])?,
             None,
         )?;
         Ok(Mlp {
-            norm: store.get_dense(&format!("blk.{i}.ffn_norm.weight"))?,
+            norm: store.get_dense(&format!("{blk}.ffn_norm.weight"))?,
             gate_up,
             down,
             eps: cfg.rms_eps as f32,
@@ -262,18 +264,39 @@ pub struct DecoderLayer {
 }
 
 impl DecoderLayer {
-    /// Load layer `i` (GGUF names `blk.{i}.*`).
-    pub fn load(store: &mut WeightStore, i: usize, cfg: &ModelConfig) -> Result<Self> {
+    /// Load the layer whose GGUF names start `{blk}.` (`blk.3` for the decoder's fourth layer).
+    pub fn load(store: &mut WeightStore, blk: &str, cfg: &ModelConfig) -> Result<Self> {
         Ok(DecoderLayer {
-            attn_norm: store.get_dense(&format!("blk.{i}.attn_norm.weight"))?,
+            attn_norm: store.get_dense(&format!("{blk}.attn_norm.weight"))?,
             eps: cfg.rms_eps as f32,
-            attn: Attention::load(store, i, cfg)?,
-            mlp: Mlp::load(store, i, cfg)?,
+            attn: Attention::load(store, blk, cfg)?,
+            mlp: Mlp::load(store, blk, cfg)?,
         })
     }
 
     /// The input of the attention: `norm(x)`.
     pub fn attn_norm(&self, x: &Tensor) -> Result<Tensor> {
         Ok(candle_nn::ops::rms_norm(x, &self.attn_norm, self.eps)?)
+    }
+
+    /// The whole layer over new rows `x` `[n, hidden]` at the rotations `cos`, `sin`: their K/V
+    /// appended to `cache`, each row attending to the cached rows `visible` grants it.
+    pub fn forward_cached(
+        &self,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        cache: &mut KvCache,
+        visible: &Visibility,
+    ) -> Result<Tensor> {
+        let h = self.attn_norm(x)?;
+        let (q, k, v) = self.attn.qkv(&h, cos, sin)?;
+        cache.append(&k, &v)?;
+        let (kc, vc) = cache.view()?;
+        let mixed = match visible {
+            Visibility::Dense(m) => self.attn.attend(&q, &kc, &vc, m.as_ref())?,
+            Visibility::Listed(t) => self.attn.attend_listed(&q, &kc, &vc, t)?,
+        };
+        self.mlp.forward(&(x + mixed)?)
     }
 }

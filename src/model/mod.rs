@@ -6,6 +6,7 @@ pub mod config;
 pub mod decoder;
 pub mod kv_cache;
 pub mod layer;
+pub mod mtp;
 pub mod source;
 pub mod tokenizer;
 pub mod visibility;

@@ -6,8 +6,42 @@
 //! decoding. The CPU runs the same visibility as a dense additive mask ([`VisibleKeys::dense_mask`]).
 
 use crate::error::Result;
+use crate::gpu::attention::KeyTable;
+use crate::model::config::ModelConfig;
 use crate::model::decoder::{BlockMask, PastMask, MASKED};
 use candle_core::{Device, Tensor};
+
+/// A pass's visibility in the form its attention path takes, built once for all its layers.
+pub enum Visibility {
+    /// An additive mask for candle's ops (`None`: nothing masked).
+    Dense(Option<Tensor>),
+    /// Per-row key lists for the batch-invariant kernel.
+    Listed(KeyTable),
+}
+
+impl Visibility {
+    /// Whether models shaped as `cfg` on `device` take the kernel: on a GPU, unless batch
+    /// invariance is turned off (`TREESPEC_GPU_BATCH_INVARIANT=0`), for head shapes it supports.
+    pub fn listed_for(cfg: &ModelConfig, device: &Device) -> bool {
+        device.is_cuda()
+            && crate::model::weights::gpu_batch_invariant()
+            && crate::gpu::attention::supports(cfg.n_heads, cfg.n_kv_heads, cfg.head_dim)
+    }
+
+    /// `keys` for the kernel (`listed`) or as a dense mask for heads shaped as in `cfg`.
+    pub fn new(
+        keys: &VisibleKeys,
+        listed: bool,
+        cfg: &ModelConfig,
+        device: &Device,
+    ) -> Result<Self> {
+        Ok(if listed {
+            Visibility::Listed(KeyTable::new(keys, device)?)
+        } else {
+            Visibility::Dense(keys.dense_mask(cfg.n_heads / cfg.n_kv_heads, device)?)
+        })
+    }
+}
 
 /// Per new row of a block: the cache rows it sees, as `0..lead` plus `extra`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -304,7 +304,8 @@ fn check_shape(name: &str, w: &Weight, expected: &[usize]) -> Result<()> {
     Ok(())
 }
 
-/// Translate a GGUF tensor name to its Hugging Face name (`prefix` is `model.` or empty).
+/// Translate a GGUF tensor name to its Hugging Face name (`prefix` is `model.` or empty); an MTP
+/// head's `mtp.{i}.*` names go to `mtp_layers.{i}.*` (MiMo).
 pub fn hf_name(gguf: &str, prefix: &str) -> String {
     match gguf {
         "token_embd.weight" => return format!("{prefix}embed_tokens.weight"),
@@ -312,25 +313,32 @@ pub fn hf_name(gguf: &str, prefix: &str) -> String {
         "output.weight" => return "lm_head.weight".to_string(),
         _ => {}
     }
-    if let Some(rest) = gguf.strip_prefix("blk.") {
-        if let Some((layer, tail)) = rest.split_once('.') {
-            let (stem, suffix) = tail.rsplit_once('.').unwrap_or((tail, "weight"));
-            let module = match stem {
-                "attn_norm" => "input_layernorm",
-                "ffn_norm" => "post_attention_layernorm",
-                "attn_q" => "self_attn.q_proj",
-                "attn_k" => "self_attn.k_proj",
-                "attn_v" => "self_attn.v_proj",
-                "attn_output" => "self_attn.o_proj",
-                "attn_q_norm" => "self_attn.q_norm",
-                "attn_k_norm" => "self_attn.k_norm",
-                "ffn_gate" => "mlp.gate_proj",
-                "ffn_up" => "mlp.up_proj",
-                "ffn_down" => "mlp.down_proj",
-                other => other,
-            };
-            return format!("{prefix}layers.{layer}.{module}.{suffix}");
-        }
+    for (gguf_stem, hf_stem) in [("blk.", "layers."), ("mtp.", "mtp_layers.")] {
+        let Some((layer, tail)) = gguf
+            .strip_prefix(gguf_stem)
+            .and_then(|rest| rest.split_once('.'))
+        else {
+            continue;
+        };
+        let (stem, suffix) = tail.rsplit_once('.').unwrap_or((tail, "weight"));
+        let module = match stem {
+            "attn_norm" => "input_layernorm",
+            "ffn_norm" => "post_attention_layernorm",
+            "attn_q" => "self_attn.q_proj",
+            "attn_k" => "self_attn.k_proj",
+            "attn_v" => "self_attn.v_proj",
+            "attn_output" => "self_attn.o_proj",
+            "attn_q_norm" => "self_attn.q_norm",
+            "attn_k_norm" => "self_attn.k_norm",
+            "ffn_gate" => "mlp.gate_proj",
+            "ffn_up" => "mlp.up_proj",
+            "ffn_down" => "mlp.down_proj",
+            "token_norm" => "token_layernorm",
+            "hidden_norm" => "hidden_layernorm",
+            "final_norm" => "final_layernorm",
+            other => other,
+        };
+        return format!("{prefix}{hf_stem}{layer}.{module}.{suffix}");
     }
     format!("{prefix}{gguf}")
 }

@@ -1,0 +1,171 @@
+//! A multi-token-prediction (MTP) head: one extra decoder block on the target's own last hidden
+//! state, which predicts the token after next and, fed its own output, the ones after that.
+//!
+//! Architecture: MiMo's MTP layer (Xiaomi, "MiMo: Unlocking the Reasoning Potential of Language
+//! Models", arXiv:2505.07608), after DeepSeek-V3's sequential MTP modules (arXiv:2412.19437).
+//! Reference code: vLLM v0.33 `model_executor/models/mimo_mtp.py` and the proposer loop of
+//! `v1/spec_decode/llm_base_proposer.py`; the rules, with line references, are in
+//! `tests/data/mtp/README.md`. One application at position `p` with token `t` and hidden `g`:
+//!
+//! ```text
+//! e = embed(t)   (zero at p = 0)
+//! u = input_proj(cat[hidden_norm(g), token_norm(e)])        hidden first (MiMo)
+//! y = block(u)   a Qwen2 decoder block with its own KV cache, RoPE at p
+//! o = final_norm(y);  logits = lm_head(o)                   the target's LM head, no model.norm
+//! ```
+//!
+//! The first pass over the context pairs position `p` with the target's pre-norm hidden state
+//! `h_p` and the token `x_{p+1}`; a chain continues one position at a time, fed `o` and the token
+//! it drafted. The head shares the target's embedding and LM head.
+
+use crate::error::{Error, Result};
+use crate::model::config::ModelConfig;
+use crate::model::decoder::{rope_tables, Decoder};
+use crate::model::kv_cache::KvCache;
+use crate::model::layer::DecoderLayer;
+use crate::model::visibility::{Visibility, VisibleKeys};
+use crate::model::weights::{Linear, WeightStore};
+use candle_core::{DType, Tensor};
+
+/// Where a checkpoint keeps its MTP head (names as the weight store reads them: GGUF-style, which
+/// the store maps to Hugging Face names for safetensors files).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MtpLayout {
+    /// MiMo (`model.mtp_layers.{i}.{token_layernorm, hidden_layernorm, input_proj,
+    /// final_layernorm}` and a Qwen2 block under the same prefix); hidden state first in the
+    /// concatenation.
+    MiMo,
+}
+
+impl MtpLayout {
+    /// GGUF-style names of the head's own tensors and the prefix of its block, for head `i`.
+    fn names(self, i: usize) -> MtpNames {
+        match self {
+            MtpLayout::MiMo => MtpNames {
+                block: format!("mtp.{i}"),
+                token_norm: format!("mtp.{i}.token_norm.weight"),
+                hidden_norm: format!("mtp.{i}.hidden_norm.weight"),
+                input_proj: format!("mtp.{i}.input_proj.weight"),
+                final_norm: format!("mtp.{i}.final_norm.weight"),
+            },
+        }
+    }
+}
+
+struct MtpNames {
+    block: String,
+    token_norm: String,
+    hidden_norm: String,
+    input_proj: String,
+    final_norm: String,
+}
+
+/// An MTP head with its KV cache over the context.
+pub struct MtpHead {
+    token_norm: Tensor,
+    hidden_norm: Tensor,
+    input_proj: Linear,
+    block: DecoderLayer,
+    final_norm: Tensor,
+    cache: KvCache,
+    cos: Tensor,
+    sin: Tensor,
+    cfg: ModelConfig,
+    listed_attention: bool,
+}
+
+impl MtpHead {
+    /// Load head `i` in `layout` from the target's checkpoint, with a cache of `context`
+    /// positions. `cfg` is the target's configuration (the block has the target's shapes).
+    pub fn load(
+        store: &mut WeightStore,
+        cfg: &ModelConfig,
+        layout: MtpLayout,
+        i: usize,
+        context: usize,
+    ) -> Result<Self> {
+        let names = layout.names(i);
+        if !store.contains(&names.input_proj) {
+            return Err(Error::Config(format!(
+                "the checkpoint declares an MTP head but ships none of its weights ({} is missing)",
+                crate::model::weights::hf_name(&names.input_proj, "model.")
+            )));
+        }
+        let h = cfg.hidden;
+        let device = store.device().clone();
+        let (cos, sin) = rope_tables(cfg, context, None, &device)?;
+        Ok(MtpHead {
+            token_norm: store.get_dense(&names.token_norm)?,
+            hidden_norm: store.get_dense(&names.hidden_norm)?,
+            input_proj: Linear::new(store.get_checked(&names.input_proj, &[h, 2 * h])?, None)?,
+            block: DecoderLayer::load(store, &names.block, cfg)?,
+            final_norm: store.get_dense(&names.final_norm)?,
+            cache: KvCache::new(cfg.n_kv_heads, cfg.head_dim, context, DType::F32, &device)?,
+            cos,
+            sin,
+            listed_attention: Visibility::listed_for(cfg, &device),
+            cfg: cfg.clone(),
+        })
+    }
+
+    /// Positions the cache covers.
+    pub fn len(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// True when the cache covers nothing.
+    pub fn is_empty(&self) -> bool {
+        self.cache.is_empty()
+    }
+
+    /// Forget every position from `len` on.
+    pub fn truncate(&mut self, len: usize) {
+        self.cache.truncate(len);
+    }
+
+    /// Run rows at consecutive positions from [`MtpHead::len`]: row `r` pairs the hidden state
+    /// `hidden[r]` (`[n, hidden]`) with `tokens[r]`. Returns `o` (`[n, hidden]`, after the final
+    /// norm: the LM head's input, and the hidden state a chain feeds back).
+    pub fn forward(&mut self, target: &Decoder, hidden: &Tensor, tokens: &[u32]) -> Result<Tensor> {
+        let n = tokens.len();
+        let start = self.cache.len();
+        if hidden.dim(0)? != n {
+            return Err(Error::InvalidArgument(format!(
+                "MTP head: {} hidden rows for {n} tokens",
+                hidden.dim(0)?
+            )));
+        }
+        if start + n > self.cache.capacity() {
+            return Err(Error::ContextOverflow {
+                prompt: start + n,
+                context: self.cache.capacity(),
+            });
+        }
+        let eps = self.cfg.rms_eps as f32;
+        let mut e = target.embed(tokens)?;
+        if start == 0 {
+            // vLLM zeroes the embedding at position 0 (`mimo_mtp.py:76`).
+            let zero = Tensor::zeros((1, self.cfg.hidden), e.dtype(), e.device())?;
+            e = if n > 1 {
+                Tensor::cat(&[&zero, &e.narrow(0, 1, n - 1)?], 0)?
+            } else {
+                zero
+            };
+        }
+        let g = candle_nn::ops::rms_norm(&hidden.to_dtype(DType::F32)?, &self.hidden_norm, eps)?;
+        let e = candle_nn::ops::rms_norm(&e, &self.token_norm, eps)?;
+        let u = self.input_proj.forward(&Tensor::cat(&[&g, &e], 1)?)?;
+        let cos = self.cos.narrow(0, start, n)?;
+        let sin = self.sin.narrow(0, start, n)?;
+        let visible = Visibility::new(
+            &VisibleKeys::new(None, None, n, start),
+            self.listed_attention,
+            &self.cfg,
+            u.device(),
+        )?;
+        let y = self
+            .block
+            .forward_cached(&u, &cos, &sin, &mut self.cache, &visible)?;
+        Ok(candle_nn::ops::rms_norm(&y, &self.final_norm, eps)?)
+    }
+}
