@@ -1,7 +1,7 @@
 //! Loading what the engine runs: models by name, path or hub id (known models fetched on first
 //! use), a drafter of whichever kind the files hold, and the engine over both.
 
-use crate::draft::{check_same_vocabulary, CausalDrafter, DFlashDrafter, Drafter};
+use crate::draft::{check_same_vocabulary, CausalDrafter, DFlashDrafter, Drafter, MtpDrafter};
 use crate::engine::{Engine, Settings};
 use crate::error::{Error, Result};
 use crate::fetch;
@@ -24,13 +24,22 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
     model::load(&model_path(spec)?, opts)
 }
 
-/// Load a drafter for `target`: a DFlash checkpoint (recognised by its config) or a small causal
-/// LM, which must share the target's vocabulary.
+/// The drafter name that means the target's own multi-token-prediction head.
+pub const MTP_DRAFTER: &str = "mtp";
+
+/// Load a drafter for `target`: its own MTP head ([`MTP_DRAFTER`]), a DFlash checkpoint
+/// (recognised by its config) or a small causal LM, which must share the target's vocabulary.
 pub fn load_drafter(
     spec: &str,
     target: &LoadedModel,
     opts: &LoadOptions,
 ) -> Result<Box<dyn Drafter>> {
+    if spec == MTP_DRAFTER {
+        let cfg = target.decoder.config();
+        let head = model::load_mtp_head(&target.files, cfg, 0, opts, target.decoder.context())?;
+        let name = format!("{} MTP head", target.name);
+        return Ok(Box::new(MtpDrafter::new(head, cfg, name)));
+    }
     let path = model_path(spec)?;
     if let ModelFiles::Checkpoint(dir) = source::resolve(&path)? {
         let cfg_path = dir.join("config.json");
@@ -74,6 +83,14 @@ pub fn build_engine(
     let t = load_model(target, opts)?;
     let drafter = match drafter {
         Some(spec) => Some(load_drafter(spec, &t, opts)?),
+        // A target with its own MTP head drafts with it unless told otherwise.
+        None if t.decoder.config().mtp_heads > 0 => match load_drafter(MTP_DRAFTER, &t, opts) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                eprintln!("treespec: drafting without the target's MTP head: {e}");
+                None
+            }
+        },
         None => None,
     };
     let engine = Engine::new(

@@ -126,11 +126,12 @@ struct GenerateArgs {
     /// a known model (target, drafter, smollm2; fetched if missing).
     #[arg(long, short = 'm', alias = "target", default_value = "target")]
     model: String,
-    /// The drafter for `linear` and `tree` (default: the default drafter when the target is the
-    /// default target).
+    /// The drafter for `linear`, `tree` and `mtp`: a model, a DFlash checkpoint, or `mtp` for
+    /// the target's own multi-token-prediction head (default: the default drafter when the
+    /// target is the default target; the target's MTP head when it has one).
     #[arg(long)]
     drafter: Option<String>,
-    /// Decoding mode: ar, linear, tree.
+    /// Decoding mode: ar, linear, tree, mtp, auto.
     #[arg(long, default_value = "ar")]
     mode: String,
     /// The user's message.
@@ -163,8 +164,8 @@ struct BenchArgs {
     /// bundled humaneval, gsm8k and chat sets).
     #[arg(long, num_args = 1..)]
     prompts: Vec<PathBuf>,
-    /// Configurations to compare, comma-separated: ar, linear, tree (shaped by --gamma,
-    /// --budget, --depth), or shaped here: linear:GAMMA, tree:BUDGETxDEPTH, tree:BxLwW (a tree
+    /// Configurations to compare, comma-separated: ar, linear, tree, mtp, auto (shaped by --gamma,
+    /// --budget, --depth), or shaped here: linear:GAMMA, mtp:K, tree:BUDGETxDEPTH, tree:BxLwW (a tree
     /// the drafter grows, W nodes per depth); @P after any of them stops chains below confidence
     /// P. ar always runs: speedups are ratios to it.
     #[arg(long, default_value = "ar,linear,tree")]

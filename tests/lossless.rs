@@ -16,7 +16,7 @@ mod common;
 use candle_core::Device;
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
-use treespec::draft::{CausalDrafter, DFlashDrafter, Drafter};
+use treespec::draft::{CausalDrafter, DFlashDrafter, Drafter, MtpDrafter};
 use treespec::engine::{Engine, Mode, Settings};
 use treespec::model::config::{Family, ModelConfig};
 use treespec::model::decoder::{Batch, Decoder};
@@ -306,6 +306,9 @@ enum Kind {
     Causal,
     /// A DFlash drafter reading the target's hidden states.
     DFlash,
+    /// An MTP head on the target's last hidden state (`mtp`: a chain verified by rejection
+    /// sampling; `tree`: the DDTree over its chain).
+    Mtp,
 }
 
 fn drafter(kind: Kind, dir: &Path) -> Box<dyn Drafter> {
@@ -314,6 +317,11 @@ fn drafter(kind: Kind, dir: &Path) -> Box<dyn Drafter> {
         Kind::DFlash => {
             let d = common::write_tiny_dflash(dir, &target_cfg(), 4, 9);
             Box::new(DFlashDrafter::load_dir(&d, &Device::Cpu, CONTEXT, false).unwrap())
+        }
+        Kind::Mtp => {
+            let cfg = target_cfg();
+            let head = common::random_mtp_head(&cfg, 1, CONTEXT);
+            Box::new(MtpDrafter::new(head, &cfg, "mtp"))
         }
     }
 }
@@ -472,7 +480,12 @@ fn trees_emit_the_draws_ar_makes_with_the_same_seed() {
         0,
     )
     .unwrap();
-    for (kind, expand) in [(Kind::Causal, 0), (Kind::Causal, 2), (Kind::DFlash, 0)] {
+    for (kind, expand) in [
+        (Kind::Causal, 0),
+        (Kind::Causal, 2),
+        (Kind::DFlash, 0),
+        (Kind::Mtp, 0),
+    ] {
         let s = shaped(Mode::Tree, expand, params, Verification::Lossless);
         let mut e = Engine::new(
             decoder(0.0),
@@ -504,6 +517,16 @@ fn auto_is_lossless() {
 #[test]
 fn dflash_trees_are_lossless() {
     check_lossless(Kind::DFlash, Mode::Tree, 0, 0.05);
+}
+
+#[test]
+fn mtp_chains_are_lossless() {
+    check_lossless(Kind::Mtp, Mode::Mtp, 0, 0.01);
+}
+
+#[test]
+fn ddtrees_over_an_mtp_chain_are_lossless() {
+    check_lossless(Kind::Mtp, Mode::Tree, 0, 0.03);
 }
 
 #[test]

@@ -191,6 +191,27 @@ fn check_chain(
     }
 }
 
+/// The loader finds the head in the checkpoint folder, and refuses a head the config does not
+/// declare.
+#[test]
+fn the_head_loads_from_the_checkpoint() {
+    use treespec::model::source::ModelFiles;
+    use treespec::model::{load_mtp_head, LoadOptions};
+    let file = golden_file();
+    let dir = file.parent().unwrap().to_path_buf();
+    let text = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    let cfg = ModelConfig::from_hf_json(&text).unwrap();
+    let files = ModelFiles::Checkpoint(dir);
+    let opts = LoadOptions::default();
+    let head = load_mtp_head(&files, &cfg, 0, &opts, 64).unwrap();
+    assert!(head.is_empty());
+    let err = load_mtp_head(&files, &cfg, 1, &opts, 64)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("declares 1"), "{err}");
+}
+
 #[test]
 fn first_passes_and_chains_match_the_reference() {
     let (golden, mut target, mut head) = load();

@@ -39,12 +39,12 @@ impl Variant {
         }
         let bad = || {
             Error::InvalidArgument(format!(
-                "`{spec}`: write linear:GAMMA or tree:BUDGETxDEPTH[wWIDTH]"
+                "`{spec}`: write linear:GAMMA, mtp:K or tree:BUDGETxDEPTH[wWIDTH]"
             ))
         };
         match (mode, shape) {
             (_, None) => {}
-            (Mode::Linear, Some(g)) => settings.gamma = g.parse().map_err(|_| bad())?,
+            (Mode::Linear | Mode::Mtp, Some(g)) => settings.gamma = g.parse().map_err(|_| bad())?,
             (Mode::Tree, Some(s)) => {
                 let (b, l) = s.split_once('x').ok_or_else(bad)?;
                 let (l, w) = match l.split_once('w') {
@@ -64,6 +64,7 @@ impl Variant {
         }
         let mut label = match mode {
             Mode::Linear => format!("linear γ{}", settings.gamma),
+            Mode::Mtp => format!("mtp k={}", settings.gamma),
             Mode::Tree if settings.expand > 0 => format!(
                 "tree B{} L{} W{}",
                 settings.budget, settings.depth, settings.expand

@@ -45,6 +45,65 @@ impl Chain {
     pub fn tokens(&self) -> Vec<u32> {
         self.steps.iter().map(|s| s.token).collect()
     }
+
+    /// The proposal this chain makes after `root` in a step of `mode`: per-depth distributions
+    /// for a tree, the drawn tokens with their q for a sampled chain, else the greedy chain.
+    pub fn into_proposal(self, mode: Mode, root: u32) -> Proposal {
+        let sampled = self.steps.iter().any(|c| c.q.is_some());
+        match mode {
+            Mode::Tree => Proposal::Depths(self.steps.into_iter().filter_map(|c| c.top).collect()),
+            _ if sampled => Proposal::SampledChain(
+                self.steps
+                    .into_iter()
+                    .map(|c| SampledDraft {
+                        token: c.token,
+                        q: c.q.unwrap_or_default(),
+                    })
+                    .collect(),
+            ),
+            _ => Proposal::Tree(DraftTree::chain(root, &self.tokens())),
+        }
+    }
+}
+
+/// One depth of a chain from a `[1, vocab]` logits row: the token picked and, for a greedy pick,
+/// the `top_k` most probable tokens (read on the device where the row lives); with the
+/// probability of the token taken (1 for a draw).
+pub fn pick_step(
+    logits: &Tensor,
+    pick: ChainPick,
+    top_k: usize,
+    rng: &mut impl Rng,
+) -> Result<(ChainStep, f64)> {
+    Ok(match pick {
+        ChainPick::Greedy => {
+            let top = row_top_k(logits, top_k.max(1))?
+                .pop()
+                .ok_or_else(|| Error::InvalidArgument("no drafter logits".into()))?;
+            let p = top.log_probs.first().map_or(0.0, |&lp| (lp as f64).exp());
+            let token = top.tokens.first().copied().unwrap_or(0);
+            (
+                ChainStep {
+                    token,
+                    top: Some(top),
+                    q: None,
+                },
+                p,
+            )
+        }
+        ChainPick::Sample(params) => {
+            let q = distribution(&logits.squeeze(0)?.to_vec1::<f32>()?, &params);
+            let token = draw(&q, rng).unwrap_or(0);
+            (
+                ChainStep {
+                    token,
+                    top: None,
+                    q: Some(q),
+                },
+                1.0,
+            )
+        }
+    })
 }
 
 /// A small causal LM used as a drafter.
@@ -143,20 +202,9 @@ impl CausalDrafter {
         let mut logits = self.sync(seq)?;
         let mut chain_prob = 1.0f64;
         for d in 0..depth {
-            let (token, top, q) = match pick {
-                ChainPick::Greedy => {
-                    let top = row_top_k(&logits, top_k.max(1))?
-                        .pop()
-                        .ok_or_else(|| Error::InvalidArgument("no drafter logits".into()))?;
-                    // The softmax probability of the argmax taken.
-                    chain_prob *= top.log_probs.first().map_or(0.0, |&lp| (lp as f64).exp());
-                    (top.tokens.first().copied().unwrap_or(0), Some(top), None)
-                }
-                ChainPick::Sample(p) => {
-                    let q = distribution(&logits.squeeze(0)?.to_vec1::<f32>()?, &p);
-                    (draw(&q, rng).unwrap_or(0), None, Some(q))
-                }
-            };
+            let (step, p) = pick_step(&logits, pick, top_k, rng)?;
+            chain_prob *= p;
+            let token = step.token;
             let confident = pick != ChainPick::Greedy || (chain_prob as f32) >= min_chain_prob;
             let next = if d + 1 < depth && confident {
                 let pos = self.model.len();
@@ -167,7 +215,7 @@ impl CausalDrafter {
             } else {
                 None
             };
-            chain.steps.push(ChainStep { token, top, q });
+            chain.steps.push(step);
             match next {
                 Some(l) => logits = l,
                 None => break,
@@ -244,22 +292,7 @@ impl Drafter for CausalDrafter {
             rng,
         )?;
         self.last = Fed::Chain(chain.tokens());
-        Ok(match (req.mode, pick) {
-            (Mode::Tree, _) => {
-                Proposal::Depths(chain.steps.into_iter().filter_map(|c| c.top).collect())
-            }
-            (_, ChainPick::Sample(_)) => Proposal::SampledChain(
-                chain
-                    .steps
-                    .into_iter()
-                    .map(|c| SampledDraft {
-                        token: c.token,
-                        q: c.q.unwrap_or_default(),
-                    })
-                    .collect(),
-            ),
-            (_, ChainPick::Greedy) => Proposal::Tree(DraftTree::chain(root, &chain.tokens())),
-        })
+        Ok(chain.into_proposal(req.mode, root))
     }
 
     fn commit(&mut self, c: &Committed<'_>) -> Result<()> {

@@ -9,14 +9,18 @@
 //!   drafted depth (a chain), or a tree it grows itself ([`expand`]).
 //! - [`DFlashDrafter`]: a block-diffusion drafter reading the target's hidden states; one pass for
 //!   the whole block.
+//! - [`MtpDrafter`]: the target's own multi-token-prediction head; one small block per drafted
+//!   depth, reading the target's last hidden state.
 
 pub mod causal;
 pub mod dflash;
 pub mod expand;
+pub mod mtp;
 
 pub use causal::{CausalDrafter, Chain, ChainStep};
 pub use dflash::{DFlashConfig, DFlashDrafter};
 pub use expand::GrownTree;
+pub use mtp::MtpDrafter;
 
 use crate::engine::{Mode, Settings};
 use crate::error::{Error, Result};
@@ -46,7 +50,7 @@ impl DraftRequest<'_> {
     /// The chain length or tree depth asked for, within the cap.
     pub fn depth(&self) -> usize {
         match self.mode {
-            Mode::Linear => self.settings.gamma.min(self.cap),
+            Mode::Linear | Mode::Mtp => self.settings.gamma.min(self.cap),
             _ => self.settings.depth.min(self.cap),
         }
     }
@@ -60,7 +64,7 @@ impl DraftRequest<'_> {
     /// True when a chain's tokens are to be drawn from the drafter's distribution (linear
     /// verification by rejection sampling) rather than picked greedily.
     pub fn sampled_chain(&self) -> bool {
-        self.mode == Mode::Linear && !self.settings.sampling.is_greedy()
+        matches!(self.mode, Mode::Linear | Mode::Mtp) && !self.settings.sampling.is_greedy()
     }
 }
 

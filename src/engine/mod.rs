@@ -22,6 +22,7 @@ pub use stats::AnswerStats;
 
 use logits::NodeLogits;
 
+use crate::draft::mtp::KIND as MTP_KIND;
 use crate::draft::{Committed, DraftRequest, Drafter, Proposal};
 use crate::error::{Error, Result};
 use crate::model::decoder::{Batch, Decoder, ForwardOutput};
@@ -105,6 +106,14 @@ impl Engine {
                 Some(format!("`{mode}` needs a drafter model (--drafter)"))
             }
             Mode::Linear | Mode::Tree => None,
+            Mode::Mtp
+                if self
+                    .drafter
+                    .as_deref()
+                    .is_some_and(|d| d.kind() == MTP_KIND) =>
+            {
+                None
+            }
             Mode::Mtp => Some("the target has no multi-token-prediction head".into()),
             Mode::Auto => None,
         }

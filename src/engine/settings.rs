@@ -47,12 +47,12 @@ impl Mode {
 
     /// True when the mode needs a separate drafter model.
     pub fn needs_drafter(self) -> bool {
-        matches!(self, Mode::Linear | Mode::Tree)
+        matches!(self, Mode::Linear | Mode::Tree | Mode::Mtp)
     }
 
     /// True when the mode drafts with a separate drafter model when there is one.
     pub fn uses_drafter(self) -> bool {
-        matches!(self, Mode::Linear | Mode::Tree | Mode::Auto)
+        matches!(self, Mode::Linear | Mode::Tree | Mode::Mtp | Mode::Auto)
     }
 }
 
@@ -171,11 +171,12 @@ impl Settings {
                 format!("B{} L{} W{}", self.budget, self.depth, self.expand)
             }
             Mode::Tree => format!("B{} L{}", self.budget, self.depth),
-            Mode::Linear | Mode::Mtp => format!("γ{}", self.gamma),
+            Mode::Linear => format!("γ{}", self.gamma),
+            Mode::Mtp => format!("k={}", self.gamma),
             Mode::Ar => String::new(),
             Mode::Auto => format!("≤ B{} L{} γ{}", self.budget, self.depth, self.gamma),
         };
-        if self.min_chain_prob > 0.0 && matches!(self.mode, Mode::Tree | Mode::Linear) {
+        if self.min_chain_prob > 0.0 && matches!(self.mode, Mode::Tree | Mode::Linear | Mode::Mtp) {
             s.push_str(&format!(" p≥{}", self.min_chain_prob));
         }
         s

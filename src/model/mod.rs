@@ -133,6 +133,34 @@ fn load_checkpoint(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     })
 }
 
+/// Load the target's own MTP head `i` from its files, with a cache of `context` positions.
+pub fn load_mtp_head(
+    files: &ModelFiles,
+    cfg: &config::ModelConfig,
+    i: usize,
+    opts: &LoadOptions,
+    context: usize,
+) -> Result<mtp::MtpHead> {
+    match files {
+        ModelFiles::Checkpoint(dir) => {
+            if cfg.mtp_heads <= i {
+                return Err(Error::Config(format!(
+                    "{} has no multi-token-prediction head (its config declares {})",
+                    files.display_name(),
+                    cfg.mtp_heads
+                )));
+            }
+            let mut store =
+                WeightStore::safetensors(&source::safetensors_files(dir)?, &opts.device)?;
+            mtp::MtpHead::load(&mut store, cfg, mtp::MtpLayout::MiMo, i, context)
+        }
+        ModelFiles::Gguf(_) => Err(Error::Config(format!(
+            "{}: MTP heads in GGUF files (nextn tensors) are not supported yet",
+            files.display_name()
+        ))),
+    }
+}
+
 /// The chat template of a checkpoint: `chat_template.jinja`, or `chat_template` in
 /// tokenizer_config.json (a string, or a list of named templates of which `default` is used).
 fn read_template(dir: &Path) -> Option<String> {

@@ -113,6 +113,11 @@ impl MtpHead {
         self.cache.len()
     }
 
+    /// Positions the cache can hold.
+    pub fn capacity(&self) -> usize {
+        self.cache.capacity()
+    }
+
     /// True when the cache covers nothing.
     pub fn is_empty(&self) -> bool {
         self.cache.is_empty()

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use treespec::model::config::{Family, ModelConfig};
 use treespec::model::decoder::Decoder;
+use treespec::model::mtp::{MtpHead, MtpLayout};
 use treespec::model::weights::WeightStore;
 
 /// A tiny config of each family (Qwen3 with a head_dim that is not hidden / heads).
@@ -65,6 +66,33 @@ pub fn random_weights(cfg: &ModelConfig, seed: u64) -> HashMap<String, Tensor> {
         }
     }
     m
+}
+
+/// A random MiMo-layout MTP head for a target shaped as `cfg` (names `mtp.0.*`; the head uses the
+/// target's embedding and LM head).
+pub fn random_mtp_head(cfg: &ModelConfig, seed: u64, context: usize) -> MtpHead {
+    let mut one = cfg.clone();
+    one.n_layers = 1;
+    let h = cfg.hidden;
+    let mut m: HashMap<String, Tensor> = random_weights(&one, seed)
+        .into_iter()
+        .filter_map(|(k, v)| k.strip_prefix("blk.0.").map(|s| (format!("mtp.0.{s}"), v)))
+        .collect();
+    let mut rng = Lcg(seed ^ 0x5EED);
+    let mut t = |shape: &[usize], scale: f32, offset: f32| -> Tensor {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| rng.next_f32() * scale + offset).collect();
+        Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
+    };
+    m.insert("mtp.0.token_norm.weight".into(), t(&[h], 0.1, 1.0));
+    m.insert("mtp.0.hidden_norm.weight".into(), t(&[h], 0.1, 1.0));
+    m.insert("mtp.0.final_norm.weight".into(), t(&[h], 0.1, 1.0));
+    m.insert(
+        "mtp.0.input_proj.weight".into(),
+        t(&[h, 2 * h], 1.0 / (2.0 * h as f32).sqrt(), 0.0),
+    );
+    let mut store = WeightStore::from_tensors(m, &Device::Cpu);
+    MtpHead::load(&mut store, cfg, MtpLayout::MiMo, 0, context).unwrap()
 }
 
 /// A tiny random decoder of `family` with a cache of `context` tokens.

@@ -1,0 +1,167 @@
+//! The MTP drafter: the target's own multi-token-prediction head ([`MtpHead`]) drafts a chain,
+//! one cheap block per drafted token instead of a whole drafter model.
+//!
+//! State: the head's cache covers context positions `0..head.len()`, position `p` paired with
+//! the target's pre-norm hidden state `h_p` and the token `x_{p+1}`; hidden states of positions
+//! the target has run since wait in `pending`. A proposal first runs the pending positions (the
+//! last of them, paired with the root, gives depth 1), then feeds each drafted token back with the
+//! head's own output; those chain positions are dropped again afterwards, so the next proposal
+//! overwrites them with the target's hidden states of what was accepted (as vLLM does).
+
+use super::causal::{pick_step, Chain, ChainPick};
+use super::{Committed, DraftRequest, Drafter, Proposal};
+use crate::error::{Error, Result};
+use crate::model::config::ModelConfig;
+use crate::model::mtp::MtpHead;
+use candle_core::Tensor;
+use rand::rngs::StdRng;
+
+/// What [`Drafter::kind`] says of an MTP drafter (the engine offers the `mtp` mode for it).
+pub const KIND: &str = "MTP head";
+
+/// A drafter made of the target's MTP head.
+pub struct MtpDrafter {
+    head: MtpHead,
+    name: String,
+    /// The target layer whose output (before the final norm) feeds the head: its last.
+    layers: [usize; 1],
+    hidden: usize,
+    /// Target hidden states of positions `head.len()..`, not yet run through the head.
+    pending: Option<Tensor>,
+}
+
+impl MtpDrafter {
+    /// A drafter from `head`, for a target shaped as `target`.
+    pub fn new(head: MtpHead, target: &ModelConfig, name: impl Into<String>) -> Self {
+        MtpDrafter {
+            head,
+            name: name.into(),
+            layers: [target.n_layers - 1],
+            hidden: target.hidden,
+            pending: None,
+        }
+    }
+
+    fn pending_rows(&self) -> usize {
+        self.pending.as_ref().map_or(0, |p| p.dim(0).unwrap_or(0))
+    }
+}
+
+impl Drafter for MtpDrafter {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn len(&self) -> usize {
+        self.head.len() + self.pending_rows()
+    }
+
+    fn truncate(&mut self, len: usize) {
+        let base = self.head.len();
+        if len <= base {
+            self.head.truncate(len);
+            self.pending = None;
+        } else if len < base + self.pending_rows() {
+            self.pending = self
+                .pending
+                .take()
+                .and_then(|p| p.narrow(0, 0, len - base).ok());
+        }
+    }
+
+    fn check_target(&self, target: &ModelConfig) -> Result<()> {
+        if target.hidden != self.hidden || target.n_layers != self.layers[0] + 1 {
+            return Err(Error::Config(format!(
+                "the MTP head {} was made for another target (hidden {}, {} layers)",
+                self.name,
+                self.hidden,
+                self.layers[0] + 1
+            )));
+        }
+        Ok(())
+    }
+
+    fn feature_layers(&self) -> &[usize] {
+        &self.layers
+    }
+
+    fn push_features(&mut self, features: Tensor) -> Result<()> {
+        self.pending = Some(match self.pending.take() {
+            Some(p) => Tensor::cat(&[&p, &features], 0)?,
+            None => features,
+        });
+        Ok(())
+    }
+
+    /// Depth 1 pairs the last hidden state the target produced with the root: the head needs
+    /// every committed position but the root run by the target, and at least one.
+    fn ready(&self, seq_len: usize, _answer_len: usize) -> bool {
+        self.len() + 1 == seq_len && self.pending_rows() > 0
+    }
+
+    fn propose(&mut self, req: &DraftRequest<'_>, rng: &mut StdRng) -> Result<Proposal> {
+        let seq = req.seq;
+        let root = *seq.last().unwrap_or(&0);
+        let start = self.head.len();
+        let pending = self
+            .pending
+            .take()
+            .ok_or_else(|| Error::InvalidArgument("MTP head: no target hidden states".into()))?;
+        let rows = pending.dim(0)?;
+        if start + rows + 1 != seq.len() {
+            return Err(Error::InvalidArgument(format!(
+                "MTP head: {} positions known for a sequence of {}",
+                start + rows,
+                seq.len()
+            )));
+        }
+        // Position p pairs h_p with x_{p+1}: the tokens after the pending positions.
+        let o = self.head.forward(req.target, &pending, &seq[start + 1..])?;
+        let committed = self.head.len();
+        let mut o = o.narrow(0, rows - 1, 1)?;
+        let mut logits = req.target.lm_head(&o)?;
+        let depth = req.depth().min(self.head_room());
+        let pick = if req.sampled_chain() {
+            ChainPick::Sample(req.settings.sampling)
+        } else {
+            ChainPick::Greedy
+        };
+        let mut chain = Chain::default();
+        let mut chain_prob = 1.0f64;
+        for d in 0..depth.max(1) {
+            let (step, p) = pick_step(&logits, pick, req.top_k(), rng)?;
+            chain_prob *= p;
+            let token = step.token;
+            chain.steps.push(step);
+            let confident =
+                pick != ChainPick::Greedy || (chain_prob as f32) >= req.settings.min_chain_prob;
+            if d + 1 >= depth || !confident {
+                break;
+            }
+            o = self.head.forward(req.target, &o, &[token])?;
+            logits = req.target.lm_head(&o)?;
+        }
+        // The chain's positions are rewritten from the target's states of what is accepted.
+        self.head.truncate(committed);
+        Ok(chain.into_proposal(req.mode, root))
+    }
+
+    fn commit(&mut self, c: &Committed<'_>) -> Result<()> {
+        if let Some(f) = &c.features {
+            self.push_features(f.clone())?;
+        }
+        self.truncate((c.before + c.emitted.len()).saturating_sub(1));
+        Ok(())
+    }
+}
+
+impl MtpDrafter {
+    /// Chain positions the head's cache can still hold.
+    fn head_room(&self) -> usize {
+        self.head.capacity().saturating_sub(self.head.len()).max(1)
+    }
+}

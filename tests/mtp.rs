@@ -1,0 +1,135 @@
+//! The `mtp` mode on tiny random f32 models with a random MTP head: greedy `mtp` chains, trees
+//! over the head and `linear` with it emit exactly the `ar` tokens, the head follows the target
+//! row for row through accepted and rejected drafts, and the mode is offered only where the
+//! drafter is an MTP head. (The head against the reference: `tests/mtp_golden.rs`; sampling:
+//! `tests/lossless.rs`.)
+
+mod common;
+
+use std::collections::BTreeSet;
+use treespec::draft::{CausalDrafter, MtpDrafter};
+use treespec::engine::{Engine, Mode, Settings};
+use treespec::model::config::Family;
+
+const VOCAB: usize = 8;
+const CONTEXT: usize = 128;
+
+fn engine(family: Family, seed: u64, s: Settings) -> Engine {
+    let cfg = common::tiny_config(family, VOCAB);
+    let w = common::random_weights(&cfg, seed);
+    let mut store =
+        treespec::model::weights::WeightStore::from_tensors(w, &candle_core::Device::Cpu);
+    let target = treespec::model::decoder::Decoder::load(&mut store, cfg.clone(), CONTEXT).unwrap();
+    let head = common::random_mtp_head(&cfg, seed + 77, CONTEXT);
+    let d = MtpDrafter::new(head, &cfg, "head");
+    Engine::new(target, Some(Box::new(d)), BTreeSet::new(), s, 0).unwrap()
+}
+
+fn settings(mode: Mode, budget: usize, depth: usize, gamma: usize) -> Settings {
+    Settings {
+        mode,
+        budget,
+        depth,
+        gamma,
+        min_chain_prob: 0.0,
+        ..Settings::default()
+    }
+}
+
+#[test]
+fn greedy_mtp_equals_ar() {
+    let configs = [
+        settings(Mode::Mtp, 1, 1, 1),
+        settings(Mode::Mtp, 1, 1, 3),
+        settings(Mode::Mtp, 1, 1, 6),
+        settings(Mode::Linear, 1, 1, 4),
+        settings(Mode::Tree, 8, 4, 1),
+        settings(Mode::Tree, 16, 6, 1),
+    ];
+    let mut accepted = 0;
+    for family in [Family::Llama, Family::Qwen2, Family::Qwen3] {
+        for seed in 0..4u64 {
+            let prompt: Vec<u32> = (0..5)
+                .map(|i| ((seed * 3 + i * 5) % VOCAB as u64) as u32)
+                .collect();
+            let mut e = engine(family, seed, settings(Mode::Ar, 1, 1, 1));
+            e.reset();
+            let ar = e.generate(&prompt, 30, |_| true).unwrap().tokens;
+            assert_eq!(ar.len(), 30);
+            for s in configs {
+                e.set_settings(s).unwrap();
+                e.reset();
+                let out = e.generate(&prompt, 30, |_| true).unwrap();
+                assert_eq!(out.tokens, ar, "{family:?} seed {seed} {s:?}");
+                accepted += 30 - out.stats.steps;
+                // The head has read every position the target has.
+                let d = e.drafter().unwrap();
+                assert_eq!(
+                    d.len() + 1,
+                    e.sequence().len(),
+                    "{family:?} seed {seed} {s:?}"
+                );
+            }
+        }
+    }
+    eprintln!("{accepted} drafted tokens accepted");
+    assert!(accepted > 20, "only {accepted} drafted tokens accepted");
+}
+
+#[test]
+fn a_second_answer_reuses_the_shared_prefix() {
+    let mut e = engine(Family::Qwen2, 3, settings(Mode::Mtp, 1, 1, 4));
+    let first = e.generate(&[1, 2, 3, 4], 12, |_| true).unwrap().tokens;
+    let mut longer = vec![1, 2, 3, 4];
+    longer.extend(&first);
+    longer.extend([5, 6]);
+    let cont = e.generate(&longer, 10, |_| true).unwrap().tokens;
+    e.set_settings(settings(Mode::Ar, 1, 1, 1)).unwrap();
+    e.reset();
+    let want = e.generate(&longer, 10, |_| true).unwrap().tokens;
+    assert_eq!(cont, want);
+}
+
+#[test]
+fn mtp_is_offered_only_with_an_mtp_head() {
+    let e = engine(Family::Llama, 1, settings(Mode::Ar, 1, 1, 1));
+    assert_eq!(e.mode_unavailable(Mode::Mtp), None);
+    let d = common::tiny_decoder(Family::Llama, 9, CONTEXT);
+    let t = common::tiny_decoder(Family::Llama, 1, CONTEXT);
+    let mut e = Engine::new(
+        t,
+        Some(Box::new(CausalDrafter::new(d, "causal"))),
+        BTreeSet::new(),
+        settings(Mode::Ar, 1, 1, 1),
+        0,
+    )
+    .unwrap();
+    let why = e.mode_unavailable(Mode::Mtp).unwrap();
+    assert!(why.contains("multi-token-prediction"), "{why}");
+    assert!(e.set_settings(settings(Mode::Mtp, 1, 1, 4)).is_err());
+}
+
+#[test]
+fn a_checkpoint_without_the_head_it_declares_is_refused() {
+    let mut cfg = common::tiny_config(Family::Qwen2, VOCAB);
+    cfg.mtp_heads = 1;
+    let mut store = treespec::model::weights::WeightStore::from_tensors(
+        common::random_weights(&cfg, 1),
+        &candle_core::Device::Cpu,
+    );
+    let err = treespec::model::mtp::MtpHead::load(
+        &mut store,
+        &cfg,
+        treespec::model::mtp::MtpLayout::MiMo,
+        0,
+        CONTEXT,
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(err.contains("ships none of its weights"), "{err}");
+    assert!(
+        err.contains("model.mtp_layers.0.input_proj.weight"),
+        "{err}"
+    );
+}
