@@ -65,7 +65,12 @@ fn tiny_models_agree_with_f32_on_every_path() {
     ];
     let tokens: Vec<u32> = (0..40).map(|i| (i * 37 + 11) % 256).collect();
     for (hidden, ffn, dtype) in shapes {
-        let shape = common::TinyShape { hidden, ffn, dtype };
+        let shape = common::TinyShape {
+            hidden,
+            ffn,
+            dtype,
+            nextn: 0,
+        };
         let path = common::write_tiny_gguf_shaped(dir.path(), "llama", 5, &[], shape);
         let path = path.to_str().unwrap();
         let reference = logits(path, true, KernelPath::Portable, &tokens);

@@ -297,3 +297,22 @@ fn modes_without_a_drafter_are_refused() {
     let err = e.set_settings(settings(Mode::Mtp, 4, 2, 1)).unwrap_err();
     assert!(err.to_string().contains("multi-token-prediction"));
 }
+
+/// What `auto` measured survives a visit to another mode with other settings (as the bench's
+/// rotating order and the mode key make), and is dropped when auto's own settings change.
+#[test]
+fn auto_keeps_its_measurements_across_mode_switches() {
+    let mut e = engine(Family::Qwen2, 61, 5, &[], settings(Mode::Auto, 8, 4, 4));
+    let p = prompt(5, 61);
+    run(&mut e, &p, 12);
+    let measured = |e: &Engine| e.auto_rates().iter().filter(|r| r.1 > 0.0).count();
+    assert!(measured(&e) > 1);
+    let mut other = settings(Mode::Ar, 2, 2, 2);
+    other.min_chain_prob = 0.3;
+    e.set_settings(other).unwrap();
+    run(&mut e, &p, 4);
+    e.set_settings(settings(Mode::Auto, 8, 4, 4)).unwrap();
+    assert!(measured(&e) > 1, "auto forgot what it measured");
+    e.set_settings(settings(Mode::Auto, 16, 4, 4)).unwrap();
+    assert_eq!(measured(&e), 0, "new auto settings start afresh");
+}

@@ -133,3 +133,55 @@ fn a_checkpoint_without_the_head_it_declares_is_refused() {
         "{err}"
     );
 }
+
+/// A GGUF whose metadata declares a `nextn` layer: the decoder loads without it, the head loads
+/// from it (by default, with no drafter named), and greedy `mtp` on the quantised weights emits
+/// exactly the `ar` tokens.
+#[test]
+fn a_gguf_nextn_layer_is_the_mtp_drafter() {
+    let dir = tempfile::tempdir().unwrap();
+    let shape = common::TinyShape {
+        hidden: 64,
+        ffn: 128,
+        dtype: candle_core::quantized::GgmlDType::Q8_0,
+        nextn: 1,
+    };
+    let path = common::write_tiny_gguf_shaped(dir.path(), "qwen2", 4, &[], shape);
+    let opts = treespec::model::LoadOptions {
+        context: 128,
+        ..Default::default()
+    };
+    let spec = path.display().to_string();
+    let (mut e, _) =
+        treespec::load::build_engine(&spec, None, settings(Mode::Ar, 1, 1, 1), 0, &opts).unwrap();
+    assert_eq!(e.drafter().unwrap().kind(), "MTP head");
+    assert_eq!(e.target().config().n_layers, 2);
+    let prompt = [10u32, 20, 30, 40, 50];
+    let ar = e.generate(&prompt, 24, |_| true).unwrap().tokens;
+    for s in [settings(Mode::Mtp, 1, 1, 4), settings(Mode::Tree, 8, 4, 1)] {
+        e.set_settings(s).unwrap();
+        e.reset();
+        assert_eq!(
+            e.generate(&prompt, 24, |_| true).unwrap().tokens,
+            ar,
+            "{s:?}"
+        );
+    }
+}
+
+#[test]
+fn deepseek_and_qwen3_next_heads_are_refused_by_name() {
+    use treespec::model::config::ModelConfig;
+    for (arch, word) in [
+        ("DeepseekV3ForCausalLM", "DeepSeek-V3"),
+        ("Qwen3NextForCausalLM", "Qwen3-Next"),
+    ] {
+        let json = format!(
+            r#"{{"architectures": ["{arch}"], "hidden_size": 64, "intermediate_size": 128,
+                "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100,
+                "num_nextn_predict_layers": 1}}"#
+        );
+        let err = ModelConfig::from_hf_json(&json).unwrap_err().to_string();
+        assert!(err.contains(word) && err.contains("MTP"), "{err}");
+    }
+}

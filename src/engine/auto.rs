@@ -7,8 +7,12 @@
 //! configured chain and tree, and half-size versions of them) keeps a running estimate of the
 //! tokens it emits per second, the best is used, and the others are tried again now and then
 //! (every 8 steps at first, backing off to every 128 while they keep losing), so that the
-//! estimates follow the text. Every candidate is lossless, so the choice changes the speed, never
-//! the output.
+//! estimates follow the text. A probe of a losing arm is a step run slower than it could be, and
+//! where drafting is dear (a GPU on which a drafter step costs most of a target step) one probe
+//! costs ten plain steps: so probes are also held to a share of the time ([`PROBE_SHARE`]), and
+//! another arm takes over only when it is faster by a margin ([`SWITCH_MARGIN`]), so that noise in
+//! two nearly equal estimates does not flip the choice back and forth. Every candidate is
+//! lossless, so the choice changes the speed, never the output.
 
 use super::settings::{Mode, Settings};
 
@@ -17,6 +21,14 @@ const EMA: f64 = 0.25;
 /// Steps between probes of a losing arm, at first and at most.
 const PROBE_MIN: usize = 8;
 const PROBE_MAX: usize = 128;
+/// Most of the time spent that steps run with an arm other than the best may take (the first
+/// pull of each arm excepted).
+pub const PROBE_SHARE: f64 = 0.02;
+/// Per step, the weight the probe-share accounting keeps of the past (a window of ~1000 steps), so
+/// that a long history does not pay for a burst of probes now.
+const SHARE_DECAY: f64 = 0.999;
+/// How much faster than the best another arm must measure to take over.
+pub const SWITCH_MARGIN: f64 = 0.05;
 
 /// One candidate and what it has measured.
 #[derive(Debug, Clone)]
@@ -40,12 +52,17 @@ impl Arm {
 /// The per-step chooser of `auto`.
 #[derive(Debug, Clone)]
 pub struct Planner {
+    base: Settings,
     arms: Vec<Arm>,
     step: usize,
     best: usize,
     next_probe: usize,
     backoff: usize,
     probe_turn: usize,
+    /// Seconds of the steps observed, and of those run with an arm that was not the best (both
+    /// decayed by [`SHARE_DECAY`] per step).
+    seconds: f64,
+    probe_seconds: f64,
 }
 
 impl Planner {
@@ -74,6 +91,7 @@ impl Planner {
             new
         });
         Planner {
+            base: *base,
             arms: candidates
                 .into_iter()
                 .map(|settings| Arm {
@@ -88,7 +106,14 @@ impl Planner {
             next_probe: PROBE_MIN,
             backoff: PROBE_MIN,
             probe_turn: 0,
+            seconds: 0.0,
+            probe_seconds: 0.0,
         }
+    }
+
+    /// The `auto` settings it was made for.
+    pub fn base(&self) -> &Settings {
+        &self.base
     }
 
     /// The settings the next step runs with, and the arm to report it to.
@@ -98,7 +123,8 @@ impl Planner {
         if let Some(i) = self.arms.iter().position(|a| a.pulls == 0) {
             return (i, self.arms[i].settings);
         }
-        let arm = if self.step >= self.next_probe && self.arms.len() > 1 {
+        let affordable = self.probe_seconds <= PROBE_SHARE * self.seconds;
+        let arm = if self.step >= self.next_probe && self.arms.len() > 1 && affordable {
             self.next_probe = self.step + self.backoff;
             self.backoff = (self.backoff * 2).min(PROBE_MAX);
             // The losing arms in turn.
@@ -118,6 +144,11 @@ impl Planner {
         let Some(a) = self.arms.get_mut(arm) else {
             return;
         };
+        self.seconds = self.seconds * SHARE_DECAY + seconds;
+        self.probe_seconds *= SHARE_DECAY;
+        if arm != self.best && a.pulls > 0 {
+            self.probe_seconds += seconds;
+        }
         if a.pulls == 0 {
             (a.tokens, a.seconds) = (tokens as f64, seconds);
         } else {
@@ -125,10 +156,18 @@ impl Planner {
             a.seconds += EMA * (seconds - a.seconds);
         }
         a.pulls += 1;
-        let best = (0..self.arms.len())
+        let fastest = (0..self.arms.len())
             .filter(|&i| self.arms[i].pulls > 0)
             .max_by(|&i, &j| self.arms[i].rate().total_cmp(&self.arms[j].rate()))
             .unwrap_or(0);
+        let current = self.arms[self.best].rate();
+        let best = if self.arms[self.best].pulls == 0
+            || self.arms[fastest].rate() > current * (1.0 + SWITCH_MARGIN)
+        {
+            fastest
+        } else {
+            self.best
+        };
         if best != self.best {
             self.best = best;
             // The text changed its character: look around again soon.
@@ -214,6 +253,55 @@ mod tests {
             |s| if s.mode == Mode::Ar { 1.0 } else { 2.0 },
         );
         assert!(c[&Mode::Ar] > 300, "{c:?}");
+    }
+
+    /// Where every speculative step costs ten plain steps and emits two tokens (a GPU with a
+    /// dear drafter), probes take at most about PROBE_SHARE of the time after the first pulls.
+    #[test]
+    fn probes_are_held_to_a_share_of_the_time() {
+        let mut p = planner();
+        let (mut ar_time, mut total) = (0.0, 0.0);
+        for _ in 0..3000 {
+            let (arm, s) = p.choose();
+            let (tokens, secs) = if s.mode == Mode::Ar {
+                (1, 1.0)
+            } else {
+                (2, 10.0)
+            };
+            p.observe(arm, tokens, secs);
+            total += secs;
+            if s.mode == Mode::Ar {
+                ar_time += secs;
+            }
+        }
+        let share = 1.0 - ar_time / total;
+        assert!(share < 0.04, "{:.1}% of the time in probes", share * 100.0);
+    }
+
+    /// Two arms within noise of each other: the choice does not flip at every step.
+    #[test]
+    fn nearly_equal_arms_do_not_flip() {
+        let mut p = planner();
+        let mut noise = 0x1234_5678u64;
+        let mut switches = 0;
+        let mut last = Mode::Ar;
+        for _ in 0..2000 {
+            let (arm, s) = p.choose();
+            noise = noise.wrapping_mul(6364136223846793005).wrapping_add(1);
+            let jitter = 1.0 + ((noise >> 40) as f64 / (1u64 << 24) as f64 - 0.5) * 0.3;
+            let (tokens, secs) = match s.mode {
+                Mode::Ar => (1, 1.0 * jitter),
+                Mode::Tree => (4, 4.04 * jitter),
+                _ => (2, 3.0 * jitter),
+            };
+            p.observe(arm, tokens, secs);
+            let now = p.arms[p.best].settings.mode;
+            if now != last {
+                switches += 1;
+                last = now;
+            }
+        }
+        assert!(switches < 20, "{switches} switches");
     }
 
     #[test]

@@ -125,14 +125,9 @@ impl Engine {
             return Err(Error::Config(why));
         }
         s.validate()?;
-        if s.mode == Mode::Auto {
-            let same_base = Settings {
-                mode: Mode::Auto,
-                ..self.settings
-            } == s;
-            if self.planner.is_none() || !same_base {
-                self.planner = Some(auto::Planner::new(&s, self.drafter.is_some()));
-            }
+        // What `auto` has measured stays while its settings do, whatever modes ran in between.
+        if s.mode == Mode::Auto && self.planner.as_ref().is_none_or(|p| p.base() != &s) {
+            self.planner = Some(auto::Planner::new(&s, self.drafter.is_some()));
         }
         self.settings = s;
         Ok(())
@@ -246,11 +241,8 @@ impl Engine {
     /// Run one step, emitting at most `remaining` tokens: draft, build, verify, walk, commit. In
     /// `auto` the step runs with the settings the planner picks, and its speed is reported back.
     pub fn step(&mut self, remaining: usize) -> Result<StepEvent> {
-        let Some(mut planner) = self
-            .planner
-            .take()
-            .filter(|_| self.settings.mode == Mode::Auto)
-        else {
+        // (Outside auto the planner stays where it is, with what it measured.)
+        let Some(mut planner) = self.planner.take_if(|_| self.settings.mode == Mode::Auto) else {
             return self.step_with_settings(remaining);
         };
         let (arm, chosen) = planner.choose();

@@ -38,10 +38,7 @@ impl KeyTable {
     pub fn new(keys: &VisibleKeys, device: &Device) -> Result<Self> {
         let width = keys.width();
         let table = Tensor::from_vec(keys.packed(), (keys.len(), width), device)?;
-        let max_count = (0..keys.len())
-            .map(|i| keys.keys(i).count())
-            .max()
-            .unwrap_or(0);
+        let max_count = (0..keys.len()).map(|i| keys.count(i)).max().unwrap_or(0);
         Ok(KeyTable {
             table,
             width,
@@ -70,7 +67,7 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, table: &KeyTable) -> Result
             table.keys.len()
         )));
     }
-    if let Some(bad) = (0..n).find(|&i| table.keys.keys(i).any(|key| key >= len)) {
+    if let Some(bad) = (0..n).find(|&i| table.keys.last_key(i).is_some_and(|key| key >= len)) {
         return Err(Error::InvalidArgument(format!(
             "attention: row {bad} lists a key past the {len} cached rows"
         )));

@@ -191,9 +191,18 @@ impl ModelConfig {
                 )
             })?,
         };
+        // llama.cpp counts MTP ("nextn") layers in block_count and stores them last.
+        let blocks = get_u("block_count")?;
+        let nextn = get_u("nextn_predict_layers").unwrap_or(0);
+        if nextn >= blocks {
+            return Err(Error::Config(format!(
+                "`{}` is {nextn}, but the file has only {blocks} blocks",
+                key("nextn_predict_layers")
+            )));
+        }
         let mut cfg = ModelConfig::new(
             family,
-            get_u("block_count")?,
+            blocks - nextn,
             hidden,
             get_u("feed_forward_length")?,
             n_heads,
@@ -208,6 +217,7 @@ impl ModelConfig {
             Family::Llama => RopeStyle::Interleaved,
             Family::Qwen2 | Family::Qwen3 => RopeStyle::HalfSplit,
         };
+        cfg.mtp_heads = nextn;
         cfg.tie_embeddings = !content.tensor_infos.contains_key("output.weight");
         cfg.qkv_bias = content.tensor_infos.contains_key("blk.0.attn_q.bias");
         cfg.validate()?;
@@ -224,6 +234,9 @@ impl ModelConfig {
             .and_then(|a| a.first().cloned())
             .or_else(|| raw.model_type.clone())
             .ok_or_else(|| Error::Config("config.json names no architecture".into()))?;
+        if let Some(why) = unsupported_mtp_family(&arch_name, raw.model_type.as_deref()) {
+            return Err(Error::Config(why));
+        }
         let family = Family::parse(&arch_name).or_else(|e| match &raw.model_type {
             Some(mt) => Family::parse(mt),
             None => Err(e),
@@ -291,6 +304,45 @@ struct HfConfig {
     attention_bias: Option<bool>,
     rope_scaling: Option<serde_json::Value>,
     num_nextn_predict_layers: Option<usize>,
+}
+
+/// Families whose checkpoints carry MTP heads treespec recognises but cannot run, with why.
+fn unsupported_mtp_family(arch: &str, model_type: Option<&str>) -> Option<String> {
+    let names = [Some(arch), model_type];
+    let is = |wanted: &[&str]| {
+        names
+            .iter()
+            .flatten()
+            .any(|n| wanted.contains(&n.to_ascii_lowercase().as_str()))
+    };
+    if is(&[
+        "deepseekv3forcausallm",
+        "deepseek_v3",
+        "deepseekv2forcausallm",
+        "deepseek_v2",
+    ]) {
+        return Some(
+            "DeepSeek-V3 checkpoints (MTP heads in model.layers.{N}.{enorm, hnorm, eh_proj, \
+             shared_head}) need multi-head latent attention and mixture-of-experts blocks, which \
+             treespec does not run yet"
+                .into(),
+        );
+    }
+    if is(&[
+        "qwen3nextforcausallm",
+        "qwen3_next",
+        "qwen3_5forcausallm",
+        "qwen3_5",
+        "qwen3_5_moe",
+        "qwen3_5moeforcausallm",
+    ]) {
+        return Some(
+            "Qwen3-Next / Qwen3.5 checkpoints (MTP heads in mtp.*, with (1 + w) norms) need gated \
+             DeltaNet attention and mixture-of-experts blocks, which treespec does not run yet"
+                .into(),
+        );
+    }
+    None
 }
 
 /// An integer-valued GGUF metadata value as usize.

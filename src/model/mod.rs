@@ -154,10 +154,18 @@ pub fn load_mtp_head(
                 WeightStore::safetensors(&source::safetensors_files(dir)?, &opts.device)?;
             mtp::MtpHead::load(&mut store, cfg, mtp::MtpLayout::MiMo, i, context)
         }
-        ModelFiles::Gguf(_) => Err(Error::Config(format!(
-            "{}: MTP heads in GGUF files (nextn tensors) are not supported yet",
-            files.display_name()
-        ))),
+        ModelFiles::Gguf(path) => {
+            if cfg.mtp_heads <= i {
+                return Err(Error::Config(format!(
+                    "{} has no multi-token-prediction head (its metadata declares {} nextn layers)",
+                    files.display_name(),
+                    cfg.mtp_heads
+                )));
+            }
+            let content = read_gguf_header(path)?;
+            let mut store = WeightStore::gguf(path, content, &opts.device, opts.exact)?;
+            mtp::MtpHead::load(&mut store, cfg, mtp::MtpLayout::GgufNextn, i, context)
+        }
     }
 }
 

@@ -35,11 +35,16 @@ pub enum MtpLayout {
     /// final_layernorm}` and a Qwen2 block under the same prefix); hidden state first in the
     /// concatenation.
     MiMo,
+    /// llama.cpp's GGUF `nextn` layers (`{arch}.nextn_predict_layers`): head `i` is block
+    /// `n_layers + i` with `blk.{b}.nextn.{enorm, hnorm, eh_proj, shared_head_norm}` beside its
+    /// ordinary tensors; embedding first in the concatenation (as DeepSeek's `eh_proj`).
+    GgufNextn,
 }
 
 impl MtpLayout {
-    /// GGUF-style names of the head's own tensors and the prefix of its block, for head `i`.
-    fn names(self, i: usize) -> MtpNames {
+    /// GGUF-style names of the head's own tensors and the prefix of its block, for head `i` of
+    /// a target shaped as `cfg`.
+    fn names(self, i: usize, cfg: &ModelConfig) -> MtpNames {
         match self {
             MtpLayout::MiMo => MtpNames {
                 block: format!("mtp.{i}"),
@@ -47,7 +52,19 @@ impl MtpLayout {
                 hidden_norm: format!("mtp.{i}.hidden_norm.weight"),
                 input_proj: format!("mtp.{i}.input_proj.weight"),
                 final_norm: format!("mtp.{i}.final_norm.weight"),
+                hidden_first: true,
             },
+            MtpLayout::GgufNextn => {
+                let b = cfg.n_layers + i;
+                MtpNames {
+                    block: format!("blk.{b}"),
+                    token_norm: format!("blk.{b}.nextn.enorm.weight"),
+                    hidden_norm: format!("blk.{b}.nextn.hnorm.weight"),
+                    input_proj: format!("blk.{b}.nextn.eh_proj.weight"),
+                    final_norm: format!("blk.{b}.nextn.shared_head_norm.weight"),
+                    hidden_first: false,
+                }
+            }
         }
     }
 }
@@ -58,6 +75,7 @@ struct MtpNames {
     hidden_norm: String,
     input_proj: String,
     final_norm: String,
+    hidden_first: bool,
 }
 
 /// An MTP head with its KV cache over the context.
@@ -72,6 +90,8 @@ pub struct MtpHead {
     sin: Tensor,
     cfg: ModelConfig,
     listed_attention: bool,
+    /// The concatenation's order: hidden state first (MiMo) or embedding first.
+    hidden_first: bool,
 }
 
 impl MtpHead {
@@ -84,11 +104,14 @@ impl MtpHead {
         i: usize,
         context: usize,
     ) -> Result<Self> {
-        let names = layout.names(i);
+        let names = layout.names(i, cfg);
         if !store.contains(&names.input_proj) {
+            let missing = match layout {
+                MtpLayout::MiMo => crate::model::weights::hf_name(&names.input_proj, "model."),
+                MtpLayout::GgufNextn => names.input_proj.clone(),
+            };
             return Err(Error::Config(format!(
-                "the checkpoint declares an MTP head but ships none of its weights ({} is missing)",
-                crate::model::weights::hf_name(&names.input_proj, "model.")
+                "the checkpoint declares an MTP head but ships none of its weights ({missing} is missing)"
             )));
         }
         let h = cfg.hidden;
@@ -104,6 +127,7 @@ impl MtpHead {
             cos,
             sin,
             listed_attention: Visibility::listed_for(cfg, &device),
+            hidden_first: names.hidden_first,
             cfg: cfg.clone(),
         })
     }
@@ -159,7 +183,12 @@ impl MtpHead {
         }
         let g = candle_nn::ops::rms_norm(&hidden.to_dtype(DType::F32)?, &self.hidden_norm, eps)?;
         let e = candle_nn::ops::rms_norm(&e, &self.token_norm, eps)?;
-        let u = self.input_proj.forward(&Tensor::cat(&[&g, &e], 1)?)?;
+        let cat = if self.hidden_first {
+            Tensor::cat(&[&g, &e], 1)?
+        } else {
+            Tensor::cat(&[&e, &g], 1)?
+        };
+        let u = self.input_proj.forward(&cat)?;
         let cos = self.cos.narrow(0, start, n)?;
         let sin = self.sin.narrow(0, start, n)?;
         let visible = Visibility::new(

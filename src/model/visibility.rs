@@ -113,6 +113,18 @@ impl VisibleKeys {
         (0..*lead).chain(extra.iter().copied())
     }
 
+    /// How many keys row `i` sees.
+    pub fn count(&self, i: usize) -> usize {
+        let (lead, extra) = &self.rows[i];
+        lead + extra.len()
+    }
+
+    /// The highest cache row row `i` sees (extras ascend and follow the lead).
+    pub fn last_key(&self, i: usize) -> Option<usize> {
+        let (lead, extra) = &self.rows[i];
+        extra.last().copied().or(lead.checked_sub(1))
+    }
+
     /// Width of a packed row: lead, extra count, and the longest extra list.
     pub fn width(&self) -> usize {
         2 + self.rows.iter().map(|(_, e)| e.len()).max().unwrap_or(0)

@@ -161,6 +161,7 @@ pub fn write_tiny_gguf_vocab(dir: &Path, arch: &str, seed: u64, extra: &[&str]) 
         hidden: 64,
         ffn: 128,
         dtype: GgmlDType::Q8_0,
+        nextn: 0,
     };
     write_tiny_gguf_shaped(dir, arch, seed, extra, shape)
 }
@@ -174,6 +175,8 @@ pub struct TinyShape {
     pub ffn: usize,
     /// Format of every matrix.
     pub dtype: GgmlDType,
+    /// MTP layers stored after the decoder's two, as llama.cpp's `nextn` layers.
+    pub nextn: usize,
 }
 
 /// A tiny llama-family GGUF model of the given shape and weight format.
@@ -191,10 +194,30 @@ pub fn write_tiny_gguf_shaped(
     let n_vocab = vocab.len();
     let family = Family::parse(arch).unwrap_or(Family::Llama);
     let (hidden, ffn) = (shape.hidden, shape.ffn);
-    let mut cfg = ModelConfig::new(family, 2, hidden, ffn, 4, 2, hidden / 4, n_vocab);
+    let blocks = 2 + shape.nextn;
+    let mut cfg = ModelConfig::new(family, blocks, hidden, ffn, 4, 2, hidden / 4, n_vocab);
     cfg.qkv_bias = false;
     cfg.qk_norm = false;
-    let weights = random_weights(&cfg, seed);
+    let mut weights = random_weights(&cfg, seed);
+    let mut rng = Lcg(seed ^ 0xE7);
+    for b in 2..blocks {
+        let mut t = |shape: &[usize], scale: f32, offset: f32| -> Tensor {
+            let n: usize = shape.iter().product();
+            let v: Vec<f32> = (0..n).map(|_| rng.next_f32() * scale + offset).collect();
+            Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
+        };
+        for norm in ["enorm", "hnorm", "shared_head_norm"] {
+            weights.insert(
+                format!("blk.{b}.nextn.{norm}.weight"),
+                t(&[hidden], 0.1, 1.0),
+            );
+        }
+        let scale = 1.0 / (2.0 * hidden as f32).sqrt();
+        weights.insert(
+            format!("blk.{b}.nextn.eh_proj.weight"),
+            t(&[hidden, 2 * hidden], scale, 0.0),
+        );
+    }
     let mut tensors: Vec<(String, QTensor)> = weights
         .into_iter()
         .map(|(name, t)| {
@@ -211,7 +234,11 @@ pub fn write_tiny_gguf_shaped(
     let s = |x: &str| V::String(x.to_string());
     let md: Vec<(String, V)> = vec![
         ("general.architecture".into(), s(arch)),
-        (format!("{arch}.block_count"), V::U32(2)),
+        (format!("{arch}.block_count"), V::U32(blocks as u32)),
+        (
+            format!("{arch}.nextn_predict_layers"),
+            V::U32(shape.nextn as u32),
+        ),
         (format!("{arch}.context_length"), V::U32(256)),
         (format!("{arch}.embedding_length"), V::U32(hidden as u32)),
         (format!("{arch}.feed_forward_length"), V::U32(ffn as u32)),
@@ -246,9 +273,10 @@ pub fn write_tiny_gguf_shaped(
     let md_refs: Vec<(&str, &V)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let path = dir.join(format!(
-        "tiny-{arch}-{seed}-{}-{hidden}-{:?}.gguf",
+        "tiny-{arch}-{seed}-{}-{hidden}-{:?}-{}.gguf",
         extra.len(),
-        shape.dtype
+        shape.dtype,
+        shape.nextn
     ));
     let mut f = std::fs::File::create(&path).unwrap();
     gguf_file::write(&mut f, &md_refs, &t_refs).unwrap();
