@@ -22,11 +22,9 @@ const EMA: f64 = 0.25;
 const PROBE_MIN: usize = 8;
 const PROBE_MAX: usize = 128;
 /// Most of the time spent that steps run with an arm other than the best may take (the first
-/// pull of each arm excepted).
+/// pull of each arm excepted): every step earns this share of its time as probe credit, a probe
+/// spends its whole time, and a probe waits until the credit is back to zero.
 pub const PROBE_SHARE: f64 = 0.02;
-/// Per step, the weight the probe-share accounting keeps of the past (a window of ~1000 steps), so
-/// that a long history does not pay for a burst of probes now.
-const SHARE_DECAY: f64 = 0.999;
 /// How much faster than the best another arm must measure to take over.
 pub const SWITCH_MARGIN: f64 = 0.05;
 
@@ -59,10 +57,9 @@ pub struct Planner {
     next_probe: usize,
     backoff: usize,
     probe_turn: usize,
-    /// Seconds of the steps observed, and of those run with an arm that was not the best (both
-    /// decayed by [`SHARE_DECAY`] per step).
-    seconds: f64,
-    probe_seconds: f64,
+    /// Probe credit in seconds (never above zero; a probe's time is debt, repaid at
+    /// [`PROBE_SHARE`] of every step's time).
+    credit: f64,
 }
 
 impl Planner {
@@ -106,8 +103,7 @@ impl Planner {
             next_probe: PROBE_MIN,
             backoff: PROBE_MIN,
             probe_turn: 0,
-            seconds: 0.0,
-            probe_seconds: 0.0,
+            credit: 0.0,
         }
     }
 
@@ -123,7 +119,7 @@ impl Planner {
         if let Some(i) = self.arms.iter().position(|a| a.pulls == 0) {
             return (i, self.arms[i].settings);
         }
-        let affordable = self.probe_seconds <= PROBE_SHARE * self.seconds;
+        let affordable = self.credit >= 0.0;
         let arm = if self.step >= self.next_probe && self.arms.len() > 1 && affordable {
             self.next_probe = self.step + self.backoff;
             self.backoff = (self.backoff * 2).min(PROBE_MAX);
@@ -144,10 +140,9 @@ impl Planner {
         let Some(a) = self.arms.get_mut(arm) else {
             return;
         };
-        self.seconds = self.seconds * SHARE_DECAY + seconds;
-        self.probe_seconds *= SHARE_DECAY;
+        self.credit = (self.credit + PROBE_SHARE * seconds).min(0.0);
         if arm != self.best && a.pulls > 0 {
-            self.probe_seconds += seconds;
+            self.credit -= seconds;
         }
         if a.pulls == 0 {
             (a.tokens, a.seconds) = (tokens as f64, seconds);
