@@ -18,8 +18,19 @@ fn main() {
         return;
     }
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let cap = std::env::var("CUDA_COMPUTE_CAP").unwrap_or_else(|_| "80".into());
-    let cap: String = cap.chars().filter(|c| c.is_ascii_digit()).collect();
+    // candle-kernels compiles its quantised kernels as SASS for this one architecture: record it,
+    // so that the binary can refuse a GPU they cannot run on (src/device.rs).
+    let built: String = std::env::var("CUDA_COMPUTE_CAP")
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| c.is_ascii_digit())
+        .collect();
+    println!("cargo:rustc-env=TREESPEC_CUDA_COMPUTE_CAP={built}");
+    let cap = if built.is_empty() {
+        "80".to_string()
+    } else {
+        built
+    };
     let nvcc = std::env::var("NVCC").unwrap_or_else(|_| "nvcc".into());
     for k in KERNELS {
         let ptx = out.join(format!("{k}.ptx"));

@@ -27,8 +27,60 @@ pub fn parse_device(spec: &str) -> Result<Device> {
     }
     let device = Device::new_cuda(ordinal)
         .map_err(|e| Error::Device(format!("cannot open cuda:{ordinal}: {e}")))?;
+    check_architecture(built_for(), capability(&device)?)
+        .map_err(|why| Error::Device(format!("cuda:{ordinal}: {why}")))?;
     tune(&device)?;
     Ok(device)
+}
+
+/// The compute capability this binary's GPU kernels were built for (`CUDA_COMPUTE_CAP` at build
+/// time, e.g. 90), when the build named one.
+fn built_for() -> Option<u32> {
+    option_env!("TREESPEC_CUDA_COMPUTE_CAP").and_then(|s| s.parse().ok())
+}
+
+/// The device's compute capability as `major * 10 + minor`.
+#[cfg(feature = "cuda")]
+fn capability(device: &Device) -> Result<u32> {
+    let Device::Cuda(dev) = device else {
+        return Ok(0);
+    };
+    let (major, minor) = dev
+        .cuda_stream()
+        .context()
+        .compute_capability()
+        .map_err(|e| Error::Device(format!("reading the compute capability: {e:?}")))?;
+    Ok((major * 10 + minor) as u32)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn capability(_device: &Device) -> Result<u32> {
+    Ok(0)
+}
+
+/// Can kernels built for `built` (compute capability x 10) run on a GPU of `device`? candle's
+/// quantised kernels are machine code for one architecture (sm_90 is built as sm_90a, which runs
+/// on 9.0 alone; others run on later minor versions of the same major), and on any other GPU
+/// they return garbage without an error: refuse instead, naming the build to use.
+pub fn check_architecture(built: Option<u32>, device: u32) -> std::result::Result<(), String> {
+    let Some(built) = built else {
+        return Ok(());
+    };
+    let runs = if built == 90 {
+        device == 90
+    } else {
+        device / 10 == built / 10 && device >= built
+    };
+    if runs || device == 0 {
+        return Ok(());
+    }
+    let v = |c: u32| format!("{}.{}", c / 10, c % 10);
+    Err(format!(
+        "this treespec's GPU kernels are built for compute capability {} and this GPU has {}; \
+         rebuild for it: CUDA_COMPUTE_CAP={device} cargo build --release --features cuda",
+        v(built),
+        v(device)
+    ))
 }
 
 /// Runtime settings for a GPU that treespec drives from one stream: no CUDA events recorded per
@@ -77,5 +129,23 @@ pub fn describe(device: &Device) -> String {
             _ => "cuda".to_string(),
         },
         _ => format!("{:?}", device.location()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_architecture;
+
+    #[test]
+    fn a_gpu_the_kernels_cannot_run_on_is_refused() {
+        assert!(check_architecture(Some(90), 90).is_ok());
+        assert!(check_architecture(None, 120).is_ok());
+        let why = check_architecture(Some(90), 120).unwrap_err();
+        assert!(why.contains("9.0") && why.contains("12.0"), "{why}");
+        assert!(why.contains("CUDA_COMPUTE_CAP=120"), "{why}");
+        assert!(check_architecture(Some(90), 100).is_err());
+        assert!(check_architecture(Some(80), 86).is_ok());
+        assert!(check_architecture(Some(86), 80).is_err());
+        assert!(check_architecture(Some(120), 90).is_err());
     }
 }
