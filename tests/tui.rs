@@ -327,3 +327,26 @@ fn input_editing_newlines_paste_and_history() {
     app.on_key(ctrl('w'));
     assert_eq!(app.input.text(), "");
 }
+
+/// With the target's MTP head as drafter the mode key reaches `mtp`, F3/F4 change its k, and the
+/// status bar names the head and k.
+#[test]
+fn the_mode_key_reaches_mtp_with_an_mtp_head() {
+    use treespec::chat::scripted::ScriptedEngine;
+    use treespec::transcript::Transcript;
+    use treespec::tui::app::{App, AppOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let engine = ScriptedEngine::new(vec![]).with_mtp_head();
+    let t = Transcript::new(dir.path(), "scripted-target", Some("head"), "cpu");
+    let mut app = App::new(Box::new(engine), t, AppOptions::default());
+    assert_eq!(app.settings.mode, Mode::Tree);
+    app.on_key(key(KeyCode::F(2)));
+    assert_eq!(app.settings.mode, Mode::Mtp);
+    let k = app.settings.gamma;
+    app.on_key(key(KeyCode::F(4)));
+    assert_eq!(app.settings.gamma, k + 1);
+    let buf = render(&mut app, 200, 30);
+    let text = screen(&buf);
+    assert!(text.contains(&format!("k={}", k + 1)), "{text}");
+    assert!(text.contains("(MTP head)"), "{text}");
+}

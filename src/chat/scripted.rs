@@ -130,6 +130,14 @@ impl ScriptedEngine {
         }
     }
 
+    /// The same engine with the target's own MTP head as its drafter (so `mtp` is available).
+    pub fn with_mtp_head(mut self) -> Self {
+        self.info.drafter = Some("scripted-target MTP head".into());
+        self.info.drafter_kind = Some(crate::draft::mtp::KIND.into());
+        self.info.unavailable.clear();
+        self
+    }
+
     /// The shared log of what it was asked.
     pub fn log(&self) -> Arc<Mutex<ScriptLog>> {
         Arc::clone(&self.log)

@@ -86,15 +86,16 @@ impl App {
                 };
                 self.step_to(s, format!("budget {}", s.budget));
             }
-            Mode::Linear => {
+            Mode::Linear | Mode::Mtp => {
                 s.gamma = if up {
                     s.gamma + 1
                 } else {
                     s.gamma.saturating_sub(1)
                 };
-                self.step_to(s, format!("gamma {}", s.gamma));
+                let what = if s.mode == Mode::Mtp { "k" } else { "gamma" };
+                self.step_to(s, format!("{what} {}", s.gamma));
             }
-            Mode::Ar | Mode::Mtp => self.say("the budget applies in tree, linear and auto modes"),
+            Mode::Ar => self.say("the budget applies in tree, linear, mtp and auto modes"),
         }
     }
 
