@@ -18,6 +18,7 @@ pub mod model;
 pub mod paths;
 pub mod quant;
 pub mod sampling;
+pub mod train;
 pub mod transcript;
 pub mod tree;
 pub mod tui;

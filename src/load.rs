@@ -27,8 +27,9 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
 /// The drafter name that means the target's own multi-token-prediction head.
 pub const MTP_DRAFTER: &str = "mtp";
 
-/// Load a drafter for `target`: its own MTP head ([`MTP_DRAFTER`]), a DFlash checkpoint
-/// (recognised by its config) or a small causal LM, which must share the target's vocabulary.
+/// Load a drafter for `target`: its own MTP head ([`MTP_DRAFTER`]), an MTP head trained for it
+/// (a `.safetensors` file from `treespec train-drafter`), a DFlash checkpoint (recognised by its
+/// config) or a small causal LM, which must share the target's vocabulary.
 pub fn load_drafter(
     spec: &str,
     target: &LoadedModel,
@@ -38,6 +39,26 @@ pub fn load_drafter(
         let cfg = target.decoder.config();
         let head = model::load_mtp_head(&target.files, cfg, 0, opts, target.decoder.context())?;
         let name = format!("{} MTP head", target.name);
+        return Ok(Box::new(MtpDrafter::new(head, cfg, name)));
+    }
+    let head_file = std::path::Path::new(spec);
+    if head_file.is_file() && spec.ends_with(".safetensors") {
+        // An MTP head trained for this target (`treespec train-drafter`).
+        let cfg = target.decoder.config();
+        let mut store = crate::model::weights::WeightStore::safetensors(
+            &[head_file.to_path_buf()],
+            &opts.device,
+        )?;
+        let head = crate::model::mtp::MtpHead::load(
+            &mut store,
+            cfg,
+            crate::model::mtp::MtpLayout::MiMo,
+            0,
+            target.decoder.context(),
+        )?;
+        let name = head_file
+            .file_name()
+            .map_or(spec.to_string(), |n| n.to_string_lossy().into_owned());
         return Ok(Box::new(MtpDrafter::new(head, cfg, name)));
     }
     let path = model_path(spec)?;

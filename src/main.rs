@@ -44,6 +44,39 @@ enum Command {
     /// Check treespec's own kernels on a device against their CPU references; exits non-zero on
     /// a mismatch.
     Selftest(SelftestArgs),
+    /// Train an MTP head for a target on the target's own answers (resumes where --out left off);
+    /// draft with it by `--drafter OUT`.
+    TrainDrafter(TrainArgs),
+}
+
+#[derive(Args)]
+struct TrainArgs {
+    /// The target to train a head for.
+    #[arg(long, short = 'm', alias = "model", default_value = "target")]
+    target: String,
+    /// The head's file (safetensors); its record and data go beside it.
+    #[arg(long)]
+    out: PathBuf,
+    /// Optimiser steps in all.
+    #[arg(long, default_value_t = 2000)]
+    steps: usize,
+    /// Chain steps the head is trained unrolled for.
+    #[arg(long, default_value_t = 3)]
+    k: usize,
+    /// Learning rate (AdamW).
+    #[arg(long, default_value_t = 2e-4)]
+    lr: f64,
+    /// Prompt files (JSON lines with a "prompt" field; default: the bundled sets).
+    #[arg(long, num_args = 1..)]
+    data: Vec<PathBuf>,
+    /// Most new tokens of each answer the target writes to train on.
+    #[arg(long, default_value_t = 256)]
+    answer_tokens: usize,
+    /// Seed of the order of the training sequences.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[command(flatten)]
+    runtime: RuntimeArgs,
 }
 
 #[derive(Args)]
@@ -574,6 +607,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => run_bench(a),
         Command::Fetch(a) => run_fetch(a),
         Command::Selftest(a) => run_selftest(a),
+        Command::TrainDrafter(a) => run_train(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -582,6 +616,34 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn run_train(a: TrainArgs) -> anyhow::Result<()> {
+    let load = a.runtime.load_options()?;
+    let cfg = treespec::train::run::RunConfig {
+        target: a.target,
+        out: a.out,
+        steps: a.steps,
+        opts: treespec::train::TrainOptions {
+            k: a.k,
+            lr: a.lr,
+            ..Default::default()
+        },
+        data: a.data,
+        answer_tokens: a.answer_tokens,
+        seed: a.seed,
+        load,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+    };
+    let r = treespec::train::run::run(&cfg)?;
+    println!(
+        "{}: step {}, held-out loss {:.3}, agreement with the target by chain step {:?}",
+        cfg.out.display(),
+        r.step,
+        r.held_out_loss,
+        r.held_out_agreement
+    );
+    Ok(())
 }
 
 /// All causes on one line: "outer: inner: root".

@@ -335,6 +335,13 @@ impl Decoder {
         self.lm_head.forward(normed)
     }
 
+    /// The LM head's matrix `[vocab, hidden]` in f32, as the head computes with it (for training
+    /// a drafter through it: quantised products have no gradient).
+    pub fn lm_head_dense(&self) -> Result<Tensor> {
+        let eye = Tensor::eye(self.cfg.hidden, DType::F32, &self.device)?;
+        Ok(self.lm_head.forward(&eye)?.t()?.contiguous()?)
+    }
+
     /// Final norm and LM head over hidden states `[n, hidden]`: `[n, vocab]` logits.
     pub fn logits_from_hidden(&self, hidden: &Tensor) -> Result<Tensor> {
         let x = candle_nn::ops::rms_norm(hidden, &self.norm, self.cfg.rms_eps as f32)?;

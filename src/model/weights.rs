@@ -96,6 +96,7 @@ impl WeightStore {
             })?;
         let prefix = if tensors.get("model.embed_tokens.weight").is_ok()
             || tensors.get("model.layers.0.input_layernorm.weight").is_ok()
+            || tensors.get("model.mtp_layers.0.input_proj.weight").is_ok()
         {
             "model.".to_string()
         } else {

@@ -1,0 +1,371 @@
+//! The MTP head as trainable parameters (candle-nn `VarMap`, MiMo names, so the saved file loads
+//! as an [`crate::model::mtp::MtpHead`]), with a forward pass written in ops that have gradients
+//! (RMSNorm, RoPE, softmax and attention spelled out) over a whole training sequence, unrolled for
+//! k chain steps with the attention of inference: step 1 is the first pass over the context
+//! (causal); step j at row p sits at position p + j - 1 and sees the context rows 0..=p of step 1
+//! and its own row p of steps 2..=j, as a chain drafted from position p does.
+
+use crate::error::Result;
+use crate::model::config::{ModelConfig, RopeStyle};
+use crate::model::decoder::MASKED;
+use candle_core::{DType, Device, Tensor, D};
+use candle_nn::{Init, VarMap};
+
+/// Prefix of the head's tensors in the saved file.
+pub const PREFIX: &str = "model.mtp_layers.0.";
+
+/// Where a head's block can be copied from: the tensor of a GGUF-style name, if there is one.
+pub type LayerSource<'a> = dyn Fn(&str) -> Option<Tensor> + 'a;
+
+/// The head's parameters.
+pub struct TrainableHead {
+    vars: VarMap,
+    cfg: ModelConfig,
+}
+
+/// What a forward pass over a sequence gives: per chain step, its `o` rows (`[rows, hidden]`,
+/// the LM head's input).
+pub struct Unrolled {
+    /// Step j's outputs (rows p = 0..T-1-j), step 1 first.
+    pub outputs: Vec<Tensor>,
+}
+
+impl TrainableHead {
+    /// A head for a target shaped as `cfg`: norms at one, matrices at small random values drawn
+    /// from `seed`, or (where `init` gives them, under GGUF-style names `blk.{last}.*`) the
+    /// target's last layer.
+    pub fn new(
+        cfg: &ModelConfig,
+        device: &Device,
+        seed: u64,
+        init: Option<&LayerSource<'_>>,
+    ) -> Result<Self> {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut vars = VarMap::new();
+        let (h, hd, ffn) = (cfg.hidden, cfg.head_dim, cfg.ffn);
+        let (q_out, kv_out) = (cfg.n_heads * hd, cfg.n_kv_heads * hd);
+        let last = cfg.n_layers - 1;
+        let mut shapes: Vec<(String, Vec<usize>, Option<String>)> = vec![
+            ("token_layernorm.weight".into(), vec![h], None),
+            ("hidden_layernorm.weight".into(), vec![h], None),
+            ("final_layernorm.weight".into(), vec![h], None),
+            ("input_proj.weight".into(), vec![h, 2 * h], None),
+            (
+                "input_layernorm.weight".into(),
+                vec![h],
+                Some("attn_norm.weight".into()),
+            ),
+            (
+                "post_attention_layernorm.weight".into(),
+                vec![h],
+                Some("ffn_norm.weight".into()),
+            ),
+            (
+                "self_attn.q_proj.weight".into(),
+                vec![q_out, h],
+                Some("attn_q.weight".into()),
+            ),
+            (
+                "self_attn.k_proj.weight".into(),
+                vec![kv_out, h],
+                Some("attn_k.weight".into()),
+            ),
+            (
+                "self_attn.v_proj.weight".into(),
+                vec![kv_out, h],
+                Some("attn_v.weight".into()),
+            ),
+            (
+                "self_attn.o_proj.weight".into(),
+                vec![h, q_out],
+                Some("attn_output.weight".into()),
+            ),
+            (
+                "mlp.gate_proj.weight".into(),
+                vec![ffn, h],
+                Some("ffn_gate.weight".into()),
+            ),
+            (
+                "mlp.up_proj.weight".into(),
+                vec![ffn, h],
+                Some("ffn_up.weight".into()),
+            ),
+            (
+                "mlp.down_proj.weight".into(),
+                vec![h, ffn],
+                Some("ffn_down.weight".into()),
+            ),
+        ];
+        if cfg.qkv_bias {
+            shapes.push((
+                "self_attn.q_proj.bias".into(),
+                vec![q_out],
+                Some("attn_q.bias".into()),
+            ));
+            shapes.push((
+                "self_attn.k_proj.bias".into(),
+                vec![kv_out],
+                Some("attn_k.bias".into()),
+            ));
+            shapes.push((
+                "self_attn.v_proj.bias".into(),
+                vec![kv_out],
+                Some("attn_v.bias".into()),
+            ));
+        }
+        if cfg.qk_norm {
+            shapes.push((
+                "self_attn.q_norm.weight".into(),
+                vec![hd],
+                Some("attn_q_norm.weight".into()),
+            ));
+            shapes.push((
+                "self_attn.k_norm.weight".into(),
+                vec![hd],
+                Some("attn_k_norm.weight".into()),
+            ));
+        }
+        for (name, shape, from) in shapes {
+            let full = format!("{PREFIX}{name}");
+            let copied = from
+                .and_then(|f| init.and_then(|i| i(&format!("blk.{last}.{f}"))))
+                .filter(|t| t.dims() == shape.as_slice());
+            let init_kind = if name.ends_with("norm.weight") {
+                Init::Const(1.0)
+            } else {
+                Init::Const(0.0)
+            };
+            vars.get(shape.as_slice(), &full, init_kind, DType::F32, device)?;
+            let value = match copied {
+                Some(t) => Some(t.to_dtype(DType::F32)?),
+                None if shape.len() == 2 => {
+                    // Uniform, with the variance of N(0, (0.5 / sqrt(fan_in))^2).
+                    let a = 3f32.sqrt() * 0.5 / (shape[1] as f32).sqrt();
+                    let n = shape[0] * shape[1];
+                    let v: Vec<f32> = (0..n).map(|_| rng.random_range(-a..a)).collect();
+                    Some(Tensor::from_vec(v, shape.as_slice(), &Device::Cpu)?)
+                }
+                None => None,
+            };
+            if let Some(t) = value {
+                vars.set_one(&full, t.to_device(device)?)?;
+            }
+        }
+        Ok(TrainableHead {
+            vars,
+            cfg: cfg.clone(),
+        })
+    }
+
+    /// The parameters, for the optimiser and for saving.
+    pub fn vars(&self) -> &VarMap {
+        &self.vars
+    }
+
+    /// Mutable parameters (to load a checkpoint into).
+    pub fn vars_mut(&mut self) -> &mut VarMap {
+        &mut self.vars
+    }
+
+    fn w(&self, name: &str) -> Result<Tensor> {
+        let data = self.vars.data().lock().map_err(|_| {
+            crate::error::Error::InvalidArgument("the head's parameters are poisoned".into())
+        })?;
+        data.get(&format!("{PREFIX}{name}"))
+            .map(|v| v.as_tensor().clone())
+            .ok_or_else(|| crate::error::Error::InvalidArgument(format!("no parameter {name}")))
+    }
+
+    fn norm(&self, x: &Tensor, name: &str) -> Result<Tensor> {
+        Ok(candle_nn::ops::rms_norm_slow(
+            x,
+            &self.w(name)?,
+            self.cfg.rms_eps as f32,
+        )?)
+    }
+
+    fn linear(&self, x: &Tensor, name: &str, bias: bool) -> Result<Tensor> {
+        let y = x.matmul(&self.w(&format!("{name}.weight"))?.t()?)?;
+        Ok(if bias {
+            y.broadcast_add(&self.w(&format!("{name}.bias"))?)?
+        } else {
+            y
+        })
+    }
+
+    /// RoPE on `x` `[heads, rows, hd]` with per-row tables `[rows, hd / 2]`.
+    fn rope(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+        let (heads, rows, hd) = x.dims3()?;
+        Ok(match self.cfg.rope_style {
+            RopeStyle::HalfSplit => {
+                let cos = Tensor::cat(&[cos, cos], 1)?.unsqueeze(0)?;
+                let sin = Tensor::cat(&[sin, sin], 1)?.unsqueeze(0)?;
+                let x1 = x.narrow(2, 0, hd / 2)?;
+                let x2 = x.narrow(2, hd / 2, hd / 2)?;
+                let rot = Tensor::cat(&[&x2.neg()?, &x1], 2)?;
+                (x.broadcast_mul(&cos)? + rot.broadcast_mul(&sin)?)?
+            }
+            RopeStyle::Interleaved => {
+                let x = x.reshape((heads, rows, hd / 2, 2))?;
+                let (x0, x1) = (
+                    x.narrow(3, 0, 1)?.squeeze(3)?,
+                    x.narrow(3, 1, 1)?.squeeze(3)?,
+                );
+                let (c, s) = (cos.unsqueeze(0)?, sin.unsqueeze(0)?);
+                let y0 = (x0.broadcast_mul(&c)? - x1.broadcast_mul(&s)?)?;
+                let y1 = (x0.broadcast_mul(&s)? + x1.broadcast_mul(&c)?)?;
+                Tensor::stack(&[y0, y1], 3)?.reshape((heads, rows, hd))?
+            }
+        })
+    }
+
+    /// `[rows, out]` to heads `[heads, rows, hd]`, normalised per head where the family does so.
+    fn heads(&self, x: &Tensor, heads: usize, norm: Option<&str>) -> Result<Tensor> {
+        let rows = x.dim(0)?;
+        let x = x.reshape((rows, heads, self.cfg.head_dim))?;
+        let x = match norm {
+            Some(n) if self.cfg.qk_norm => self.norm(&x, n)?,
+            _ => x,
+        };
+        Ok(x.transpose(0, 1)?.contiguous()?)
+    }
+
+    /// The block's queries and keys/values for input rows `u` at the rotations `cos`, `sin`.
+    fn qkv(&self, u: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+        let n = self.norm(u, "input_layernorm.weight")?;
+        let bias = self.cfg.qkv_bias;
+        let q = self.heads(
+            &self.linear(&n, "self_attn.q_proj", bias)?,
+            self.cfg.n_heads,
+            Some("self_attn.q_norm.weight"),
+        )?;
+        let k = self.heads(
+            &self.linear(&n, "self_attn.k_proj", bias)?,
+            self.cfg.n_kv_heads,
+            Some("self_attn.k_norm.weight"),
+        )?;
+        let v = self.heads(
+            &self.linear(&n, "self_attn.v_proj", bias)?,
+            self.cfg.n_kv_heads,
+            None,
+        )?;
+        Ok((self.rope(&q, cos, sin)?, self.rope(&k, cos, sin)?, v))
+    }
+
+    /// Attention of `q` `[heads, R, hd]` over `k`, `v` `[kv_heads, K, hd]` under the additive
+    /// `mask` `[R, K]`, then the rest of the block on the residual `u`: the block's output.
+    fn finish(
+        &self,
+        u: &Tensor,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: &Tensor,
+    ) -> Result<Tensor> {
+        let (nh, rows, hd) = q.dims3()?;
+        let (nkv, keys, _) = k.dims3()?;
+        let rep = nh / nkv;
+        let expand = |t: &Tensor| -> Result<Tensor> {
+            Ok(t.unsqueeze(1)?
+                .broadcast_as((nkv, rep, keys, hd))?
+                .contiguous()?
+                .reshape((nh, keys, hd))?)
+        };
+        let (k, v) = (expand(k)?, expand(v)?);
+        let scores =
+            (q.matmul(&k.t()?)? / (hd as f64).sqrt())?.broadcast_add(&mask.unsqueeze(0)?)?;
+        let att = candle_nn::ops::softmax(&scores, D::Minus1)?;
+        let mixed = att
+            .matmul(&v)?
+            .transpose(0, 1)?
+            .contiguous()?
+            .reshape((rows, nh * hd))?;
+        let x = (u + self.linear(&mixed, "self_attn.o_proj", false)?)?;
+        let n = self.norm(&x, "post_attention_layernorm.weight")?;
+        let g = candle_nn::ops::silu(&self.linear(&n, "mlp.gate_proj", false)?)?;
+        let up = self.linear(&n, "mlp.up_proj", false)?;
+        Ok((&x + self.linear(&(g * up)?, "mlp.down_proj", false)?)?)
+    }
+
+    /// The head's input rows: `input_proj(cat[hidden_norm(g), token_norm(e)])`.
+    fn input(&self, g: &Tensor, e: &Tensor) -> Result<Tensor> {
+        let g = self.norm(g, "hidden_layernorm.weight")?;
+        let e = self.norm(e, "token_layernorm.weight")?;
+        self.linear(&Tensor::cat(&[&g, &e], 1)?, "input_proj", false)
+    }
+
+    /// Unrolled forward over a sequence of `t` positions: `hidden` `[t, h]` (the target's
+    /// pre-norm last hidden states), `embeds` `[t, h]` (the target's embeddings of the tokens),
+    /// `cos`, `sin` `[t + k, hd / 2]` (rows by position), for `k` chain steps.
+    pub fn forward(
+        &self,
+        hidden: &Tensor,
+        embeds: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        k: usize,
+    ) -> Result<Unrolled> {
+        let t = hidden.dim(0)?;
+        let device = hidden.device();
+        let rows1 = t - 1;
+        // Step 1: (h_p, x_{p+1}) at position p, the embedding zeroed at p = 0.
+        let e1 = embeds.narrow(0, 1, rows1)?;
+        let keep = Tensor::from_vec(
+            (0..rows1)
+                .map(|p| if p == 0 { 0f32 } else { 1.0 })
+                .collect::<Vec<_>>(),
+            (rows1, 1),
+            device,
+        )?;
+        let e1 = e1.broadcast_mul(&keep)?;
+        let u = self.input(&hidden.narrow(0, 0, rows1)?, &e1)?;
+        let (q, k1, v1) = self.qkv(&u, &cos.narrow(0, 0, rows1)?, &sin.narrow(0, 0, rows1)?)?;
+        let causal: Vec<f32> = (0..rows1)
+            .flat_map(|i| (0..rows1).map(move |j| if j <= i { 0.0 } else { MASKED }))
+            .collect();
+        let mask = Tensor::from_vec(causal, (rows1, rows1), device)?;
+        let y = self.finish(&u, &q, &k1, &v1, &mask)?;
+        let mut o = self.norm(&y, "final_layernorm.weight")?;
+        let mut outputs = vec![o.clone()];
+        let (mut ks, mut vs) = (vec![k1], vec![v1]);
+        for j in 2..=k.min(t.saturating_sub(1)) {
+            let rows = t - j;
+            if rows == 0 {
+                break;
+            }
+            // Row p: (o_{j-1}[p], x_{p+j}) at position p + j - 1.
+            let u = self.input(&o.narrow(0, 0, rows)?, &embeds.narrow(0, j, rows)?)?;
+            let (q, kj, vj) = self.qkv(
+                &u,
+                &cos.narrow(0, j - 1, rows)?,
+                &sin.narrow(0, j - 1, rows)?,
+            )?;
+            ks.push(kj);
+            vs.push(vj);
+            // Keys: step 1's rows 0..=p, and row p of each later step.
+            let widths: Vec<usize> = ks
+                .iter()
+                .map(|k| k.dim(1))
+                .collect::<candle_core::Result<_>>()?;
+            let total: usize = widths.iter().sum();
+            let mut m = vec![MASKED; rows * total];
+            for p in 0..rows {
+                let row = &mut m[p * total..(p + 1) * total];
+                row[..=p].fill(0.0);
+                let mut base = widths[0];
+                for w in &widths[1..] {
+                    row[base + p] = 0.0;
+                    base += w;
+                }
+            }
+            let mask = Tensor::from_vec(m, (rows, total), device)?;
+            let k_all = Tensor::cat(&ks.iter().collect::<Vec<_>>(), 1)?;
+            let v_all = Tensor::cat(&vs.iter().collect::<Vec<_>>(), 1)?;
+            let y = self.finish(&u, &q, &k_all, &v_all, &mask)?;
+            o = self.norm(&y, "final_layernorm.weight")?;
+            outputs.push(o.clone());
+        }
+        Ok(Unrolled { outputs })
+    }
+}

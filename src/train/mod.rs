@@ -1,0 +1,196 @@
+//! Training an MTP head for a target (`treespec train-drafter`): the frozen target reads each
+//! training sequence with the quantised kernels the runtime uses and gives its pre-norm last hidden
+//! states and its distributions; the head ([`head::TrainableHead`]) is unrolled for k chain steps
+//! over the sequence with the attention of inference, and trained (AdamW) on the cross-entropy to
+//! the target's distributions (soft targets, as in FastMTP / EAGLE-3's use of the target's own
+//! outputs) through the target's LM head, held in f32.
+//!
+//! The data are the target's own greedy answers to prompts ([`answers`]), so that the head learns
+//! what the target says, with no dataset needed.
+
+pub mod head;
+pub mod run;
+
+use crate::error::{Error, Result};
+use crate::model::decoder::{rope_tables, Batch, Decoder};
+use candle_core::{DType, Tensor, D};
+use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+use head::TrainableHead;
+
+/// How a run trains.
+#[derive(Debug, Clone, Copy)]
+pub struct TrainOptions {
+    /// Chain steps the head is unrolled for.
+    pub k: usize,
+    /// AdamW's learning rate.
+    pub lr: f64,
+    /// Longest training sequence (longer ones are cut).
+    pub max_len: usize,
+}
+
+impl Default for TrainOptions {
+    fn default() -> Self {
+        TrainOptions {
+            k: 3,
+            lr: 2e-4,
+            max_len: 512,
+        }
+    }
+}
+
+/// What one optimiser step saw.
+#[derive(Debug, Clone)]
+pub struct StepReport {
+    /// Mean cross-entropy over the chain steps.
+    pub loss: f32,
+    /// Per chain step, the share of rows where the head's argmax is the target's.
+    pub agreement: Vec<f32>,
+    /// Positions of the sequence.
+    pub tokens: usize,
+}
+
+/// A training run over a frozen target.
+pub struct Trainer {
+    head: TrainableHead,
+    opt: AdamW,
+    lm_head: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    opts: TrainOptions,
+}
+
+impl Trainer {
+    /// Train `head` for `target` with `opts`.
+    pub fn new(target: &Decoder, head: TrainableHead, opts: TrainOptions) -> Result<Self> {
+        if opts.k == 0 || opts.max_len < 3 {
+            return Err(Error::InvalidArgument(
+                "training needs k >= 1 and sequences of at least 3 tokens".into(),
+            ));
+        }
+        let opt = AdamW::new(
+            head.vars().all_vars(),
+            ParamsAdamW {
+                lr: opts.lr,
+                weight_decay: 0.0,
+                ..Default::default()
+            },
+        )?;
+        let cfg = target.config();
+        let (cos, sin) = rope_tables(cfg, opts.max_len + opts.k, None, target.device())?;
+        Ok(Trainer {
+            head,
+            opt,
+            lm_head: target.lm_head_dense()?,
+            cos,
+            sin,
+            opts,
+        })
+    }
+
+    /// The head being trained.
+    pub fn head(&self) -> &TrainableHead {
+        &self.head
+    }
+
+    /// The head, to load a checkpoint into.
+    pub fn head_mut(&mut self) -> &mut TrainableHead {
+        &mut self.head
+    }
+
+    /// One optimiser step on the sequence `seq` (cut to `max_len`); with `learn` false, only the
+    /// loss and agreement (held-out evaluation).
+    pub fn step(&mut self, target: &mut Decoder, seq: &[u32], learn: bool) -> Result<StepReport> {
+        let seq = &seq[..seq.len().min(self.opts.max_len)];
+        if seq.len() < 3 {
+            return Err(Error::InvalidArgument(format!(
+                "a training sequence of {} tokens is too short",
+                seq.len()
+            )));
+        }
+        let last = target.config().n_layers - 1;
+        target.reset();
+        let out = target.forward(
+            &Batch::causal(seq, 0)
+                .all_logits()
+                .with_hidden_layers(vec![last]),
+        )?;
+        target.reset();
+        let logits = out
+            .logits
+            .ok_or_else(|| Error::InvalidArgument("the target gave no logits".into()))?;
+        let probs = candle_nn::ops::softmax_last_dim(&logits.to_dtype(DType::F32)?)?.detach();
+        let hidden = out.hidden[0].to_dtype(DType::F32)?.detach();
+        let embeds = target.embed(seq)?.to_dtype(DType::F32)?.detach();
+        let unrolled = self
+            .head
+            .forward(&hidden, &embeds, &self.cos, &self.sin, self.opts.k)?;
+        let t = seq.len();
+        let mut losses = vec![];
+        let mut agreement = vec![];
+        for (j, o) in unrolled.outputs.iter().enumerate() {
+            // Step j + 1's row p predicts the token after position p + j + 1.
+            let rows = o.dim(0)?;
+            let want = probs.narrow(0, j + 1, rows.min(t - j - 1))?;
+            let logits = o.matmul(&self.lm_head.t()?)?;
+            let logp = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
+            let ce = (want.mul(&logp)?.sum(D::Minus1)?.neg()?).mean_all()?;
+            losses.push(ce);
+            let same = logits
+                .argmax(D::Minus1)?
+                .eq(&want.argmax(D::Minus1)?)?
+                .to_dtype(DType::F32)?
+                .mean_all()?
+                .to_scalar::<f32>()?;
+            agreement.push(same);
+        }
+        let loss = (Tensor::stack(&losses, 0)?.mean_all())?;
+        if learn {
+            self.opt.backward_step(&loss)?;
+        }
+        Ok(StepReport {
+            loss: loss.to_scalar::<f32>()?,
+            agreement,
+            tokens: t,
+        })
+    }
+}
+
+/// The target's own greedy answers: for each prompt (token ids, already templated), the prompt
+/// followed by up to `max_new` tokens the target writes after it.
+pub fn answers(
+    target: &mut Decoder,
+    prompts: &[Vec<u32>],
+    max_new: usize,
+    stops: &std::collections::BTreeSet<u32>,
+    mut progress: impl FnMut(usize),
+) -> Result<Vec<Vec<u32>>> {
+    let mut out = Vec::with_capacity(prompts.len());
+    for (i, p) in prompts.iter().enumerate() {
+        if p.is_empty() {
+            continue;
+        }
+        target.reset();
+        let mut seq = p.clone();
+        let fit = target.context().saturating_sub(p.len() + 1).min(max_new);
+        let mut logits = target
+            .forward(&Batch::causal(p, 0))?
+            .logits
+            .ok_or_else(|| Error::InvalidArgument("the target gave no logits".into()))?;
+        for _ in 0..fit {
+            let next = crate::model::decoder::argmax_rows(&logits)?[0];
+            seq.push(next);
+            if stops.contains(&next) {
+                break;
+            }
+            let pos = seq.len() - 1;
+            logits = target
+                .forward(&Batch::causal(&[next], pos))?
+                .logits
+                .ok_or_else(|| Error::InvalidArgument("the target gave no logits".into()))?;
+        }
+        target.reset();
+        out.push(seq);
+        progress(i + 1);
+    }
+    Ok(out)
+}

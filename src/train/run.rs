@@ -1,0 +1,264 @@
+//! A whole `treespec train-drafter` run: the target's answers to the prompts (generated once and
+//! kept beside the output), the head initialised from the target's last layer, optimiser steps with
+//! a progress bar, held-out evaluation, and checkpoints that a later run resumes from.
+//!
+//! Files, for `--out HEAD.safetensors`: the head itself (MiMo names: `--drafter HEAD.safetensors`
+//! drafts with it), `HEAD.safetensors.json` (the run's record: command, data, seed, step reached,
+//! held-out figures; read on resume) and `HEAD.safetensors.data.json` (the token ids trained on).
+
+use super::head::TrainableHead;
+use super::{answers, TrainOptions, Trainer};
+use crate::bench::{bundled_prompts, load_prompts, PromptSet};
+use crate::error::{Error, Result};
+use crate::model::chat_template::{ChatMessage, Role};
+use crate::model::source::{self, ModelFiles};
+use crate::model::weights::{read_gguf_header, WeightStore};
+use crate::model::LoadOptions;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+
+/// What a run is asked to do.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// The target (a name, file or hub id, as elsewhere).
+    pub target: String,
+    /// Where the head goes.
+    pub out: PathBuf,
+    /// Optimiser steps in all (a resumed run continues to this count).
+    pub steps: usize,
+    /// Unrolled steps, learning rate, longest sequence.
+    pub opts: TrainOptions,
+    /// Prompt files (JSON lines with a `prompt` field); empty: the bundled sets.
+    pub data: Vec<PathBuf>,
+    /// Most new tokens of each answer the target writes for training.
+    pub answer_tokens: usize,
+    /// Seed of the order the sequences are visited in.
+    pub seed: u64,
+    /// Where and how the target runs.
+    pub load: LoadOptions,
+    /// The command line, for the record.
+    pub command: String,
+}
+
+/// The run's record, written beside the head.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// The command that made it.
+    pub command: String,
+    /// Target name.
+    pub target: String,
+    /// Prompt files, or "bundled".
+    pub data: Vec<String>,
+    /// Sequences trained on and held out.
+    pub sequences: usize,
+    /// Held-out sequences (the last ones).
+    pub held_out: usize,
+    /// Unrolled chain steps.
+    pub k: usize,
+    /// Learning rate.
+    pub lr: f64,
+    /// Seed.
+    pub seed: u64,
+    /// Optimiser steps done.
+    pub step: usize,
+    /// Held-out loss and per-step agreement with the target at `step`.
+    pub held_out_loss: f32,
+    /// Per chain step, the share of held-out rows where the head's argmax is the target's.
+    pub held_out_agreement: Vec<f32>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct DataFile {
+    target: String,
+    answer_tokens: usize,
+    prompts: usize,
+    sequences: Vec<Vec<u32>>,
+}
+
+fn beside(out: &Path, suffix: &str) -> PathBuf {
+    let mut s = out.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
+    let text = serde_json::to_string(value)
+        .map_err(|e| Error::InvalidArgument(format!("{}: {e}", path.display())))?;
+    let tmp = beside(path, ".tmp");
+    std::fs::write(&tmp, text).map_err(|e| Error::io(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+}
+
+fn bar(len: u64, template: &str) -> indicatif::ProgressBar {
+    let b = indicatif::ProgressBar::new(len).with_style(
+        indicatif::ProgressStyle::with_template(template)
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    b.enable_steady_tick(std::time::Duration::from_millis(500));
+    b
+}
+
+/// Run (or resume) training; returns the final record.
+pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
+    let mut t = crate::load::load_model(&cfg.target, &cfg.load)?;
+    let sets: Vec<PromptSet> = if cfg.data.is_empty() {
+        bundled_prompts(None)?
+    } else {
+        cfg.data
+            .iter()
+            .map(|p| load_prompts(p, None))
+            .collect::<Result<_>>()?
+    };
+    let mut prompts = vec![];
+    for p in sets.iter().flat_map(|s| &s.prompts) {
+        let text = t
+            .template
+            .render(&[ChatMessage::new(Role::User, p.text.clone())], true)?;
+        prompts.push(t.tokenizer.encode(&text, true)?);
+    }
+    if prompts.len() < 2 {
+        return Err(Error::InvalidArgument(
+            "training needs at least two prompts (one is held out)".into(),
+        ));
+    }
+
+    // The target's answers, generated once.
+    let data_path = beside(&cfg.out, ".data.json");
+    let cached: Option<DataFile> = std::fs::read_to_string(&data_path)
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .filter(|d: &DataFile| {
+            d.target == t.name && d.answer_tokens == cfg.answer_tokens && d.prompts == prompts.len()
+        });
+    let sequences = match cached {
+        Some(d) => d.sequences,
+        None => {
+            let b = bar(
+                prompts.len() as u64,
+                "target's answers [{bar:30}] {pos}/{len} eta {eta}",
+            );
+            let stops = t.tokenizer.stop_ids().clone();
+            let seqs = answers(&mut t.decoder, &prompts, cfg.answer_tokens, &stops, |i| {
+                b.set_position(i as u64)
+            })?;
+            b.finish_and_clear();
+            write_json(
+                &data_path,
+                &DataFile {
+                    target: t.name.clone(),
+                    answer_tokens: cfg.answer_tokens,
+                    prompts: prompts.len(),
+                    sequences: seqs.clone(),
+                },
+            )?;
+            seqs
+        }
+    };
+    let held = (sequences.len() / 10).clamp(1, 16);
+    let (train, held_out) = sequences.split_at(sequences.len() - held);
+
+    // The head: the target's last layer as its block, or where a checkpoint exists, that.
+    let device = t.decoder.device().clone();
+    let store = RefCell::new(match &t.files {
+        ModelFiles::Gguf(path) => WeightStore::gguf(path, read_gguf_header(path)?, &device, false)?,
+        ModelFiles::Checkpoint(dir) => {
+            WeightStore::safetensors(&source::safetensors_files(dir)?, &device)?
+        }
+    });
+    let init = |name: &str| store.borrow_mut().get_dense(name).ok();
+    let mut head = TrainableHead::new(t.decoder.config(), &device, cfg.seed, Some(&init))?;
+    let record_path = beside(&cfg.out, ".json");
+    let mut step = 0;
+    if cfg.out.exists() {
+        if let Some(r) = std::fs::read_to_string(&record_path)
+            .ok()
+            .and_then(|s| serde_json::from_str::<RunRecord>(&s).ok())
+        {
+            head.vars_mut().load(&cfg.out)?;
+            step = r.step;
+        }
+    }
+    let mut trainer = Trainer::new(&t.decoder, head, cfg.opts)?;
+    let mut order: Vec<usize> = (0..train.len()).collect();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed);
+    order.shuffle(&mut rng);
+
+    let record = |trainer: &mut Trainer, t: &mut crate::model::LoadedModel, step: usize| {
+        let mut loss = 0.0;
+        let mut agree = vec![0.0; cfg.opts.k];
+        for s in held_out {
+            let r = trainer.step(&mut t.decoder, s, false)?;
+            loss += r.loss / held_out.len() as f32;
+            for (a, x) in agree.iter_mut().zip(&r.agreement) {
+                *a += x / held_out.len() as f32;
+            }
+        }
+        let rec = RunRecord {
+            command: cfg.command.clone(),
+            target: t.name.clone(),
+            data: if cfg.data.is_empty() {
+                vec!["bundled".into()]
+            } else {
+                cfg.data.iter().map(|p| p.display().to_string()).collect()
+            },
+            sequences: sequences.len(),
+            held_out: held_out.len(),
+            k: cfg.opts.k,
+            lr: cfg.opts.lr,
+            seed: cfg.seed,
+            step,
+            held_out_loss: loss,
+            held_out_agreement: agree,
+        };
+        let tmp = beside(&cfg.out, ".tmp.safetensors");
+        trainer.head().vars().save(&tmp)?;
+        std::fs::rename(&tmp, &cfg.out).map_err(|e| Error::io(&cfg.out, e))?;
+        write_json(&record_path, &rec)?;
+        Ok::<_, Error>(rec)
+    };
+
+    let b = bar(
+        cfg.steps as u64,
+        "{msg} [{bar:30}] {pos}/{len} {per_sec} eta {eta}",
+    );
+    b.set_position(step as u64);
+    let (mut loss_ema, mut agree_ema) = (None::<f32>, vec![0f32; cfg.opts.k]);
+    let started = std::time::Instant::now();
+    let mut tokens = 0usize;
+    let mut last = None;
+    while step < cfg.steps {
+        let seq = &train[order[step % order.len()]];
+        let r = trainer.step(&mut t.decoder, seq, true)?;
+        step += 1;
+        tokens += r.tokens;
+        let l = loss_ema.map_or(r.loss, |e| 0.95 * e + 0.05 * r.loss);
+        loss_ema = Some(l);
+        for (e, a) in agree_ema.iter_mut().zip(&r.agreement) {
+            *e = 0.95 * *e + 0.05 * a;
+        }
+        let agree: Vec<String> = agree_ema.iter().map(|a| format!("{a:.2}")).collect();
+        b.set_message(format!(
+            "loss {l:.3} agree {} {:.0} tok/s",
+            agree.join("/"),
+            tokens as f64 / started.elapsed().as_secs_f64()
+        ));
+        b.set_position(step as u64);
+        if step % 200 == 0 || step == cfg.steps {
+            let rec = record(&mut trainer, &mut t, step)?;
+            b.println(format!(
+                "step {step}: held-out loss {:.3}, agreement {:?}",
+                rec.held_out_loss, rec.held_out_agreement
+            ));
+            last = Some(rec);
+        }
+    }
+    b.finish_and_clear();
+    match last {
+        Some(r) => Ok(r),
+        None => record(&mut trainer, &mut t, step),
+    }
+}
