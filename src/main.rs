@@ -637,11 +637,13 @@ fn run_train(a: TrainArgs) -> anyhow::Result<()> {
     };
     let r = treespec::train::run::run(&cfg)?;
     println!(
-        "{}: step {}, held-out loss {:.3}, agreement with the target by chain step {:?}",
+        "{}: step {}, held-out loss {:.3}, agreement with the target by chain step {:?}, \
+         simulated tau {:.2}",
         cfg.out.display(),
         r.step,
         r.held_out_loss,
-        r.held_out_agreement
+        r.held_out_agreement,
+        r.simulated_tau
     );
     Ok(())
 }

@@ -144,6 +144,8 @@ fn a_run_writes_a_head_that_resumes_and_drafts() {
     assert_eq!(first.step, 6);
     assert_eq!((first.sequences, first.held_out), (3, 1));
     assert_eq!(first.held_out_agreement.len(), 2);
+    let a = &first.held_out_agreement;
+    assert!((first.simulated_tau - (1.0 + a[0] + a[0] * a[1])).abs() < 1e-6);
     let data = dir.path().join("head.safetensors.data.json");
     let written = std::fs::metadata(&data).unwrap().modified().unwrap();
     cfg.steps = 9;

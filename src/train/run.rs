@@ -68,6 +68,21 @@ pub struct RunRecord {
     pub held_out_loss: f32,
     /// Per chain step, the share of held-out rows where the head's argmax is the target's.
     pub held_out_agreement: Vec<f32>,
+    /// Tokens per step a greedy chain of k would emit if each step's agreement held whatever
+    /// came before: `1 + a1 + a1 a2 + ...` (an estimate from teacher-forced agreement).
+    pub simulated_tau: f32,
+}
+
+/// `1 + a1 + a1 a2 + ...` for per-step agreements `a`.
+pub fn simulated_tau(agreement: &[f32]) -> f32 {
+    let mut run = 1.0;
+    1.0 + agreement
+        .iter()
+        .map(|a| {
+            run *= a;
+            run
+        })
+        .sum::<f32>()
 }
 
 #[derive(Serialize, Deserialize)]
@@ -212,6 +227,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
             seed: cfg.seed,
             step,
             held_out_loss: loss,
+            simulated_tau: simulated_tau(&agree),
             held_out_agreement: agree,
         };
         let tmp = beside(&cfg.out, ".tmp.safetensors");
@@ -250,8 +266,8 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
         if step % 200 == 0 || step == cfg.steps {
             let rec = record(&mut trainer, &mut t, step)?;
             b.println(format!(
-                "step {step}: held-out loss {:.3}, agreement {:?}",
-                rec.held_out_loss, rec.held_out_agreement
+                "step {step}: held-out loss {:.3}, agreement {:?}, simulated tau {:.2}",
+                rec.held_out_loss, rec.held_out_agreement, rec.simulated_tau
             ));
             last = Some(rec);
         }
