@@ -46,6 +46,36 @@ impl Chain {
         self.steps.iter().map(|s| s.token).collect()
     }
 
+    /// Draft up to `depth` tokens from the logits `first` (`[1, vocab]`) of depth 1, `next`
+    /// giving the logits after each token taken; a greedy chain stops early once its own
+    /// probability falls below `min_chain_prob` (see [`CausalDrafter::draft`]). At least one
+    /// token is drafted when `depth` > 0.
+    pub fn draft(
+        first: Tensor,
+        depth: usize,
+        top_k: usize,
+        pick: ChainPick,
+        min_chain_prob: f32,
+        rng: &mut impl Rng,
+        mut next: impl FnMut(u32) -> Result<Tensor>,
+    ) -> Result<Chain> {
+        let mut chain = Chain::default();
+        let mut logits = first;
+        let mut chain_prob = 1.0f64;
+        for d in 0..depth {
+            let (step, p) = pick_step(&logits, pick, top_k, rng)?;
+            chain_prob *= p;
+            let token = step.token;
+            chain.steps.push(step);
+            let confident = pick != ChainPick::Greedy || (chain_prob as f32) >= min_chain_prob;
+            if d + 1 >= depth || !confident {
+                break;
+            }
+            logits = next(token)?;
+        }
+        Ok(chain)
+    }
+
     /// The proposal this chain makes after `root` in a step of `mode`: per-depth distributions
     /// for a tree, the drawn tokens with their q for a sampled chain, else the greedy chain.
     pub fn into_proposal(self, mode: Mode, root: u32) -> Proposal {
@@ -69,7 +99,7 @@ impl Chain {
 /// One depth of a chain from a `[1, vocab]` logits row: the token picked and, for a greedy pick,
 /// the `top_k` most probable tokens (read on the device where the row lives); with the
 /// probability of the token taken (1 for a draw).
-pub fn pick_step(
+fn pick_step(
     logits: &Tensor,
     pick: ChainPick,
     top_k: usize,
@@ -193,35 +223,19 @@ impl CausalDrafter {
         min_chain_prob: f32,
         rng: &mut impl Rng,
     ) -> Result<Chain> {
-        let mut chain = Chain::default();
         if depth == 0 {
-            return Ok(chain);
+            return Ok(Chain::default());
         }
         let room = self.model.context().saturating_sub(seq.len());
         let depth = depth.min(room + 1);
-        let mut logits = self.sync(seq)?;
-        let mut chain_prob = 1.0f64;
-        for d in 0..depth {
-            let (step, p) = pick_step(&logits, pick, top_k, rng)?;
-            chain_prob *= p;
-            let token = step.token;
-            let confident = pick != ChainPick::Greedy || (chain_prob as f32) >= min_chain_prob;
-            let next = if d + 1 < depth && confident {
-                let pos = self.model.len();
-                let out = self.model.forward(&Batch::causal(&[token], pos))?;
-                Some(out.logits.ok_or_else(|| {
-                    Error::InvalidArgument("the drafter returned no logits".into())
-                })?)
-            } else {
-                None
-            };
-            chain.steps.push(step);
-            match next {
-                Some(l) => logits = l,
-                None => break,
-            }
-        }
-        Ok(chain)
+        let first = self.sync(seq)?;
+        Chain::draft(first, depth, top_k, pick, min_chain_prob, rng, |token| {
+            let pos = self.model.len();
+            self.model
+                .forward(&Batch::causal(&[token], pos))?
+                .logits
+                .ok_or_else(|| Error::InvalidArgument("the drafter returned no logits".into()))
+        })
     }
 
     /// After a step that committed `emitted` after `seq_before`, keep the cache rows still valid:
@@ -278,16 +292,11 @@ impl Drafter for CausalDrafter {
             self.last = Fed::Tree(g.rows);
             return Ok(Proposal::Tree(g.tree));
         }
-        let pick = if req.sampled_chain() {
-            ChainPick::Sample(s.sampling)
-        } else {
-            ChainPick::Greedy
-        };
         let chain = self.draft(
             req.seq,
             req.depth(),
             req.top_k(),
-            pick,
+            req.chain_pick(),
             s.min_chain_prob,
             rng,
         )?;

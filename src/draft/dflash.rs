@@ -465,22 +465,19 @@ impl Drafter for DFlashDrafter {
                 .collect();
             return Ok(Proposal::Tree(DraftTree::chain(root, &chain)));
         }
-        let rows = block.to_vec2::<f32>()?;
+        // A sampled chain: each depth's token drawn from that depth's distribution, the drafter's
+        // q for rejection sampling (it need not depend on the earlier drafts).
         let params = req.settings.sampling;
-        Ok(match req.mode {
-            // Each depth's token drawn from that depth's distribution: the drafter's q for
-            // rejection sampling (it need not depend on the earlier drafts).
-            _ if req.sampled_chain() => Proposal::SampledChain(
-                rows.iter()
-                    .map(|r| {
-                        let q = crate::sampling::distribution(r, &params);
-                        let token = crate::sampling::draw(&q, rng).unwrap_or(0);
-                        SampledDraft { token, q }
-                    })
-                    .collect(),
-            ),
-            _ => unreachable!("trees and greedy chains return above"),
-        })
+        let drafts = block
+            .to_vec2::<f32>()?
+            .iter()
+            .map(|r| {
+                let q = crate::sampling::distribution(r, &params);
+                let token = crate::sampling::draw(&q, rng).unwrap_or(0);
+                SampledDraft { token, q }
+            })
+            .collect();
+        Ok(Proposal::SampledChain(drafts))
     }
 
     fn commit(&mut self, c: &Committed<'_>) -> Result<()> {

@@ -17,7 +17,7 @@ pub mod dflash;
 pub mod expand;
 pub mod mtp;
 
-pub use causal::{CausalDrafter, Chain, ChainStep};
+pub use causal::{CausalDrafter, Chain, ChainPick, ChainStep};
 pub use dflash::{DFlashConfig, DFlashDrafter};
 pub use expand::GrownTree;
 pub use mtp::MtpDrafter;
@@ -65,6 +65,15 @@ impl DraftRequest<'_> {
     /// verification by rejection sampling) rather than picked greedily.
     pub fn sampled_chain(&self) -> bool {
         matches!(self.mode, Mode::Linear | Mode::Mtp) && !self.settings.sampling.is_greedy()
+    }
+
+    /// How a drafted chain's tokens are picked: drawn for a sampled chain, else greedily.
+    pub fn chain_pick(&self) -> ChainPick {
+        if self.sampled_chain() {
+            ChainPick::Sample(self.settings.sampling)
+        } else {
+            ChainPick::Greedy
+        }
     }
 }
 

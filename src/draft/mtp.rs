@@ -8,7 +8,7 @@
 //! head's own output; those chain positions are dropped again afterwards, so the next proposal
 //! overwrites them with the target's hidden states of what was accepted (as vLLM does).
 
-use super::causal::{pick_step, Chain, ChainPick};
+use super::causal::Chain;
 use super::{Committed, DraftRequest, Drafter, Proposal};
 use crate::error::{Error, Result};
 use crate::model::config::ModelConfig;
@@ -123,28 +123,22 @@ impl Drafter for MtpDrafter {
         let o = self.head.forward(req.target, &pending, &seq[start + 1..])?;
         let committed = self.head.len();
         let mut o = o.narrow(0, rows - 1, 1)?;
-        let mut logits = req.target.lm_head(&o)?;
+        let first = req.target.lm_head(&o)?;
         let depth = req.depth().min(self.head_room());
-        let pick = if req.sampled_chain() {
-            ChainPick::Sample(req.settings.sampling)
-        } else {
-            ChainPick::Greedy
-        };
-        let mut chain = Chain::default();
-        let mut chain_prob = 1.0f64;
-        for d in 0..depth.max(1) {
-            let (step, p) = pick_step(&logits, pick, req.top_k(), rng)?;
-            chain_prob *= p;
-            let token = step.token;
-            chain.steps.push(step);
-            let confident =
-                pick != ChainPick::Greedy || (chain_prob as f32) >= req.settings.min_chain_prob;
-            if d + 1 >= depth || !confident {
-                break;
-            }
-            o = self.head.forward(req.target, &o, &[token])?;
-            logits = req.target.lm_head(&o)?;
-        }
+        let s = req.settings;
+        let head = &mut self.head;
+        let chain = Chain::draft(
+            first,
+            depth,
+            req.top_k(),
+            req.chain_pick(),
+            s.min_chain_prob,
+            rng,
+            |token| {
+                o = head.forward(req.target, &o, &[token])?;
+                req.target.lm_head(&o)
+            },
+        )?;
         // The chain's positions are rewritten from the target's states of what is accepted.
         self.head.truncate(committed);
         Ok(chain.into_proposal(req.mode, root))
