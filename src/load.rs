@@ -35,27 +35,16 @@ pub fn load_drafter(
     target: &LoadedModel,
     opts: &LoadOptions,
 ) -> Result<Box<dyn Drafter>> {
+    let (cfg, context) = (target.decoder.config(), target.decoder.context());
     if spec == MTP_DRAFTER {
-        let cfg = target.decoder.config();
-        let head = model::load_mtp_head(&target.files, cfg, 0, opts, target.decoder.context())?;
+        let head = model::load_mtp_head(&target.files, cfg, 0, opts, context)?;
         let name = format!("{} MTP head", target.name);
         return Ok(Box::new(MtpDrafter::new(head, cfg, name)));
     }
     let head_file = std::path::Path::new(spec);
     if head_file.is_file() && spec.ends_with(".safetensors") {
         // An MTP head trained for this target (`treespec train-drafter`).
-        let cfg = target.decoder.config();
-        let mut store = crate::model::weights::WeightStore::safetensors(
-            &[head_file.to_path_buf()],
-            &opts.device,
-        )?;
-        let head = crate::model::mtp::MtpHead::load(
-            &mut store,
-            cfg,
-            crate::model::mtp::MtpLayout::MiMo,
-            0,
-            target.decoder.context(),
-        )?;
+        let head = model::load_mimo_head(&[head_file.to_path_buf()], cfg, 0, opts, context)?;
         let name = head_file
             .file_name()
             .map_or(spec.to_string(), |n| n.to_string_lossy().into_owned());

@@ -141,32 +141,36 @@ pub fn load_mtp_head(
     opts: &LoadOptions,
     context: usize,
 ) -> Result<mtp::MtpHead> {
+    if cfg.mtp_heads <= i {
+        return Err(Error::Config(format!(
+            "{} has no multi-token-prediction head {i} (it declares {})",
+            files.display_name(),
+            cfg.mtp_heads
+        )));
+    }
     match files {
         ModelFiles::Checkpoint(dir) => {
-            if cfg.mtp_heads <= i {
-                return Err(Error::Config(format!(
-                    "{} has no multi-token-prediction head (its config declares {})",
-                    files.display_name(),
-                    cfg.mtp_heads
-                )));
-            }
-            let mut store =
-                WeightStore::safetensors(&source::safetensors_files(dir)?, &opts.device)?;
-            mtp::MtpHead::load(&mut store, cfg, mtp::MtpLayout::MiMo, i, context)
+            load_mimo_head(&source::safetensors_files(dir)?, cfg, i, opts, context)
         }
         ModelFiles::Gguf(path) => {
-            if cfg.mtp_heads <= i {
-                return Err(Error::Config(format!(
-                    "{} has no multi-token-prediction head (its metadata declares {} nextn layers)",
-                    files.display_name(),
-                    cfg.mtp_heads
-                )));
-            }
             let content = read_gguf_header(path)?;
             let mut store = WeightStore::gguf(path, content, &opts.device, opts.exact)?;
             mtp::MtpHead::load(&mut store, cfg, mtp::MtpLayout::GgufNextn, i, context)
         }
     }
+}
+
+/// Load MTP head `i` in MiMo's layout from safetensors files: a MiMo checkpoint's, or the one
+/// `treespec train-drafter` writes.
+pub fn load_mimo_head(
+    files: &[std::path::PathBuf],
+    cfg: &config::ModelConfig,
+    i: usize,
+    opts: &LoadOptions,
+    context: usize,
+) -> Result<mtp::MtpHead> {
+    let mut store = WeightStore::safetensors(files, &opts.device)?;
+    mtp::MtpHead::load(&mut store, cfg, mtp::MtpLayout::MiMo, i, context)
 }
 
 /// The chat template of a checkpoint: `chat_template.jinja`, or `chat_template` in
