@@ -1,4 +1,4 @@
-//! The MTP head as trainable parameters (candle-nn `VarMap`, MiMo names, so the saved file loads
+//! The MTP head as trainable parameters (candle-nn `VarMap`, saved under MiMo names, so the file loads
 //! as an [`crate::model::mtp::MtpHead`]), with a forward pass written in ops that have gradients
 //! (RMSNorm, RoPE, softmax and attention spelled out) over a whole training sequence, unrolled for
 //! k chain steps with the attention of inference: step 1 is the first pass over the context
@@ -8,11 +8,15 @@
 use crate::error::Result;
 use crate::model::config::{ModelConfig, RopeStyle};
 use crate::model::decoder::MASKED;
+use crate::model::weights::hf_name;
 use candle_core::{DType, Device, Tensor, D};
 use candle_nn::{Init, VarMap};
 
-/// Prefix of the head's tensors in the saved file.
-pub const PREFIX: &str = "model.mtp_layers.0.";
+/// The saved name of the head's tensor of GGUF-style stem `stem` (`attn_q.weight` ->
+/// `model.mtp_layers.0.self_attn.q_proj.weight`): the name [`crate::model::mtp::MtpHead`] looks for.
+fn var_name(stem: &str) -> String {
+    hf_name(&format!("mtp.0.{stem}"), "model.")
+}
 
 /// Where a head's block can be copied from: the tensor of a GGUF-style name, if there is one.
 pub type LayerSource<'a> = dyn Fn(&str) -> Option<Tensor> + 'a;
@@ -46,92 +50,39 @@ impl TrainableHead {
         let (h, hd, ffn) = (cfg.hidden, cfg.head_dim, cfg.ffn);
         let (q_out, kv_out) = (cfg.n_heads * hd, cfg.n_kv_heads * hd);
         let last = cfg.n_layers - 1;
-        let mut shapes: Vec<(String, Vec<usize>, Option<String>)> = vec![
-            ("token_layernorm.weight".into(), vec![h], None),
-            ("hidden_layernorm.weight".into(), vec![h], None),
-            ("final_layernorm.weight".into(), vec![h], None),
-            ("input_proj.weight".into(), vec![h, 2 * h], None),
-            (
-                "input_layernorm.weight".into(),
-                vec![h],
-                Some("attn_norm.weight".into()),
-            ),
-            (
-                "post_attention_layernorm.weight".into(),
-                vec![h],
-                Some("ffn_norm.weight".into()),
-            ),
-            (
-                "self_attn.q_proj.weight".into(),
-                vec![q_out, h],
-                Some("attn_q.weight".into()),
-            ),
-            (
-                "self_attn.k_proj.weight".into(),
-                vec![kv_out, h],
-                Some("attn_k.weight".into()),
-            ),
-            (
-                "self_attn.v_proj.weight".into(),
-                vec![kv_out, h],
-                Some("attn_v.weight".into()),
-            ),
-            (
-                "self_attn.o_proj.weight".into(),
-                vec![h, q_out],
-                Some("attn_output.weight".into()),
-            ),
-            (
-                "mlp.gate_proj.weight".into(),
-                vec![ffn, h],
-                Some("ffn_gate.weight".into()),
-            ),
-            (
-                "mlp.up_proj.weight".into(),
-                vec![ffn, h],
-                Some("ffn_up.weight".into()),
-            ),
-            (
-                "mlp.down_proj.weight".into(),
-                vec![h, ffn],
-                Some("ffn_down.weight".into()),
-            ),
+        // GGUF-style stems (named as `MtpHead` reads them, through `hf_name`), their shapes, and
+        // whether the target's last layer has a tensor of that stem to start from.
+        let mut params: Vec<(&str, Vec<usize>, bool)> = vec![
+            ("token_norm.weight", vec![h], false),
+            ("hidden_norm.weight", vec![h], false),
+            ("final_norm.weight", vec![h], false),
+            ("input_proj.weight", vec![h, 2 * h], false),
+            ("attn_norm.weight", vec![h], true),
+            ("ffn_norm.weight", vec![h], true),
+            ("attn_q.weight", vec![q_out, h], true),
+            ("attn_k.weight", vec![kv_out, h], true),
+            ("attn_v.weight", vec![kv_out, h], true),
+            ("attn_output.weight", vec![h, q_out], true),
+            ("ffn_gate.weight", vec![ffn, h], true),
+            ("ffn_up.weight", vec![ffn, h], true),
+            ("ffn_down.weight", vec![h, ffn], true),
         ];
         if cfg.qkv_bias {
-            shapes.push((
-                "self_attn.q_proj.bias".into(),
-                vec![q_out],
-                Some("attn_q.bias".into()),
-            ));
-            shapes.push((
-                "self_attn.k_proj.bias".into(),
-                vec![kv_out],
-                Some("attn_k.bias".into()),
-            ));
-            shapes.push((
-                "self_attn.v_proj.bias".into(),
-                vec![kv_out],
-                Some("attn_v.bias".into()),
-            ));
+            params.push(("attn_q.bias", vec![q_out], true));
+            params.push(("attn_k.bias", vec![kv_out], true));
+            params.push(("attn_v.bias", vec![kv_out], true));
         }
         if cfg.qk_norm {
-            shapes.push((
-                "self_attn.q_norm.weight".into(),
-                vec![hd],
-                Some("attn_q_norm.weight".into()),
-            ));
-            shapes.push((
-                "self_attn.k_norm.weight".into(),
-                vec![hd],
-                Some("attn_k_norm.weight".into()),
-            ));
+            params.push(("attn_q_norm.weight", vec![hd], true));
+            params.push(("attn_k_norm.weight", vec![hd], true));
         }
-        for (name, shape, from) in shapes {
-            let full = format!("{PREFIX}{name}");
-            let copied = from
-                .and_then(|f| init.and_then(|i| i(&format!("blk.{last}.{f}"))))
+        for (stem, shape, in_target) in params {
+            let full = var_name(stem);
+            let copied = init
+                .filter(|_| in_target)
+                .and_then(|i| i(&format!("blk.{last}.{stem}")))
                 .filter(|t| t.dims() == shape.as_slice());
-            let init_kind = if name.ends_with("norm.weight") {
+            let init_kind = if stem.ends_with("norm.weight") {
                 Init::Const(1.0)
             } else {
                 Init::Const(0.0)
@@ -172,7 +123,7 @@ impl TrainableHead {
         let data = self.vars.data().lock().map_err(|_| {
             crate::error::Error::InvalidArgument("the head's parameters are poisoned".into())
         })?;
-        data.get(&format!("{PREFIX}{name}"))
+        data.get(&var_name(name))
             .map(|v| v.as_tensor().clone())
             .ok_or_else(|| crate::error::Error::InvalidArgument(format!("no parameter {name}")))
     }
@@ -233,23 +184,19 @@ impl TrainableHead {
 
     /// The block's queries and keys/values for input rows `u` at the rotations `cos`, `sin`.
     fn qkv(&self, u: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
-        let n = self.norm(u, "input_layernorm.weight")?;
+        let n = self.norm(u, "attn_norm.weight")?;
         let bias = self.cfg.qkv_bias;
         let q = self.heads(
-            &self.linear(&n, "self_attn.q_proj", bias)?,
+            &self.linear(&n, "attn_q", bias)?,
             self.cfg.n_heads,
-            Some("self_attn.q_norm.weight"),
+            Some("attn_q_norm.weight"),
         )?;
         let k = self.heads(
-            &self.linear(&n, "self_attn.k_proj", bias)?,
+            &self.linear(&n, "attn_k", bias)?,
             self.cfg.n_kv_heads,
-            Some("self_attn.k_norm.weight"),
+            Some("attn_k_norm.weight"),
         )?;
-        let v = self.heads(
-            &self.linear(&n, "self_attn.v_proj", bias)?,
-            self.cfg.n_kv_heads,
-            None,
-        )?;
+        let v = self.heads(&self.linear(&n, "attn_v", bias)?, self.cfg.n_kv_heads, None)?;
         Ok((self.rope(&q, cos, sin)?, self.rope(&k, cos, sin)?, v))
     }
 
@@ -281,17 +228,17 @@ impl TrainableHead {
             .transpose(0, 1)?
             .contiguous()?
             .reshape((rows, nh * hd))?;
-        let x = (u + self.linear(&mixed, "self_attn.o_proj", false)?)?;
-        let n = self.norm(&x, "post_attention_layernorm.weight")?;
-        let g = candle_nn::ops::silu(&self.linear(&n, "mlp.gate_proj", false)?)?;
-        let up = self.linear(&n, "mlp.up_proj", false)?;
-        Ok((&x + self.linear(&(g * up)?, "mlp.down_proj", false)?)?)
+        let x = (u + self.linear(&mixed, "attn_output", false)?)?;
+        let n = self.norm(&x, "ffn_norm.weight")?;
+        let g = candle_nn::ops::silu(&self.linear(&n, "ffn_gate", false)?)?;
+        let up = self.linear(&n, "ffn_up", false)?;
+        Ok((&x + self.linear(&(g * up)?, "ffn_down", false)?)?)
     }
 
     /// The head's input rows: `input_proj(cat[hidden_norm(g), token_norm(e)])`.
     fn input(&self, g: &Tensor, e: &Tensor) -> Result<Tensor> {
-        let g = self.norm(g, "hidden_layernorm.weight")?;
-        let e = self.norm(e, "token_layernorm.weight")?;
+        let g = self.norm(g, "hidden_norm.weight")?;
+        let e = self.norm(e, "token_norm.weight")?;
         self.linear(&Tensor::cat(&[&g, &e], 1)?, "input_proj", false)
     }
 
@@ -326,7 +273,7 @@ impl TrainableHead {
             .collect();
         let mask = Tensor::from_vec(causal, (rows1, rows1), device)?;
         let y = self.finish(&u, &q, &k1, &v1, &mask)?;
-        let mut o = self.norm(&y, "final_layernorm.weight")?;
+        let mut o = self.norm(&y, "final_norm.weight")?;
         let mut outputs = vec![o.clone()];
         let (mut ks, mut vs) = (vec![k1], vec![v1]);
         for j in 2..=k.min(t.saturating_sub(1)) {
@@ -363,7 +310,7 @@ impl TrainableHead {
             let k_all = Tensor::cat(&ks.iter().collect::<Vec<_>>(), 1)?;
             let v_all = Tensor::cat(&vs.iter().collect::<Vec<_>>(), 1)?;
             let y = self.finish(&u, &q, &k_all, &v_all, &mask)?;
-            o = self.norm(&y, "final_layernorm.weight")?;
+            o = self.norm(&y, "final_norm.weight")?;
             outputs.push(o.clone());
         }
         Ok(Unrolled { outputs })
