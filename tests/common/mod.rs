@@ -24,15 +24,10 @@ pub fn tiny_config(family: Family, vocab: usize) -> ModelConfig {
 
 /// Random weights for `cfg`, under GGUF names. Scaled so activations stay O(1).
 pub fn random_weights(cfg: &ModelConfig, seed: u64) -> HashMap<String, Tensor> {
-    let dev = Device::Cpu;
     let mut rng = Lcg(seed
         .wrapping_mul(6364136223846793005)
         .wrapping_add(1442695040888963407));
-    let mut t = |shape: &[usize], scale: f32| -> Tensor {
-        let n: usize = shape.iter().product();
-        let v: Vec<f32> = (0..n).map(|_| rng.next_f32() * scale).collect();
-        Tensor::from_vec(v, shape, &dev).unwrap()
-    };
+    let mut t = |shape: &[usize], scale: f32| rng.tensor(shape, scale, 0.0);
     let (h, hd) = (cfg.hidden, cfg.head_dim);
     let q_out = cfg.n_heads * hd;
     let kv_out = cfg.n_kv_heads * hd;
@@ -79,11 +74,7 @@ pub fn random_mtp_head(cfg: &ModelConfig, seed: u64, context: usize) -> MtpHead 
         .filter_map(|(k, v)| k.strip_prefix("blk.0.").map(|s| (format!("mtp.0.{s}"), v)))
         .collect();
     let mut rng = Lcg(seed ^ 0x5EED);
-    let mut t = |shape: &[usize], scale: f32, offset: f32| -> Tensor {
-        let n: usize = shape.iter().product();
-        let v: Vec<f32> = (0..n).map(|_| rng.next_f32() * scale + offset).collect();
-        Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
-    };
+    let mut t = |shape: &[usize], scale: f32, offset: f32| rng.tensor(shape, scale, offset);
     m.insert("mtp.0.token_norm.weight".into(), t(&[h], 0.1, 1.0));
     m.insert("mtp.0.hidden_norm.weight".into(), t(&[h], 0.1, 1.0));
     m.insert("mtp.0.final_norm.weight".into(), t(&[h], 0.1, 1.0));
@@ -114,6 +105,13 @@ impl Lcg {
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
         ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    /// A tensor of `shape` with values uniform in [offset - scale, offset + scale).
+    pub fn tensor(&mut self, shape: &[usize], scale: f32, offset: f32) -> Tensor {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| self.next_f32() * scale + offset).collect();
+        Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
     }
 
     /// Uniform in 0..n.
@@ -201,11 +199,7 @@ pub fn write_tiny_gguf_shaped(
     let mut weights = random_weights(&cfg, seed);
     let mut rng = Lcg(seed ^ 0xE7);
     for b in 2..blocks {
-        let mut t = |shape: &[usize], scale: f32, offset: f32| -> Tensor {
-            let n: usize = shape.iter().product();
-            let v: Vec<f32> = (0..n).map(|_| rng.next_f32() * scale + offset).collect();
-            Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
-        };
+        let mut t = |shape: &[usize], scale: f32, offset: f32| rng.tensor(shape, scale, offset);
         for norm in ["enorm", "hnorm", "shared_head_norm"] {
             weights.insert(
                 format!("blk.{b}.nextn.{norm}.weight"),
@@ -357,11 +351,7 @@ pub fn write_tiny_dflash(
     let mut rng = Lcg(seed
         .wrapping_mul(2862933555777941757)
         .wrapping_add(3037000493));
-    let mut t = |shape: &[usize], scale: f32, offset: f32| -> Tensor {
-        let n: usize = shape.iter().product();
-        let v: Vec<f32> = (0..n).map(|_| rng.next_f32() * scale + offset).collect();
-        Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
-    };
+    let mut t = |shape: &[usize], scale: f32, offset: f32| rng.tensor(shape, scale, offset);
     let ws = 1.0 / (h as f32).sqrt();
     let mut m: HashMap<String, Tensor> = HashMap::new();
     m.insert("fc.weight".into(), t(&[h, h * layers.len()], ws, 0.0));
