@@ -334,10 +334,8 @@ fn a_drafter_with_another_vocabulary_is_refused() {
 #[test]
 fn selftest_runs_the_kernel_checks() {
     // On the CPU the kernels are their references; the command must still run every check.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_treespec"))
-        .args(["selftest", "--device", "cpu"])
-        .output()
-        .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let out = treespec(&["selftest", "--device", "cpu"], &[], home.path());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
