@@ -45,14 +45,14 @@ impl Mode {
             .find(|m| m.name() == s.trim().to_ascii_lowercase())
     }
 
-    /// True when the mode needs a separate drafter model.
+    /// True when the mode cannot run without a drafter (a drafter model or the target's MTP head).
     pub fn needs_drafter(self) -> bool {
         matches!(self, Mode::Linear | Mode::Tree | Mode::Mtp)
     }
 
-    /// True when the mode drafts with a separate drafter model when there is one.
+    /// True when the mode drafts with the drafter when there is one (`auto` may draft, or not).
     pub fn uses_drafter(self) -> bool {
-        matches!(self, Mode::Linear | Mode::Tree | Mode::Mtp | Mode::Auto)
+        self.needs_drafter() || self == Mode::Auto
     }
 }
 
