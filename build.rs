@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const KERNELS: &[&str] = &["topk", "attention"];
+const KERNELS: &[&str] = &["topk", "attention", "step", "mmvq"];
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
@@ -35,7 +35,7 @@ fn main() {
     for k in KERNELS {
         let ptx = out.join(format!("{k}.ptx"));
         let status = Command::new(&nvcc)
-            .args(["--ptx", "-O3", "-std=c++17"])
+            .args(["--ptx", "-O3", "-std=c++17", "--expt-relaxed-constexpr"])
             .arg(format!("-arch=compute_{cap}"))
             .arg(format!("kernels/{k}.cu"))
             .arg("-o")

@@ -22,13 +22,50 @@
 // one-row pass and in a 1024-row pass. CPU reference: `gpu::attention::reference`
 // (src/gpu/attention.rs); `treespec selftest --device cuda` compares them and checks invariance.
 
+#include <cuda_fp16.h>
+
 #define ATT_THREADS 128
 #define ATT_CHUNK 128  // == ATT_THREADS: one key per thread when scoring
 #define ATT_HD_MAX 256
 
+__device__ __forceinline__ float warp_max_f(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, o, 32));
+  return x;
+}
+
+__device__ __forceinline__ float warp_sum_f(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffff, x, o, 32);
+  return x;
+}
+
 __device__ __forceinline__ unsigned int key_of(const unsigned int *__restrict__ row, int r) {
   const unsigned int lead = row[0];
   return (unsigned int)r < lead ? (unsigned int)r : row[2 + (r - lead)];
+}
+
+// Maximum (is_max) or sum over the ATT_THREADS threads of a block in a fixed order: a warp
+// butterfly, then the warps in order; every thread gets the result. `red` holds ATT_THREADS / 32
+// + 1 floats.
+__device__ __forceinline__ float block_reduce(float v, float *red, bool is_max) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float w = __shfl_xor_sync(0xffffffff, v, o, 32);
+    v = is_max ? fmaxf(v, w) : v + w;
+  }
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float t = red[0];
+    for (int w = 1; w < ATT_THREADS / 32; ++w) t = is_max ? fmaxf(t, red[w]) : t + red[w];
+    red[ATT_THREADS / 32] = t;
+  }
+  __syncthreads();
+  const float t = red[ATT_THREADS / 32];
+  __syncthreads();
+  return t;
 }
 
 // Partials layout: [n, nh, chunks, hd + 2] with (max, sum, acc[0..hd]).
@@ -47,7 +84,7 @@ extern "C" __global__ void attention_chunk_f32(
   __shared__ __align__(16) float qs[ATT_HD_MAX];
   __shared__ unsigned int kidx[ATT_CHUNK];
   __shared__ float p[ATT_CHUNK];
-  __shared__ float red[ATT_THREADS];
+  __shared__ float red[ATT_THREADS / 32 + 1];
   __shared__ float accs[ATT_HD_MAX * (ATT_THREADS / 32)];
 
   const unsigned int *row = keys + (size_t)i * width;
@@ -86,30 +123,18 @@ extern "C" __global__ void attention_chunk_f32(
   }
   __syncthreads();
 
-  // Chunk maximum (order-free), then numerators and their sum (rank order, fixed tree).
+  // Chunk maximum (order-free), then numerators and their sum (rank order per thread, then a
+  // fixed order: warp butterflies, the four warps in order).
   float m = -INFINITY;
   for (int r = tid; r < len; r += ATT_THREADS) m = fmaxf(m, p[r]);
-  red[tid] = m;
-  __syncthreads();
-  for (int s = ATT_THREADS / 2; s > 0; s >>= 1) {
-    if (tid < s) red[tid] = fmaxf(red[tid], red[tid + s]);
-    __syncthreads();
-  }
-  m = red[0];
-  __syncthreads();
+  m = block_reduce(m, red, true);
   float sum = 0.f;
   for (int r = tid; r < len; r += ATT_THREADS) {
     const float e = expf(p[r] - m);
     p[r] = e;
     sum += e;
   }
-  red[tid] = sum;
-  __syncthreads();
-  for (int s = ATT_THREADS / 2; s > 0; s >>= 1) {
-    if (tid < s) red[tid] += red[tid + s];
-    __syncthreads();
-  }
-  sum = red[0];
+  sum = block_reduce(sum, red, false);
 
   // Value-weighted sums: thread (class c, dim d), c = tid / td, over ranks c, c + classes, ...
   const int td = hd < ATT_THREADS ? hd : ATT_THREADS;
@@ -137,7 +162,8 @@ extern "C" __global__ void attention_combine_f32(
     const float *__restrict__ part,         // [n, nh, chunks, hd + 2]
     const unsigned int *__restrict__ keys,  // [n, width]
     float *__restrict__ out,                // [n, nh * hd]
-    int n, int nh, int hd, int width, int chunks) {
+    int n, int nh, int hd, int width, int chunks,
+    void *__restrict__ q8, int qblocks) {     // optional: out also as Q8_1 rows of qblocks
   const int h = blockIdx.x;
   const int i = blockIdx.y;
   const unsigned int *row = keys + (size_t)i * width;
@@ -157,6 +183,21 @@ extern "C" __global__ void attention_combine_f32(
       const float *pc = pr + (size_t)c * (hd + 2);
       acc += pc[2 + d] * expf(pc[0] - m);
     }
-    out[(size_t)i * nh * hd + (size_t)h * hd + d] = count > 0 ? acc / l : 0.f;
+    const float o = count > 0 ? acc / l : 0.f;
+    out[(size_t)i * nh * hd + (size_t)h * hd + d] = o;
+    if (q8 != nullptr) {
+      // hd is a multiple of 32 and the block has hd threads: each warp quantises its 32 values
+      // into one block, as the stand-alone quantiser of mmvq.cu does.
+      const float amax = warp_max_f(fabsf(o));
+      const float s = warp_sum_f(o);
+      const float dq = amax / 127.0f;
+      const int b = (h * hd + d) / 32;
+      unsigned char *blk = (unsigned char *)q8 + ((size_t)i * qblocks + b) * 36;
+      blk[4 + (d & 31)] = (unsigned char)(signed char)(amax == 0.0f ? 0 : (int)roundf(o / dq));
+      if ((d & 31) == 0) {
+        const __half2 ds = __halves2half2(__float2half(dq), __float2half(s));
+        *reinterpret_cast<__half2 *>(blk) = ds;
+      }
+    }
   }
 }

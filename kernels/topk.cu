@@ -128,3 +128,37 @@ extern "C" __global__ void row_top_k_f32(const float *__restrict__ logits, int c
     __syncthreads();
   }
 }
+
+// Per-row argmax (ties to the lower index, NaN never wins): one block of ARGMAX_THREADS per row,
+// each thread scanning its strided elements in order, then a shared-memory tree. For greedy
+// decoding of a 152k-entry row, in place of candle's argmax (a single warp per row).
+#define ARGMAX_THREADS 1024
+
+extern "C" __global__ void row_argmax_f32(const float *__restrict__ logits, int cols,
+                                          unsigned int *__restrict__ out) {
+  __shared__ float sv[ARGMAX_THREADS];
+  __shared__ int si[ARGMAX_THREADS];
+  const int row = blockIdx.x;
+  const int tid = threadIdx.x;
+  const float *x = logits + (size_t)row * cols;
+  float bv = -INFINITY;
+  int bi = cols;  // past the end: loses to any real entry
+  for (int i = tid; i < cols; i += ARGMAX_THREADS) {
+    const float v = x[i];
+    if (v > bv || (bi == cols && v == v)) {
+      bv = v;
+      bi = i;
+    }
+  }
+  sv[tid] = bv;
+  si[tid] = bi;
+  __syncthreads();
+  for (int s = ARGMAX_THREADS / 2; s > 0; s >>= 1) {
+    if (tid < s && better(sv[tid + s], si[tid + s], sv[tid], si[tid])) {
+      sv[tid] = sv[tid + s];
+      si[tid] = si[tid + s];
+    }
+    __syncthreads();
+  }
+  if (tid == 0) out[row] = si[0] < cols ? (unsigned int)si[0] : 0u;
+}

@@ -25,7 +25,7 @@ pub fn parse_device(spec: &str) -> Result<Device> {
              (rebuild with `cargo build --release --features cuda`)"
         )));
     }
-    let device = Device::new_cuda(ordinal)
+    let device = Device::new_cuda_with_stream(ordinal)
         .map_err(|e| Error::Device(format!("cannot open cuda:{ordinal}: {e}")))?;
     check_architecture(built_for(), capability(&device)?)
         .map_err(|why| Error::Device(format!("cuda:{ordinal}: {why}")))?;

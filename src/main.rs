@@ -84,6 +84,10 @@ struct SelftestArgs {
     /// Where to run: cpu, cuda or cuda:N.
     #[arg(long, default_value = "cuda")]
     device: String,
+    /// Also check the GPU decoder step on these models (names or GGUF paths) against candle's
+    /// ops and for batch invariance.
+    #[arg(long = "model", short = 'm')]
+    models: Vec<String>,
 }
 
 #[derive(Args)]
@@ -362,7 +366,13 @@ fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
     })?;
     let _ = writeln!(stdout);
     drop(stdout);
-    eprintln!("[{} {}] {}", m.name, mode, stats.summary());
+    eprintln!(
+        "[{} {}, {}] {}",
+        m.name,
+        mode,
+        engine.target().runtime(),
+        stats.summary()
+    );
     Ok(())
 }
 
@@ -587,10 +597,25 @@ fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The text the model checks of `selftest` run through each model.
+const SELFTEST_TEXT: &str = "def is_prime(n):\n    if n < 2:\n        return False\n    for i in range(2, int(n ** 0.5) + 1):\n        if n % i == 0:\n            return False\n    return True\n\nThe function above checks whether a number is prime by trial division up to its square root.";
+
 fn run_selftest(a: SelftestArgs) -> anyhow::Result<()> {
     let dev = device::parse_device(&a.device)?;
     for line in treespec::gpu::selftest(&dev)? {
         println!("{line}");
+    }
+    for spec in &a.models {
+        let opts = LoadOptions {
+            device: dev.clone(),
+            ..LoadOptions::default()
+        };
+        let mut m = load::load_model(spec, &opts)?;
+        let mut cpu = load::load_model(spec, &LoadOptions::default())?;
+        let ids = m.tokenizer.encode(SELFTEST_TEXT, false)?;
+        for line in treespec::gpu::step::check_model(&mut m.decoder, &mut cpu.decoder, &ids)? {
+            println!("{}: {line}", m.name);
+        }
     }
     println!(
         "selftest on {}: every kernel matches its reference",

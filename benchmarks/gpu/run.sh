@@ -2,7 +2,7 @@
 # On the H200 machine, with the binary and the GGUF files staged in /root/stage (in parts, see
 # ../shared/device/README.md): plain decoding speed, the cost table, and the modes side by side on
 # the default pair with and without batch-invariant products. Writes logs and JSON under $OUT and
-# prints the tables last. Usage: benchmarks/gpu/run.sh [ar|costs|modes|variance]...
+# prints the tables last. Usage: benchmarks/gpu/run.sh [llama-build|check|ncu|llama|ar|costs|modes|variance]...
 set -euo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/local/nvidia/lib64
 S=/root/stage
@@ -25,6 +25,26 @@ for what in "${@:-ar costs modes variance}"; do
       done
       echo "| $(basename "$m") |$r |"
     done | tee "$OUT/gpu-ar.md" ;;
+  check)
+    "$B" selftest --device cuda -m "$M" -m "$T" -m "$D" 2>&1 | tee "$OUT/gpu-selftest.txt" || true ;;
+  ncu)
+    # Where a decode step's GPU time goes: every kernel of a 16-token answer, run eagerly.
+    TREESPEC_CUDA_GRAPHS=0 /usr/local/cuda/bin/ncu --metrics gpu__time_duration.sum --csv \
+      --log-file "$OUT/ncu-target.csv" "$B" generate --device cuda -m "$T" -p "$prompt" \
+      --max-tokens 16 > /dev/null 2>&1 || true
+    python3 "$(dirname "$0")/kernel-times.py" "$OUT/ncu-target.csv" 16 | tee "$OUT/ncu-target.txt" | head -20 ;;
+  llama-build)
+    mkdir -p /root/llama && tar -xJf "$S/llama.tar.xz" -C /root/llama
+    cd /root/llama && setsid nohup bash -c "cmake -S . -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+      -DCMAKE_BUILD_TYPE=Release && cmake --build build --target llama-bench -j12 && touch /root/llama/done" \
+      > /root/llama/build.log 2>&1 < /dev/null & cd - > /dev/null ;;
+  llama)
+    while [ ! -f /root/llama/done ]; do sleep 5; done
+    export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/root/llama/build/bin
+    for m in "$M" "$T" "$D"; do
+      echo "$(basename "$m"): $(/root/llama/build/bin/llama-bench -m "$m" -ngl 99 -p 0 -n 256 -r 3 -o md | grep tg256)"
+    done | tee "$OUT/llama-bench.md" ;;
   costs)
     "$B" bench --device cuda --costs --target "$T" --drafter "$D" 2>&1 | tee "$OUT/gpu-costs.md" | tail -25 ;;
   modes)

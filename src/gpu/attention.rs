@@ -211,6 +211,8 @@ mod cuda {
     use cudarc::driver::{LaunchConfig, PushKernelArg};
 
     const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/attention.ptx"));
+    /// The combine kernel's optional Q8_1 output, unused here (the GPU decoder step uses it).
+    const NO_Q8: u64 = 0;
     /// Threads per chunk block: `ATT_THREADS` in `kernels/attention.cu`.
     const THREADS: u32 = 128;
 
@@ -308,7 +310,9 @@ mod cuda {
                 .arg(&nh_i)
                 .arg(&hd_i)
                 .arg(&width_i)
-                .arg(&chunks_i);
+                .arg(&chunks_i)
+                .arg(&NO_Q8)
+                .arg(&0i32);
             let cfg = LaunchConfig {
                 grid_dim: (nh as u32, n as u32, 1),
                 block_dim: (hd as u32, 1, 1),

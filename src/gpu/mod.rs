@@ -1,14 +1,15 @@
 //! treespec's own GPU kernels (CUDA sources in `kernels/`, compiled to PTX by `build.rs` with
 //! the `cuda` feature), each behind a function that runs its CPU reference on any other device.
 //!
-//! - [`row_top_k`] (`topk`): per-row top-k with the log-normaliser.
+//! - [`row_top_k`], [`row_argmax`] (`topk`): per-row top-k with the log-normaliser; argmax.
 //! - [`attention`] (`attention`): batch-invariant grouped-query attention over per-row key lists.
 
 pub mod attention;
+pub mod step;
 mod topk;
 
 pub use attention::attention;
-pub use topk::{row_top_k, TOP_K_MAX};
+pub use topk::{row_argmax, row_top_k, TOP_K_MAX};
 
 use crate::error::Result;
 

@@ -46,8 +46,26 @@ pub(super) fn selftest(
             }
             report.push(format!("top-k [{rows} x {cols}] k={k}: ok"));
         }
+        let want: Vec<u32> = top_k_rows(&rows_host, 1).iter().map(|r| r.tokens[0]).collect();
+        let got = row_argmax(&t)?;
+        if got != want {
+            return Err(Error::Device(format!(
+                "argmax [{rows}x{cols}]: {got:?} vs reference {want:?}"
+            )));
+        }
+        report.push(format!("argmax [{rows} x {cols}]: ok"));
     }
     Ok(())
+}
+
+/// The index of each row's largest entry of `[rows, cols]` logits (ties to the lower index): one
+/// kernel launch on a GPU and `rows` ids back, candle's argmax elsewhere.
+pub fn row_argmax(logits: &Tensor) -> Result<Vec<u32>> {
+    #[cfg(feature = "cuda")]
+    if let candle_core::Device::Cuda(dev) = logits.device() {
+        return cuda::row_argmax(dev, logits);
+    }
+    Ok(logits.argmax(candle_core::D::Minus1)?.to_vec1::<u32>()?)
 }
 
 /// Largest k the device kernel keeps per row (larger k takes the host path).
@@ -81,6 +99,36 @@ mod cuda {
 
     fn driver(e: impl std::fmt::Debug) -> Error {
         crate::gpu::kernel_error("top-k", e)
+    }
+
+    pub(super) fn row_argmax(dev: &CudaDevice, logits: &Tensor) -> Result<Vec<u32>> {
+        let logits = logits.to_dtype(DType::F32)?.contiguous()?;
+        let (rows, cols) = logits.dims2()?;
+        if rows == 0 {
+            return Ok(vec![]);
+        }
+        let (storage, layout) = logits.storage_and_layout();
+        let candle_core::Storage::Cuda(cs) = &*storage else {
+            return Err(Error::Device("argmax kernel: the logits are not on the GPU".into()));
+        };
+        let x = cs
+            .as_cuda_slice::<f32>()?
+            .slice(layout.start_offset()..layout.start_offset() + rows * cols);
+        let func = dev.get_or_load_custom_func("row_argmax_f32", "treespec_topk", PTX)?;
+        let stream = dev.cuda_stream();
+        let mut ids = stream.alloc_zeros::<u32>(rows).map_err(driver)?;
+        let cols_i = cols as i32;
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, 1, 1),
+            block_dim: (1024, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = func.builder();
+        b.arg(&x).arg(&cols_i).arg(&mut ids);
+        // SAFETY: a [rows, cols] f32 input and a [rows] output, as the kernel takes them.
+        unsafe { b.launch(cfg) }.map_err(driver)?;
+        drop(storage);
+        stream.clone_dtoh(&ids).map_err(driver)
     }
 
     pub(super) fn row_top_k(dev: &CudaDevice, logits: &Tensor, k: usize) -> Result<Vec<DepthTopK>> {

@@ -13,12 +13,13 @@
 //! cache that can be truncated and compacted ([`Decoder::truncate`], [`Decoder::keep`]).
 
 use crate::error::{Error, Result};
+use crate::gpu::step::{GpuStep, LayerWeights, StepInput, StepWeights};
 use crate::model::config::{ModelConfig, RopeStyle};
 use crate::model::kv_cache::KvCache;
 use crate::model::layer::DecoderLayer;
 use crate::model::visibility::{Visibility, VisibleKeys};
 use crate::model::weights::{Embedding, Linear, WeightStore};
-use candle_core::{DType, Device, Tensor, D};
+use candle_core::{DType, Device, Tensor};
 
 /// Additive value for masked attention entries: large and finite, so that no row is all -inf.
 pub const MASKED: f32 = -1.0e9;
@@ -205,6 +206,10 @@ pub struct Decoder {
     context: usize,
     /// Attention through treespec's batch-invariant kernel (`gpu::attention`), not candle's ops.
     listed_attention: bool,
+    /// The GPU decoder step (`gpu::step`), when it runs this model.
+    step: Option<GpuStep>,
+    /// What runs the forward pass, for status lines and benchmarks.
+    runtime: String,
 }
 
 impl Decoder {
@@ -240,7 +245,9 @@ impl Decoder {
             .map(|_| KvCache::new(cfg.n_kv_heads, hd, context, DType::F32, &device))
             .collect::<Result<Vec<_>>>()?;
         let listed_attention = Visibility::listed_for(&cfg, &device);
-        Ok(Decoder {
+        let mut decoder = Decoder {
+            step: None,
+            runtime: String::new(),
             listed_attention,
             cfg,
             embed,
@@ -252,7 +259,61 @@ impl Decoder {
             caches,
             device,
             context,
-        })
+        };
+        decoder.set_gpu_step(crate::gpu::step::enabled());
+        Ok(decoder)
+    }
+
+    /// Run forward passes through treespec's GPU decoder step (`on`, where it can run this
+    /// model) or through candle's ops.
+    pub fn set_gpu_step(&mut self, on: bool) {
+        self.step = None;
+        self.runtime = if self.device.is_cpu() {
+            "cpu kernels".into()
+        } else if !on {
+            "candle ops (GPU step off)".into()
+        } else if !self.listed_attention {
+            "candle ops (batch invariance off)".into()
+        } else {
+            match GpuStep::new(&self.step_weights(), &self.device) {
+                Ok(step) => {
+                    self.step = Some(step);
+                    "treespec GPU step".into()
+                }
+                Err(why) => format!("candle ops ({why})"),
+            }
+        };
+    }
+
+    /// What runs the forward pass ("treespec GPU step", or candle's ops and why).
+    pub fn runtime(&self) -> &str {
+        &self.runtime
+    }
+
+    fn step_weights(&self) -> StepWeights<'_> {
+        StepWeights {
+            cfg: &self.cfg,
+            embed: &self.embed,
+            layers: self
+                .layers
+                .iter()
+                .map(|l| LayerWeights {
+                    attn_norm: &l.attn_norm,
+                    qkv: l.attn.qkv.linears(),
+                    q_norm: l.attn.q_norm.as_ref(),
+                    k_norm: l.attn.k_norm.as_ref(),
+                    o: &l.attn.o,
+                    ffn_norm: &l.mlp.norm,
+                    gate_up: l.mlp.gate_up.linears(),
+                    down: &l.mlp.down,
+                })
+                .collect(),
+            norm: &self.norm,
+            lm_head: &self.lm_head,
+            cos: &self.cos,
+            sin: &self.sin,
+            caches: self.caches.iter().map(|c| c.storage()).collect(),
+        }
     }
 
     /// The model's configuration.
@@ -422,6 +483,27 @@ impl Decoder {
             )));
         }
 
+        let visible = VisibleKeys::new(batch.mask.as_ref(), batch.past.as_ref(), n, prefix);
+        let distinct = {
+            let mut rows = batch.logits_rows.clone();
+            rows.sort_unstable();
+            rows.windows(2).all(|w| w[0] != w[1])
+        };
+        if let (Some(step), true) = (self.step.as_mut(), distinct) {
+            let (logits, hidden) = step.forward(&StepInput {
+                tokens: &batch.tokens,
+                positions: &batch.positions,
+                prefix,
+                keys: &visible,
+                logits_rows: &batch.logits_rows,
+                hidden_layers: &batch.hidden_layers,
+            })?;
+            for c in &mut self.caches {
+                c.advance(n)?;
+            }
+            return Ok(ForwardOutput { logits, hidden });
+        }
+
         let pos = Tensor::from_vec(
             batch
                 .positions
@@ -433,7 +515,6 @@ impl Decoder {
         )?;
         let cos = self.cos.index_select(&pos, 0)?;
         let sin = self.sin.index_select(&pos, 0)?;
-        let visible = VisibleKeys::new(batch.mask.as_ref(), batch.past.as_ref(), n, prefix);
         let mask = Visibility::new(&visible, self.listed_attention, &self.cfg, &self.device)?;
 
         let mut x = self.embed(&batch.tokens)?;
@@ -539,7 +620,8 @@ pub fn rope_tables(
     Ok((freqs.cos()?.contiguous()?, freqs.sin()?.contiguous()?))
 }
 
-/// Row-wise argmax of a `[rows, vocab]` logits tensor (ties go to the lowest id).
+/// Row-wise argmax of a `[rows, vocab]` logits tensor (ties go to the lowest id); one kernel of
+/// treespec's on a GPU ([`crate::gpu::row_argmax`]).
 pub fn argmax_rows(logits: &Tensor) -> Result<Vec<u32>> {
-    Ok(logits.argmax(D::Minus1)?.to_vec1::<u32>()?)
+    crate::gpu::row_argmax(logits)
 }

@@ -64,6 +64,24 @@ impl KvCache {
         Ok(())
     }
 
+    /// The whole K and V tensors `[kv_heads, capacity, head_dim]`, for a kernel that writes rows
+    /// in place (the GPU decoder step), followed by [`KvCache::advance`].
+    pub(crate) fn storage(&self) -> (&Tensor, &Tensor) {
+        (&self.k, &self.v)
+    }
+
+    /// Count `n` rows written in place after the valid ones as valid.
+    pub(crate) fn advance(&mut self, n: usize) -> Result<()> {
+        if self.len + n > self.capacity {
+            return Err(Error::ContextOverflow {
+                prompt: self.len + n,
+                context: self.capacity,
+            });
+        }
+        self.len += n;
+        Ok(())
+    }
+
     /// Views of the valid rows: `([kv_heads, len, head_dim], [kv_heads, len, head_dim])`.
     pub fn view(&self) -> Result<(Tensor, Tensor)> {
         Ok((

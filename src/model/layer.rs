@@ -19,6 +19,14 @@ pub(crate) enum Projections {
 }
 
 impl Projections {
+    /// The linear layers, in output order (one when fused).
+    pub(crate) fn linears(&self) -> Vec<&Linear> {
+        match self {
+            Projections::Fused { linear, .. } => vec![linear],
+            Projections::Separate(ls) => ls.iter().collect(),
+        }
+    }
+
     /// Load the weights `{blk}.{stem}.weight` (`[out_i, inp]`), with biases if asked.
     pub(crate) fn load(
         store: &mut WeightStore,
@@ -78,10 +86,10 @@ impl Projections {
 /// The attention of a layer: q/k/v projections (Qwen2's biases, Qwen3's per-head q/k norms),
 /// RoPE, grouped-query attention over given K/V, the output projection.
 pub struct Attention {
-    qkv: Projections,
-    o: Linear,
-    q_norm: Option<Tensor>,
-    k_norm: Option<Tensor>,
+    pub(crate) qkv: Projections,
+    pub(crate) o: Linear,
+    pub(crate) q_norm: Option<Tensor>,
+    pub(crate) k_norm: Option<Tensor>,
     n_heads: usize,
     n_kv_heads: usize,
     head_dim: usize,
@@ -215,9 +223,9 @@ pub fn grouped_attention(
 
 /// The MLP half of a layer with its norm: `x + down(silu(gate(n)) * up(n))`, `n = norm(x)`.
 pub struct Mlp {
-    norm: Tensor,
-    gate_up: Projections,
-    down: Linear,
+    pub(crate) norm: Tensor,
+    pub(crate) gate_up: Projections,
+    pub(crate) down: Linear,
     eps: f32,
 }
 
@@ -255,7 +263,7 @@ impl Mlp {
 /// One pre-norm decoder layer: `x += attn(norm(x)); x += mlp(norm(x))`. The caller runs the
 /// attention (it owns the K/V cache).
 pub struct DecoderLayer {
-    attn_norm: Tensor,
+    pub(crate) attn_norm: Tensor,
     eps: f32,
     /// The attention.
     pub attn: Attention,

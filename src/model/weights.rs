@@ -460,6 +460,15 @@ impl Linear {
         })
     }
 
+    /// The quantised weight on a GPU and the bias, when this layer is one (what the GPU decoder
+    /// step, [`crate::gpu::step`], multiplies with its own kernel).
+    pub(crate) fn device_quantized(&self) -> Option<(&Arc<QTensor>, Option<&Tensor>)> {
+        match &self.weight {
+            LinearWeight::Quantized(QMatMul::QTensor(q)) => Some((q, self.bias.as_ref())),
+            _ => None,
+        }
+    }
+
     /// Output width.
     pub fn out_features(&self) -> usize {
         self.out_features

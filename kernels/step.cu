@@ -1,0 +1,187 @@
+// The fused pieces of treespec's GPU decoder step (src/gpu/step.rs): every kernel here works row
+// by row with a fixed summation order, so a row's result never depends on how many rows the
+// launch holds (batch invariance: a verify pass gives each row exactly a one-row step's values).
+// Row counts, positions, cache slots and token ids are read from device memory, so a captured CUDA
+// graph replays the same launches for every step.
+//
+// Activations for the quantised products are written straight in llama.cpp's Q8_1 layout (blocks
+// of 32: half scale d = amax / 127, half sum, 32 int8), with the formula of the stand-alone
+// quantiser in mmvq.cu, rows padded with zero blocks to `qblocks` (MATRIX_ROW_PADDING).
+//
+// - norm_q8: x += delta (optional), then RMSNorm(x) * w quantised to Q8_1, into the row's slot.
+// - qkv_rope: bias, per-head RMSNorm (Qwen3), RoPE from the row's position; queries to [nh, n, hd],
+//   keys and values into the KV cache at the row's slot.
+// - silu_mul_q8: silu(gate) * up quantised to Q8_1.
+// - gather_rows: rows of a dense f32 table by token id.
+// CPU references: src/gpu/step.rs (`reference`), checked by `treespec selftest --device cuda`.
+
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#define QK8_1 32
+#define STEP_THREADS 256
+
+struct block_q8_1_t {
+  half2 ds;
+  int8_t qs[QK8_1];
+};
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) x += __shfl_xor_sync(0xffffffff, x, m, 32);
+  return x;
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, m, 32));
+  return x;
+}
+
+// One warp quantises the 32 values its lanes hold into one Q8_1 block.
+__device__ __forceinline__ void warp_quantize(float xi, block_q8_1_t *b, int lane) {
+  const float amax = warp_max(fabsf(xi));
+  const float sum = warp_sum(xi);
+  const float d = amax / 127.0f;
+  const int8_t q = (amax == 0.0f) ? 0 : (int8_t)roundf(xi / d);
+  b->qs[lane] = q;
+  if (lane == 0) {
+    b->ds = make_half2(__float2half(d), __float2half(sum));
+  }
+}
+
+// Sum over a block of STEP_THREADS threads in a fixed order (warp butterflies, then the warps in
+// order by thread 0); every thread gets the total.
+__device__ __forceinline__ float block_sum(float v, float *scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_sum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float t = 0.f;
+    for (int w = 0; w < (int)(blockDim.x >> 5); ++w) t += scratch[w];
+    scratch[32] = t;
+  }
+  __syncthreads();
+  const float t = scratch[32];
+  __syncthreads();
+  return t;
+}
+
+// Grid: n rows; block STEP_THREADS. Row r: x[r] += delta[r] (when delta is set, written back),
+// then q8[slot] = Q8_1(x[r] / rms(x[r]) * w) with slot = slots ? slots[r] : r (negative: skip).
+extern "C" __global__ void norm_q8(float *__restrict__ x, const float *__restrict__ delta,
+                                   const float *__restrict__ w, const int *__restrict__ slots,
+                                   block_q8_1_t *__restrict__ q8, int h, int qblocks, float eps) {
+  __shared__ float scratch[33];
+  const int r = blockIdx.x;
+  float *xr = x + (size_t)r * h;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < h; i += blockDim.x) {
+    float v = xr[i];
+    if (delta != nullptr) {
+      v += delta[(size_t)r * h + i];
+      xr[i] = v;
+    }
+    ss = fmaf(v, v, ss);
+  }
+  const float total = block_sum(ss, scratch);
+  const int slot = slots != nullptr ? slots[r] : r;
+  if (slot < 0) return;
+  const float inv = rsqrtf(total / (float)h + eps);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  block_q8_1_t *out = q8 + (size_t)slot * qblocks;
+  for (int b = warp; b < qblocks; b += warps) {
+    const int i = b * QK8_1 + lane;
+    const float v = i < h ? xr[i] * inv * w[i] : 0.f;
+    warp_quantize(v, out + b, lane);
+  }
+}
+
+// Grid: (n rows, nh + 2 * nkv heads); block hd / 2 threads (one rotation pair each).
+// proj[r] = [q heads | k heads | v heads] (row stride `stride`); bias, q_norm, k_norm optional.
+extern "C" __global__ void qkv_rope(const float *__restrict__ proj, int stride,
+                                    const float *__restrict__ bias,
+                                    const float *__restrict__ q_norm,
+                                    const float *__restrict__ k_norm,
+                                    const float *__restrict__ cos_t,
+                                    const float *__restrict__ sin_t,
+                                    const unsigned int *__restrict__ pos,
+                                    const unsigned int *__restrict__ slots,
+                                    float *__restrict__ q_out, float *__restrict__ k_cache,
+                                    float *__restrict__ v_cache, long long kv_stride, int n,
+                                    int nh, int nkv, int hd, float eps, int interleaved) {
+  __shared__ float scratch[33];
+  const int r = blockIdx.x;
+  const int head = blockIdx.y;
+  const int half_hd = hd / 2;
+  const int t = threadIdx.x;
+  const int col = head * hd;  // q, k and v heads sit back to back
+  const float *src = proj + (size_t)r * stride + col;
+  const int i0 = interleaved ? 2 * t : t;
+  const int i1 = interleaved ? 2 * t + 1 : t + half_hd;
+  float a = src[i0], b = src[i1];
+  if (bias != nullptr) {
+    a += bias[col + i0];
+    b += bias[col + i1];
+  }
+  const bool is_q = head < nh;
+  const bool is_k = !is_q && head < nh + nkv;
+  const unsigned int slot = slots[r];
+  if (!is_q && !is_k) {
+    const int g = head - nh - nkv;
+    float *dst = v_cache + (size_t)g * kv_stride + (size_t)slot * hd;
+    dst[i0] = a;
+    dst[i1] = b;
+    return;
+  }
+  const float *norm = is_q ? q_norm : k_norm;
+  if (norm != nullptr) {
+    const float total = block_sum(a * a + b * b, scratch);
+    const float inv = rsqrtf(total / (float)hd + eps);
+    a = a * inv * norm[i0];
+    b = b * inv * norm[i1];
+  }
+  const unsigned int p = pos[r];
+  const float c = cos_t[(size_t)p * half_hd + t];
+  const float s = sin_t[(size_t)p * half_hd + t];
+  const float ra = a * c - b * s;
+  const float rb = a * s + b * c;
+  if (is_q) {
+    float *dst = q_out + ((size_t)head * n + r) * hd;
+    dst[i0] = ra;
+    dst[i1] = rb;
+  } else {
+    const int g = head - nh;
+    float *dst = k_cache + (size_t)g * kv_stride + (size_t)slot * hd;
+    dst[i0] = ra;
+    dst[i1] = rb;
+  }
+}
+
+// Grid: (n rows, ceil(qblocks / 8)); block STEP_THREADS (8 warps, one Q8_1 block each).
+// gu[r] = [gate (ffn) | up (ffn)] with row stride `stride`.
+extern "C" __global__ void silu_mul_q8(const float *__restrict__ gu, int stride, int ffn,
+                                       block_q8_1_t *__restrict__ q8, int qblocks) {
+  const int r = blockIdx.x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int b = blockIdx.y * (blockDim.x >> 5) + warp;
+  if (b >= qblocks) return;
+  const int i = b * QK8_1 + lane;
+  float v = 0.f;
+  if (i < ffn) {
+    const float g = gu[(size_t)r * stride + i];
+    const float u = gu[(size_t)r * stride + ffn + i];
+    v = g / (1.0f + expf(-g)) * u;
+  }
+  warp_quantize(v, q8 + (size_t)r * qblocks + b, lane);
+}
+
+// Grid: (n rows, ceil(h / STEP_THREADS)); x[r] = table[ids[r]].
+extern "C" __global__ void gather_rows(const float *__restrict__ table,
+                                       const unsigned int *__restrict__ ids,
+                                       float *__restrict__ x, int h) {
+  const int r = blockIdx.x;
+  const int i = blockIdx.y * blockDim.x + threadIdx.x;
+  if (i < h) x[(size_t)r * h + i] = table[(size_t)ids[r] * h + i];
+}

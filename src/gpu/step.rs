@@ -1,0 +1,1082 @@
+//! The decoder's forward pass on a GPU as a fixed sequence of treespec's own launches over
+//! buffers allocated once, in place of candle's ops: per layer a fused norm-and-quantise, the
+//! q/k/v product, a fused bias + q/k norm + RoPE + KV-cache write, the two attention launches,
+//! the output product, a fused residual + norm + quantise, the gate/up product, a fused SwiGLU +
+//! quantise and the down product (about 11 launches a layer, against ~30 through candle, each
+//! without candle's allocation and layout work).
+//!
+//! Every kernel is batch-invariant (`kernels/step.cu`, `kernels/mmvq.cu`,
+//! `kernels/attention.cu`): a row's values never depend on how many rows the pass holds, so a
+//! verify pass of any size gives each row bit for bit what a one-row decoding step gives it, and
+//! the quantised products take all rows in one launch (chunks of four activation rows along the
+//! grid) instead of one launch per four rows.
+//!
+//! Per-step values (token ids, positions, cache slots, the key lists) live in one device buffer
+//! the kernels read, so the one-row step is captured once per attention-length bucket as a CUDA
+//! graph and replayed: one launch for the whole step instead of ~300
+//! (`TREESPEC_CUDA_GRAPHS=0` runs it eagerly). Any capture failure turns graphs off with one
+//! log line and the step runs eagerly.
+//!
+//! Built when the decoder runs on a GPU with quantised GGUF weights of types the product kernel
+//! reads and heads the attention kernel takes ([`GpuStep::new`] says why not otherwise;
+//! `TREESPEC_GPU_STEP=0` turns it off); every other decoder runs candle's ops.
+
+use crate::error::{Error, Result};
+use crate::model::config::ModelConfig;
+use crate::model::visibility::VisibleKeys;
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use std::sync::Arc;
+
+/// Weights, caches and tables of a decoder as the step reads them.
+pub struct StepWeights<'a> {
+    /// The model's shape.
+    pub cfg: &'a ModelConfig,
+    /// Token embedding table.
+    pub embed: &'a crate::model::weights::Embedding,
+    /// Per layer.
+    pub layers: Vec<LayerWeights<'a>>,
+    /// Final norm weight.
+    pub norm: &'a Tensor,
+    /// LM head.
+    pub lm_head: &'a crate::model::weights::Linear,
+    /// RoPE tables `[context, head_dim / 2]`.
+    pub cos: &'a Tensor,
+    /// See `cos`.
+    pub sin: &'a Tensor,
+    /// Per layer: the K and V cache tensors `[kv_heads, capacity, head_dim]`.
+    pub caches: Vec<(&'a Tensor, &'a Tensor)>,
+}
+
+/// One layer's weights as the step reads them.
+pub struct LayerWeights<'a> {
+    /// Attention norm.
+    pub attn_norm: &'a Tensor,
+    /// q, k, v projections: one fused linear or three.
+    pub qkv: Vec<&'a crate::model::weights::Linear>,
+    /// Qwen3's per-head norms.
+    pub q_norm: Option<&'a Tensor>,
+    /// See `q_norm`.
+    pub k_norm: Option<&'a Tensor>,
+    /// Output projection.
+    pub o: &'a crate::model::weights::Linear,
+    /// MLP norm.
+    pub ffn_norm: &'a Tensor,
+    /// gate and up projections: one fused linear or two.
+    pub gate_up: Vec<&'a crate::model::weights::Linear>,
+    /// Down projection.
+    pub down: &'a crate::model::weights::Linear,
+}
+
+/// Whether the step is wanted at all (`TREESPEC_GPU_STEP=0` turns it off).
+pub fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TREESPEC_GPU_STEP").as_deref() != Ok("0"))
+}
+
+/// Kernel-name stem of a weight format the product kernel reads.
+pub fn format_tag(dtype: GgmlDType) -> Option<&'static str> {
+    Some(match dtype {
+        GgmlDType::Q4_0 => "q4_0",
+        GgmlDType::Q4_1 => "q4_1",
+        GgmlDType::Q5_0 => "q5_0",
+        GgmlDType::Q5_1 => "q5_1",
+        GgmlDType::Q8_0 => "q8_0",
+        GgmlDType::Q2K => "q2_k",
+        GgmlDType::Q3K => "q3_k",
+        GgmlDType::Q4K => "q4_k",
+        GgmlDType::Q5K => "q5_k",
+        GgmlDType::Q6K => "q6_k",
+        _ => return None,
+    })
+}
+
+/// Inputs of one pass, as [`GpuStep::forward`] takes them.
+pub struct StepInput<'a> {
+    /// Token ids of the new rows.
+    pub tokens: &'a [u32],
+    /// Their RoPE positions.
+    pub positions: &'a [usize],
+    /// Cached rows before the block (the block's K/V go to `prefix..prefix + n`).
+    pub prefix: usize,
+    /// What each row attends to.
+    pub keys: &'a VisibleKeys,
+    /// Rows whose logits are wanted, in order (distinct).
+    pub logits_rows: &'a [usize],
+    /// Layers whose output hidden states are wanted.
+    pub hidden_layers: &'a [usize],
+}
+
+#[cfg(feature = "cuda")]
+pub use cuda::GpuStep;
+
+/// Without CUDA there is no step: [`GpuStep::new`] always declines.
+#[cfg(not(feature = "cuda"))]
+pub struct GpuStep;
+
+#[cfg(not(feature = "cuda"))]
+impl GpuStep {
+    /// Never built without the `cuda` feature.
+    pub fn new(_w: &StepWeights, _device: &Device) -> std::result::Result<Self, String> {
+        Err("built without CUDA".into())
+    }
+
+    /// Unreachable: no step exists without CUDA.
+    pub fn forward(
+        &mut self,
+        _input: &StepInput,
+    ) -> Result<(Option<Tensor>, Vec<Tensor>)> {
+        Err(Error::Device("no GPU step without CUDA".into()))
+    }
+}
+
+/// A weight as the product kernel reads it.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+struct Mat {
+    ptr: u64,
+    tag: &'static str,
+    rows: usize,
+    cols: usize,
+    _keep: Arc<QTensor>,
+}
+
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn mat(l: &crate::model::weights::Linear, what: &str) -> std::result::Result<(Mat, Option<Tensor>), String> {
+    let (q, bias) = l
+        .device_quantized()
+        .ok_or_else(|| format!("{what} is not a quantised GPU weight"))?;
+    let tag = format_tag(q.dtype()).ok_or_else(|| format!("{what} is {:?}", q.dtype()))?;
+    let (rows, cols) = q.shape().dims2().map_err(|e| e.to_string())?;
+    let ptr = q.device_ptr().map_err(|e| e.to_string())? as u64;
+    Ok((
+        Mat {
+            ptr,
+            tag,
+            rows,
+            cols,
+            _keep: q.clone(),
+        },
+        bias.cloned(),
+    ))
+}
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use super::*;
+    use crate::model::config::RopeStyle;
+    use crate::model::weights::Embedding;
+    use candle_core::{CudaStorage, Storage};
+    use cudarc::driver::{
+        sys, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig,
+        PushKernelArg,
+    };
+    use std::collections::HashMap;
+
+    const STEP_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/step.ptx"));
+    const MMVQ_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/mmvq.ptx"));
+    const ATT_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/attention.ptx"));
+    /// Bytes of a Q8_1 block of 32 values.
+    const Q8_BYTES: usize = 36;
+    /// Activation rows padded to this multiple (llama.cpp's MATRIX_ROW_PADDING).
+    const ROW_PAD: usize = 512;
+    /// Threads of the row kernels (`STEP_THREADS`).
+    const THREADS: u32 = 256;
+
+    fn driver(e: impl std::fmt::Debug) -> Error {
+        crate::gpu::kernel_error("decoder step", e)
+    }
+
+    fn qblocks(width: usize) -> usize {
+        width.div_ceil(ROW_PAD) * ROW_PAD / 32
+    }
+
+    /// The device address of a contiguous f32 (or u32) tensor's first element.
+    fn tensor_ptr(t: &Tensor, stream: &Arc<CudaStream>) -> std::result::Result<u64, String> {
+        let t = t.contiguous().map_err(|e| e.to_string())?;
+        let (s, l) = t.storage_and_layout();
+        let Storage::Cuda(s) = &*s else {
+            return Err("a tensor is not on the GPU".into());
+        };
+        let slice = s.as_cuda_slice::<f32>().map_err(|e| e.to_string())?;
+        let (ptr, _guard) = slice.device_ptr(stream);
+        Ok(ptr + (l.start_offset() * 4) as u64)
+    }
+
+    struct Layer {
+        attn_norm: u64,
+        /// Projections writing columns `offset..offset + rows` of the q/k/v row.
+        qkv: Vec<(Mat, usize)>,
+        qkv_bias: u64,
+        q_norm: u64,
+        k_norm: u64,
+        o: Mat,
+        ffn_norm: u64,
+        gate_up: Vec<(Mat, usize)>,
+        down: Mat,
+        k_cache: u64,
+        v_cache: u64,
+    }
+
+    enum Embed {
+        Quantized {
+            _keep: Arc<QTensor>,
+            ptr: u64,
+            dtype: GgmlDType,
+            row_bytes: usize,
+        },
+        Dense(u64),
+    }
+
+    /// Buffers sized for `rows` rows (a multiple of 4) and `chunks` attention chunks.
+    struct Buffers {
+        rows: usize,
+        chunks: usize,
+        meta_len: usize,
+        meta: CudaSlice<u32>,
+        x: CudaSlice<f32>,
+        q8: CudaSlice<u8>,
+        proj: CudaSlice<f32>,
+        q: CudaSlice<f32>,
+        att: CudaSlice<f32>,
+        part: CudaSlice<f32>,
+        logits: CudaSlice<f32>,
+    }
+
+    struct Funcs {
+        norm_q8: CudaFunction,
+        qkv_rope: CudaFunction,
+        silu_mul_q8: CudaFunction,
+        gather_rows: CudaFunction,
+        att_chunk: CudaFunction,
+        att_combine: CudaFunction,
+        mmvq: HashMap<(&'static str, usize), CudaFunction>,
+        get_rows: Option<CudaFunction>,
+    }
+
+    /// A captured step. cudarc's graph holds raw driver handles and so is not `Send`; the
+    /// decoder that owns it moves to the engine thread once, before any capture, and the driver
+    /// API may be called from any thread of the process.
+    struct Graph(CudaGraph);
+
+    // SAFETY: see above; the handles are used by one thread at a time (the decoder's owner).
+    unsafe impl Send for Graph {}
+
+    /// Offsets into the per-pass metadata buffer (u32 elements).
+    #[derive(Clone, Copy)]
+    struct Meta {
+        ids: usize,
+        pos: usize,
+        slots: usize,
+        out_slots: usize,
+        table: usize,
+        width: usize,
+        len: usize,
+    }
+
+    impl Meta {
+        fn new(n: usize, width: usize) -> Self {
+            Meta {
+                ids: 0,
+                pos: n,
+                slots: 2 * n,
+                out_slots: 3 * n,
+                table: 4 * n,
+                width,
+                len: 4 * n + n * width,
+            }
+        }
+    }
+
+    /// The decoder step (see the module documentation).
+    pub struct GpuStep {
+        dev: candle_core::CudaDevice,
+        stream: Arc<CudaStream>,
+        f: Funcs,
+        layers: Vec<Layer>,
+        embed: Embed,
+        norm: u64,
+        lm_head: Mat,
+        cos: u64,
+        sin: u64,
+        kv_stride: i64,
+        h: usize,
+        nh: usize,
+        nkv: usize,
+        hd: usize,
+        ffn: usize,
+        vocab: usize,
+        qkv_width: usize,
+        eps: f32,
+        interleaved: i32,
+        bufs: Option<Buffers>,
+        graphs: HashMap<usize, Graph>,
+        graphs_on: bool,
+        _keep: Vec<Tensor>,
+    }
+
+    impl GpuStep {
+        /// Build the step over a decoder's weights, or say why it cannot run them.
+        pub fn new(w: &StepWeights, device: &Device) -> std::result::Result<Self, String> {
+            let Device::Cuda(dev) = device else {
+                return Err("not a GPU".into());
+            };
+            let cfg = w.cfg;
+            if !crate::gpu::attention::supports(cfg.n_heads, cfg.n_kv_heads, cfg.head_dim) {
+                return Err("head shape the attention kernel does not take".into());
+            }
+            let stream = dev.cuda_stream();
+            let mut keep = vec![];
+            let mut ptr = |t: &Tensor| -> std::result::Result<u64, String> {
+                let t = t.to_dtype(candle_core::DType::F32).map_err(|e| e.to_string())?;
+                let t = t.contiguous().map_err(|e| e.to_string())?;
+                let p = tensor_ptr(&t, &stream)?;
+                keep.push(t);
+                Ok(p)
+            };
+            let (h, hd) = (cfg.hidden, cfg.head_dim);
+            let qkv_width = (cfg.n_heads + 2 * cfg.n_kv_heads) * hd;
+            let mut layers = Vec::with_capacity(w.layers.len());
+            for (i, (l, (kc, vc))) in w.layers.iter().zip(&w.caches).enumerate() {
+                let mut qkv = vec![];
+                let mut biases = vec![];
+                let mut off = 0;
+                for p in &l.qkv {
+                    let (m, b) = mat(p, &format!("layer {i} q/k/v"))?;
+                    let rows = m.rows;
+                    if let Some(b) = b {
+                        biases.push(b);
+                    }
+                    qkv.push((m, off));
+                    off += rows;
+                }
+                if off != qkv_width || (!biases.is_empty() && biases.len() != l.qkv.len()) {
+                    return Err(format!("layer {i}: unexpected q/k/v layout"));
+                }
+                let qkv_bias = if biases.is_empty() {
+                    0
+                } else {
+                    ptr(&Tensor::cat(&biases, 0).map_err(|e| e.to_string())?)?
+                };
+                let mut gate_up = vec![];
+                let mut off = 0;
+                for p in &l.gate_up {
+                    let (m, _) = mat(p, &format!("layer {i} gate/up"))?;
+                    let rows = m.rows;
+                    gate_up.push((m, off));
+                    off += rows;
+                }
+                if off != 2 * cfg.ffn {
+                    return Err(format!("layer {i}: unexpected gate/up layout"));
+                }
+                let (o, ob) = mat(l.o, &format!("layer {i} output"))?;
+                let (down, db) = mat(l.down, &format!("layer {i} down"))?;
+                if ob.is_some() || db.is_some() {
+                    return Err(format!("layer {i}: biases outside q/k/v"));
+                }
+                if kc.dims3().map_err(|e| e.to_string())?.1 != vc.dims3().map_err(|e| e.to_string())?.1 {
+                    return Err("K and V caches of different sizes".into());
+                }
+                layers.push(Layer {
+                    attn_norm: ptr(l.attn_norm)?,
+                    qkv,
+                    qkv_bias,
+                    q_norm: l.q_norm.map(&mut ptr).transpose()?.unwrap_or(0),
+                    k_norm: l.k_norm.map(&mut ptr).transpose()?.unwrap_or(0),
+                    o,
+                    ffn_norm: ptr(l.ffn_norm)?,
+                    gate_up,
+                    down,
+                    k_cache: 0,
+                    v_cache: 0,
+                });
+            }
+            // The caches are written in place: their own storage, never a copy.
+            for (layer, (kc, vc)) in layers.iter_mut().zip(&w.caches) {
+                if !kc.is_contiguous() || !vc.is_contiguous() || kc.dtype() != candle_core::DType::F32 {
+                    return Err("KV cache not contiguous f32".into());
+                }
+                layer.k_cache = tensor_ptr(kc, &stream)?;
+                layer.v_cache = tensor_ptr(vc, &stream)?;
+            }
+            let capacity = w.caches.first().map(|(k, _)| k.dim(1).unwrap_or(0)).unwrap_or(0);
+            let embed = match w.embed {
+                Embedding::Quantized(q) => Embed::Quantized {
+                    _keep: q.clone(),
+                    ptr: q.device_ptr().map_err(|e| e.to_string())? as u64,
+                    dtype: q.dtype(),
+                    row_bytes: h / q.dtype().block_size() * q.dtype().type_size(),
+                },
+                Embedding::Dense(t) => Embed::Dense(ptr(t)?),
+                Embedding::Blocks(_) => return Err("embedding on the host".into()),
+            };
+            let (lm_head, lb) = mat(w.lm_head, "LM head")?;
+            if lb.is_some() {
+                return Err("LM head with a bias".into());
+            }
+            let norm = ptr(w.norm)?;
+            let cos = ptr(w.cos)?;
+            let sin = ptr(w.sin)?;
+            let f = load_funcs(dev, &layers, &lm_head, &embed).map_err(|e| e.to_string())?;
+            Ok(GpuStep {
+                dev: dev.clone(),
+                stream,
+                f,
+                layers,
+                embed,
+                norm,
+                lm_head,
+                cos,
+                sin,
+                kv_stride: (capacity * hd) as i64,
+                h,
+                nh: cfg.n_heads,
+                nkv: cfg.n_kv_heads,
+                hd,
+                ffn: cfg.ffn,
+                vocab: cfg.vocab_size,
+                qkv_width,
+                eps: cfg.rms_eps as f32,
+                interleaved: matches!(cfg.rope_style, RopeStyle::Interleaved) as i32,
+                bufs: None,
+                graphs: HashMap::new(),
+                graphs_on: std::env::var("TREESPEC_CUDA_GRAPHS").as_deref() != Ok("0"),
+                _keep: keep,
+            })
+        }
+
+        /// Run one pass: the block's K/V written to the cache rows `prefix..prefix + n` (the
+        /// caller advances the cache), logits of `logits_rows` `[m, vocab]`, hidden states of
+        /// `hidden_layers` `[n, hidden]` each.
+        pub fn forward(&mut self, input: &StepInput) -> Result<(Option<Tensor>, Vec<Tensor>)> {
+            let n = input.tokens.len();
+            let m = input.logits_rows.len();
+            let width = input.keys.width();
+            let max_count = (0..n).map(|i| input.keys.count(i)).max().unwrap_or(0);
+            let chunks = max_count
+                .div_ceil(crate::gpu::attention::CHUNK)
+                .max(1)
+                .next_power_of_two();
+            let meta = Meta::new(n, width);
+            let mut host = vec![0u32; meta.len];
+            host[meta.ids..meta.ids + n].copy_from_slice(input.tokens);
+            for (i, &p) in input.positions.iter().enumerate() {
+                host[meta.pos + i] = p as u32;
+                host[meta.slots + i] = (input.prefix + i) as u32;
+                host[meta.out_slots + i] = u32::MAX; // -1: no logits
+            }
+            for (slot, &r) in input.logits_rows.iter().enumerate() {
+                host[meta.out_slots + r] = slot as u32;
+            }
+            host[meta.table..].copy_from_slice(&input.keys.packed());
+            self.ensure(n.max(m), chunks, meta.len)?;
+            let bufs = self.bufs.as_mut().expect("ensured");
+            self.stream
+                .memcpy_htod(&host, &mut bufs.meta.slice_mut(..meta.len))
+                .map_err(driver)?;
+
+            let graphable = n == 1 && m == 1 && input.hidden_layers.is_empty() && width == 2;
+            if graphable && self.graphs_on {
+                match self.replay(chunks, meta) {
+                    Ok(t) => return Ok((Some(t), vec![])),
+                    Err(e) => {
+                        self.graphs_on = false;
+                        self.graphs.clear();
+                        eprintln!("treespec: CUDA graph capture failed, running steps eagerly: {e}");
+                    }
+                }
+            }
+            let mut hidden = vec![];
+            let logits = if m > 0 {
+                let mut out = self
+                    .stream
+                    .alloc_zeros::<f32>(m.div_ceil(4) * 4 * self.vocab)
+                    .map_err(driver)?;
+                let out_ptr = out.device_ptr_mut(&self.stream).0;
+                self.launch_all(n, m, chunks, meta, out_ptr, input.hidden_layers, &mut hidden)?;
+                Some(self.wrap(out, m)?)
+            } else {
+                self.launch_all(n, 0, chunks, meta, 0, input.hidden_layers, &mut hidden)?;
+                None
+            };
+            Ok((logits, hidden))
+        }
+
+        /// Replay (capturing first if needed) the one-row step for this attention bucket.
+        fn replay(&mut self, chunks: usize, meta: Meta) -> Result<Tensor> {
+            let logits_ptr = {
+                let bufs = self.bufs.as_ref().expect("ensured");
+                bufs.logits.device_ptr(&self.stream).0
+            };
+            if !self.graphs.contains_key(&chunks) {
+                self.stream
+                    .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                    .map_err(driver)?;
+                let mut none = vec![];
+                let launched = self.launch_all(1, 1, chunks, meta, logits_ptr, &[], &mut none);
+                let graph = self
+                    .stream
+                    .end_capture(sys::CUgraphInstantiate_flags(0))
+                    .map_err(driver);
+                launched?;
+                let graph = graph?.ok_or_else(|| Error::Device("empty CUDA graph".into()))?;
+                if let Some(times) = profile_replays() {
+                    // TREESPEC_STEP_PROFILE=N: the graph alone, N replays back to back.
+                    self.stream.synchronize().map_err(driver)?;
+                    let t0 = std::time::Instant::now();
+                    for _ in 0..times {
+                        graph.launch().map_err(driver)?;
+                    }
+                    self.stream.synchronize().map_err(driver)?;
+                    eprintln!(
+                        "treespec: one-row step graph ({chunks} attention chunks): {:.1} us a replay on the GPU",
+                        t0.elapsed().as_secs_f64() * 1e6 / times as f64
+                    );
+                }
+                self.graphs.insert(chunks, Graph(graph));
+            }
+            self.graphs[&chunks].0.launch().map_err(driver)?;
+            let bufs = self.bufs.as_ref().expect("ensured");
+            let out = self
+                .stream
+                .clone_dtod(&bufs.logits.slice(..self.vocab))
+                .map_err(driver)?;
+            self.wrap(out, 1)
+        }
+
+        fn wrap(&self, out: CudaSlice<f32>, m: usize) -> Result<Tensor> {
+            let rows = out.len() / self.vocab;
+            let storage = CudaStorage::wrap_cuda_slice(out, self.dev.clone());
+            let t = Tensor::from_storage(
+                Storage::Cuda(storage),
+                (rows, self.vocab),
+                candle_core::op::BackpropOp::none(),
+                false,
+            );
+            Ok(if rows == m { t } else { t.narrow(0, 0, m)? })
+        }
+
+        /// Grow the buffers to `n` rows, `chunks` attention chunks and `meta_len` metadata
+        /// entries (dropping captured graphs, whose addresses change).
+        fn ensure(&mut self, n: usize, chunks: usize, meta_len: usize) -> Result<()> {
+            let rows = n.div_ceil(4) * 4;
+            if let Some(b) = &self.bufs {
+                if b.rows >= rows && b.chunks >= chunks && b.meta_len >= meta_len {
+                    return Ok(());
+                }
+            }
+            let (rows, chunks, meta_len) = match &self.bufs {
+                Some(b) => (b.rows.max(rows), b.chunks.max(chunks), b.meta_len.max(meta_len)),
+                None => (rows.max(4), chunks.max(8), meta_len.max(64)),
+            };
+            self.graphs.clear();
+            self.bufs = None;
+            let s = &self.stream;
+            let qb = qblocks(self.h.max(self.ffn).max(self.nh * self.hd));
+            let proj = self.qkv_width.max(2 * self.ffn).max(self.h);
+            let alloc = |len: usize| s.alloc_zeros::<f32>(len).map_err(driver);
+            self.bufs = Some(Buffers {
+                rows,
+                chunks,
+                meta_len,
+                meta: s.alloc_zeros::<u32>(meta_len).map_err(driver)?,
+                x: alloc(rows * self.h)?,
+                q8: s.alloc_zeros::<u8>(rows * qb * Q8_BYTES).map_err(driver)?,
+                proj: alloc(rows * proj)?,
+                q: alloc(self.nh * rows * self.hd)?,
+                att: alloc(rows * self.nh * self.hd)?,
+                part: alloc(rows * self.nh * chunks * (self.hd + 2))?,
+                logits: alloc(4 * self.vocab)?,
+            });
+            Ok(())
+        }
+
+        /// Every launch of a pass over `n` rows, `m` of them to `logits` (a `[m, vocab]` buffer,
+        /// rows padded to four); hidden states of `hidden_layers` copied out.
+        #[allow(clippy::too_many_arguments)]
+        fn launch_all(
+            &self,
+            n: usize,
+            m: usize,
+            chunks: usize,
+            meta: Meta,
+            logits: u64,
+            hidden_layers: &[usize],
+            hidden: &mut Vec<Tensor>,
+        ) -> Result<()> {
+            let b = self.bufs.as_ref().expect("ensured");
+            let s = &self.stream;
+            let p = |x: &CudaSlice<f32>| x.device_ptr(s).0;
+            let (x, proj, q, att, part) = (p(&b.x), p(&b.proj), p(&b.q), p(&b.att), p(&b.part));
+            let q8 = b.q8.device_ptr(s).0;
+            let base = b.meta.device_ptr(s).0;
+            let at = |off: usize| base + (off * 4) as u64;
+            let (ids, pos, slots, out_slots, table) = (
+                at(meta.ids),
+                at(meta.pos),
+                at(meta.slots),
+                at(meta.out_slots),
+                at(meta.table),
+            );
+            let (h, nh, nkv, hd, ffn) = (self.h, self.nh, self.nkv, self.hd, self.ffn);
+            let n_i = n as i32;
+            self.embed(n, ids, x)?;
+            let mut pending_hidden: Option<usize> = None;
+            let mut slots_of_hidden = vec![None; hidden_layers.len()];
+            for (li, l) in self.layers.iter().enumerate() {
+                // x += previous layer's down output (its residual), norm, quantise.
+                let delta = if li == 0 { 0u64 } else { proj };
+                self.norm_q8(n, x, delta, l.attn_norm, 0, q8, h)?;
+                if let Some(prev) = pending_hidden.take() {
+                    self.copy_hidden(n, x, prev, hidden_layers, &mut slots_of_hidden)?;
+                }
+                for (w, off) in &l.qkv {
+                    self.matmul(w, q8, qblocks(h), proj + (off * 4) as u64, self.qkv_width, n)?;
+                }
+                let mut bld = s.launch_builder(&self.f.qkv_rope);
+                let (qkv_w, nh_i, nkv_i, hd_i) =
+                    (self.qkv_width as i32, nh as i32, nkv as i32, hd as i32);
+                bld.arg(&proj)
+                    .arg(&qkv_w)
+                    .arg(&l.qkv_bias)
+                    .arg(&l.q_norm)
+                    .arg(&l.k_norm)
+                    .arg(&self.cos)
+                    .arg(&self.sin)
+                    .arg(&pos)
+                    .arg(&slots)
+                    .arg(&q)
+                    .arg(&l.k_cache)
+                    .arg(&l.v_cache)
+                    .arg(&self.kv_stride)
+                    .arg(&n_i)
+                    .arg(&nh_i)
+                    .arg(&nkv_i)
+                    .arg(&hd_i)
+                    .arg(&self.eps)
+                    .arg(&self.interleaved);
+                let cfg = LaunchConfig {
+                    grid_dim: (n as u32, (nh + 2 * nkv) as u32, 1),
+                    block_dim: ((hd / 2) as u32, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: arguments in the kernel's order; proj holds n rows of qkv_width, the
+                // caches hold every slot (the caller checked the context), q holds nh x n x hd.
+                unsafe { bld.launch(cfg) }.map_err(driver)?;
+                // Attention, its output quantised for the output projection by the combine kernel.
+                let kv = (l.k_cache, l.v_cache);
+                self.attention(n, chunks, meta.width, q, kv, table, part, att, q8)?;
+                self.matmul(&l.o, q8, qblocks(nh * hd), proj, h, n)?;
+                // x += attention output; norm; quantise.
+                self.norm_q8(n, x, proj, l.ffn_norm, 0, q8, h)?;
+                for (w, off) in &l.gate_up {
+                    self.matmul(w, q8, qblocks(h), proj + (off * 4) as u64, 2 * ffn, n)?;
+                }
+                let qb = qblocks(ffn);
+                let mut bld = s.launch_builder(&self.f.silu_mul_q8);
+                let (stride, ffn_i, qb_i) = ((2 * ffn) as i32, ffn as i32, qb as i32);
+                bld.arg(&proj).arg(&stride).arg(&ffn_i).arg(&q8).arg(&qb_i);
+                let cfg = LaunchConfig {
+                    grid_dim: (n as u32, qb.div_ceil(8) as u32, 1),
+                    block_dim: (THREADS, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: proj holds n rows of 2 x ffn, q8 n rows of qb blocks.
+                unsafe { bld.launch(cfg) }.map_err(driver)?;
+                self.matmul(&l.down, q8, qb, proj, h, n)?;
+                if hidden_layers.contains(&li) {
+                    pending_hidden = Some(li);
+                }
+            }
+            // x += last down output; final norm of the logits rows into their slots.
+            self.norm_q8(n, x, proj, self.norm, out_slots, q8, h)?;
+            if let Some(prev) = pending_hidden.take() {
+                self.copy_hidden(n, x, prev, hidden_layers, &mut slots_of_hidden)?;
+            }
+            if m > 0 {
+                self.matmul(&self.lm_head, q8, qblocks(h), logits, self.vocab, m)?;
+            }
+            hidden.extend(slots_of_hidden.into_iter().flatten());
+            Ok(())
+        }
+
+        fn copy_hidden(
+            &self,
+            n: usize,
+            x: u64,
+            layer: usize,
+            wanted: &[usize],
+            out: &mut [Option<Tensor>],
+        ) -> Result<()> {
+            let mut dst = self.stream.alloc_zeros::<f32>(n * self.h).map_err(driver)?;
+            let dptr = dst.device_ptr_mut(&self.stream).0;
+            // SAFETY: both buffers hold n x hidden f32; same stream.
+            unsafe {
+                cudarc::driver::result::memcpy_dtod_async(
+                    dptr,
+                    x,
+                    n * self.h * 4,
+                    self.stream.cu_stream(),
+                )
+            }
+            .map_err(driver)?;
+            let storage = CudaStorage::wrap_cuda_slice(dst, self.dev.clone());
+            let t = Tensor::from_storage(
+                Storage::Cuda(storage),
+                (n, self.h),
+                candle_core::op::BackpropOp::none(),
+                false,
+            );
+            for (slot, &want) in wanted.iter().enumerate() {
+                if want == layer {
+                    out[slot] = Some(t.clone());
+                }
+            }
+            Ok(())
+        }
+
+        fn embed(&self, n: usize, ids: u64, x: u64) -> Result<()> {
+            let h = self.h;
+            match &self.embed {
+                Embed::Dense(table) => {
+                    let mut b = self.stream.launch_builder(&self.f.gather_rows);
+                    let h_i = h as i32;
+                    b.arg(table).arg(&ids).arg(&x).arg(&h_i);
+                    let cfg = LaunchConfig {
+                        grid_dim: (n as u32, (h as u32).div_ceil(THREADS), 1),
+                        block_dim: (THREADS, 1, 1),
+                        shared_mem_bytes: 0,
+                    };
+                    // SAFETY: ids below the vocabulary (checked by the decoder), x holds n rows.
+                    unsafe { b.launch(cfg) }.map_err(driver)?;
+                }
+                Embed::Quantized {
+                    ptr,
+                    dtype,
+                    row_bytes,
+                    ..
+                } => {
+                    let f = self.f.get_rows.as_ref().expect("loaded with the embedding");
+                    let (block, grid_y) = get_rows_shape(*dtype, h);
+                    let mut b = self.stream.launch_builder(f);
+                    let (ne00, nb01) = (h as i64, *row_bytes);
+                    b.arg(ptr).arg(&ids).arg(&x).arg(&ne00).arg(&nb01);
+                    let cfg = LaunchConfig {
+                        grid_dim: (n as u32, grid_y as u32, 1),
+                        block_dim: (block as u32, 1, 1),
+                        shared_mem_bytes: 0,
+                    };
+                    // SAFETY: candle's get_rows kernel with the arguments candle passes it.
+                    unsafe { b.launch(cfg) }.map_err(driver)?;
+                }
+            }
+            Ok(())
+        }
+
+        #[allow(clippy::too_many_arguments)]
+        fn norm_q8(
+            &self,
+            n: usize,
+            x: u64,
+            delta: u64,
+            w: u64,
+            slots: u64,
+            q8: u64,
+            h: usize,
+        ) -> Result<()> {
+            let mut b = self.stream.launch_builder(&self.f.norm_q8);
+            let (h_i, qb_i) = (h as i32, qblocks(h) as i32);
+            b.arg(&x)
+                .arg(&delta)
+                .arg(&w)
+                .arg(&slots)
+                .arg(&q8)
+                .arg(&h_i)
+                .arg(&qb_i)
+                .arg(&self.eps);
+            let cfg = LaunchConfig {
+                grid_dim: (n as u32, 1, 1),
+                block_dim: (THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: x and delta hold n rows of h, q8 n rows of qblocks(h); slots (when set)
+            // below n.
+            unsafe { b.launch(cfg) }.map_err(driver)?;
+            Ok(())
+        }
+
+        /// `dst[c * dst_stride + r] = W[r] . y[c]` for the `n` activation rows `y` (Q8_1, `yq`
+        /// blocks a row); one launch, the rows in chunks of four beyond the first.
+        fn matmul(
+            &self,
+            w: &Mat,
+            y: u64,
+            yq: usize,
+            dst: u64,
+            dst_stride: usize,
+            n: usize,
+        ) -> Result<()> {
+            let ncols = if n == 1 { 1 } else { 4 };
+            let f = &self.f.mmvq[&(w.tag, ncols)];
+            let mut b = self.stream.launch_builder(f);
+            let (cols, rows, sy, sd) = (w.cols as i32, w.rows as i32, yq as i32, dst_stride as i32);
+            let chunks = n.div_ceil(ncols) as i32;
+            b.arg(&w.ptr)
+                .arg(&y)
+                .arg(&dst)
+                .arg(&cols)
+                .arg(&rows)
+                .arg(&sy)
+                .arg(&sd)
+                .arg(&chunks);
+            let per_block = if ncols == 1 { 1 } else { 2 };
+            let cfg = LaunchConfig {
+                grid_dim: (w.rows.div_ceil(per_block) as u32, 1, 1),
+                block_dim: (32, 4, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: the weight holds rows x cols (padded as candle pads it), y and dst hold
+            // the activation rows padded to a multiple of four.
+            unsafe { b.launch(cfg) }.map_err(driver)?;
+            Ok(())
+        }
+
+        #[allow(clippy::too_many_arguments)]
+        fn attention(
+            &self,
+            n: usize,
+            chunks: usize,
+            width: usize,
+            q: u64,
+            (k, v): (u64, u64),
+            table: u64,
+            part: u64,
+            out: u64,
+            q8: u64,
+        ) -> Result<()> {
+            let (n_i, nh_i, nkv_i, hd_i) =
+                (n as i32, self.nh as i32, self.nkv as i32, self.hd as i32);
+            let (width_i, chunks_i) = (width as i32, chunks as i32);
+            let qb_i = qblocks(self.nh * self.hd) as i32;
+            let scale = 1.0f32 / (self.hd as f32).sqrt();
+            let mut b = self.stream.launch_builder(&self.f.att_chunk);
+            b.arg(&q)
+                .arg(&k)
+                .arg(&v)
+                .arg(&table)
+                .arg(&part)
+                .arg(&n_i)
+                .arg(&nh_i)
+                .arg(&nkv_i)
+                .arg(&hd_i)
+                .arg(&self.kv_stride)
+                .arg(&width_i)
+                .arg(&chunks_i)
+                .arg(&scale);
+            let cfg = LaunchConfig {
+                grid_dim: (chunks as u32, self.nh as u32, n as u32),
+                block_dim: (128, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: as in gpu::attention; the chunk count covers every row's key list.
+            unsafe { b.launch(cfg) }.map_err(driver)?;
+            let mut b = self.stream.launch_builder(&self.f.att_combine);
+            b.arg(&part)
+                .arg(&table)
+                .arg(&out)
+                .arg(&n_i)
+                .arg(&nh_i)
+                .arg(&hd_i)
+                .arg(&width_i)
+                .arg(&chunks_i)
+                .arg(&q8)
+                .arg(&qb_i);
+            let cfg = LaunchConfig {
+                grid_dim: (self.nh as u32, n as u32, 1),
+                block_dim: (self.hd as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: as above.
+            unsafe { b.launch(cfg) }.map_err(driver)?;
+            Ok(())
+        }
+    }
+
+    fn profile_replays() -> Option<usize> {
+        std::env::var("TREESPEC_STEP_PROFILE").ok()?.parse().ok()
+    }
+
+    /// candle's launch shape for its `get_rows_*` kernels: (block size, grid rows).
+    fn get_rows_shape(dtype: GgmlDType, h: usize) -> (usize, usize) {
+        match dtype {
+            GgmlDType::Q2K | GgmlDType::Q3K | GgmlDType::Q5K | GgmlDType::Q6K => {
+                (64, h / dtype.block_size())
+            }
+            GgmlDType::Q4K => (32, h / dtype.block_size()),
+            _ => (256, h.div_ceil(512).min(u16::MAX as usize)),
+        }
+    }
+
+    fn get_rows_name(dtype: GgmlDType) -> Option<&'static str> {
+        Some(match dtype {
+            GgmlDType::Q4_0 => "get_rows_q4_0",
+            GgmlDType::Q4_1 => "get_rows_q4_1",
+            GgmlDType::Q5_0 => "get_rows_q5_0",
+            GgmlDType::Q5_1 => "get_rows_q5_1",
+            GgmlDType::Q8_0 => "get_rows_q8_0",
+            GgmlDType::Q2K => "get_rows_q2_K",
+            GgmlDType::Q3K => "get_rows_q3_K",
+            GgmlDType::Q4K => "get_rows_q4_K",
+            GgmlDType::Q5K => "get_rows_q5_K",
+            GgmlDType::Q6K => "get_rows_q6_K",
+            _ => return None,
+        })
+    }
+
+    fn load_funcs(
+        dev: &candle_core::CudaDevice,
+        layers: &[Layer],
+        lm_head: &Mat,
+        embed: &Embed,
+    ) -> Result<Funcs> {
+        let step = |name: &str| -> Result<CudaFunction> {
+            Ok(dev
+                .get_or_load_custom_func(name, "treespec_step", STEP_PTX)?
+                .into_cuda_function())
+        };
+        let mut mmvq = HashMap::new();
+        let mats = layers
+            .iter()
+            .flat_map(|l| {
+                l.qkv
+                    .iter()
+                    .map(|(m, _)| m)
+                    .chain(l.gate_up.iter().map(|(m, _)| m))
+                    .chain([&l.o, &l.down])
+            })
+            .chain([lm_head]);
+        for m in mats {
+            for ncols in [1usize, 4] {
+                if !mmvq.contains_key(&(m.tag, ncols)) {
+                    let f = dev
+                        .get_or_load_custom_func(
+                            &format!("mmvq_{}_x{ncols}", m.tag),
+                            "treespec_mmvq",
+                            MMVQ_PTX,
+                        )?
+                        .into_cuda_function();
+                    mmvq.insert((m.tag, ncols), f);
+                }
+            }
+        }
+        let get_rows = match embed {
+            Embed::Quantized { dtype, .. } => {
+                let name = get_rows_name(*dtype).ok_or_else(|| {
+                    Error::Device(format!("no GPU row lookup for a {dtype:?} embedding"))
+                })?;
+                Some(
+                    dev.get_or_load_func(name, &candle_kernels::QUANTIZED)?
+                        .into_cuda_function(),
+                )
+            }
+            Embed::Dense(_) => None,
+        };
+        Ok(Funcs {
+            norm_q8: step("norm_q8")?,
+            qkv_rope: step("qkv_rope")?,
+            silu_mul_q8: step("silu_mul_q8")?,
+            gather_rows: step("gather_rows")?,
+            att_chunk: dev
+                .get_or_load_custom_func("attention_chunk_f32", "treespec_attention", ATT_PTX)?
+                .into_cuda_function(),
+            att_combine: dev
+                .get_or_load_custom_func("attention_combine_f32", "treespec_attention", ATT_PTX)?
+                .into_cuda_function(),
+            mmvq,
+            get_rows,
+            })
+    }
+}
+
+/// Check the step on a real model against the CPU decoder (treespec's reference kernels), against
+/// candle's GPU ops, and against itself: the logits of a prompt through each (the largest and the
+/// median per-row difference, and how often the top token agrees), then batch invariance: a
+/// chain of rows verified in one pass gives bit for bit the logits of one-row steps (CUDA-graph
+/// replays) over the same tokens. Returns one line per check, or an error naming the first
+/// failure.
+pub fn check_model(
+    decoder: &mut crate::model::decoder::Decoder,
+    cpu: &mut crate::model::decoder::Decoder,
+    tokens: &[u32],
+) -> Result<Vec<String>> {
+    use crate::model::decoder::{argmax_rows, Batch, Decoder};
+    let n = tokens.len();
+    if n < 16 {
+        return Err(Error::InvalidArgument("the step check needs at least 16 tokens".into()));
+    }
+    let mut report = vec![];
+    let logits = |d: &mut Decoder, from: usize, toks: &[u32]| -> Result<Tensor> {
+        let l = d
+            .forward(&Batch::causal(toks, from).all_logits())?
+            .logits
+            .ok_or_else(|| Error::Device("no logits".into()))?;
+        Ok(l.to_device(&Device::Cpu)?)
+    };
+    // (largest difference, its row, median row difference, rows whose top token agrees)
+    let compare = |got: &Tensor, want: &Tensor| -> Result<(f32, usize, f32, usize)> {
+        let row_diff = (got - want)?.abs()?.max_keepdim(1)?.flatten_all()?.to_vec1::<f32>()?;
+        let diff = row_diff.iter().cloned().fold(0f32, f32::max);
+        let worst = row_diff.iter().position(|&d| d == diff).unwrap_or(0);
+        let mut sorted = row_diff.clone();
+        sorted.sort_by(f32::total_cmp);
+        let same = argmax_rows(got)?
+            .iter()
+            .zip(argmax_rows(want)?)
+            .filter(|(a, b)| **a == *b)
+            .count();
+        Ok((diff, worst, sorted[sorted.len() / 2], same))
+    };
+    cpu.reset();
+    let want = logits(cpu, 0, tokens)?;
+    cpu.reset();
+    let scale = want.abs()?.max_all()?.to_scalar::<f32>()?;
+    decoder.set_gpu_step(false);
+    decoder.reset();
+    let candle = logits(decoder, 0, tokens)?;
+    decoder.set_gpu_step(true);
+    if decoder.runtime() != "treespec GPU step" {
+        report.push(format!("GPU step not run: {}", decoder.runtime()));
+        return Ok(report);
+    }
+    decoder.reset();
+    let got = logits(decoder, 0, tokens)?;
+    for (what, t) in [("GPU step", &got), ("candle's GPU ops", &candle)] {
+        let (diff, row, median, same) = compare(t, &want)?;
+        report.push(format!(
+            "{what} vs the CPU, {n} prompt rows (largest logit {scale:.1}): max difference {diff:.3e} (row {row}), median row {median:.3e}, top token agrees on {same}/{n}"
+        ));
+        if what == "GPU step" && same * 10 < n * 9 {
+            return Err(Error::Device(format!(
+                "the GPU step disagrees with the CPU: {}",
+                report.join("; ")
+            )));
+        }
+    }
+    // Invariance: the last rows in one pass of 13 (x4 chunks plus a tail) against one-row steps.
+    let split = n - 13;
+    decoder.reset();
+    logits(decoder, 0, &tokens[..split])?;
+    let block = logits(decoder, split, &tokens[split..])?.to_vec2::<f32>()?;
+    decoder.reset();
+    logits(decoder, 0, &tokens[..split])?;
+    for (i, want_row) in block.iter().enumerate() {
+        let one = logits(decoder, split + i, &tokens[split + i..split + i + 1])?.to_vec2::<f32>()?;
+        if one[0].iter().zip(want_row).any(|(a, b)| a.to_bits() != b.to_bits()) {
+            return Err(Error::Device(format!(
+                "the GPU step is not batch-invariant: row {i} of a 13-row pass differs from its one-row step"
+            )));
+        }
+    }
+    report.push("13-row pass = one-row steps (graph replays), bit for bit".into());
+    decoder.reset();
+    Ok(report)
+}
