@@ -12,7 +12,8 @@
 // key of rank r is r for r < lead, else extra[r - lead]. Every reduction is indexed by rank:
 //
 // - attention_chunk_f32: one block per (chunk of CHUNK ranks, query head, row). Scores are dot
-//   products of hd terms in dimension order (one thread per key);
+//   products of hd terms, each key's split over four threads (quarters in dimension order, added
+//   in a fixed order);
 //   softmax numerators use the chunk's own maximum; the chunk's sum and its value-weighted sums
 //   run in rank order per thread, then a fixed tree. Writes (max, sum, acc[hd]) per chunk.
 // - attention_combine_f32: one block per (query head, row); rescales the chunks to the common
@@ -24,8 +25,9 @@
 
 #include <cuda_fp16.h>
 
-#define ATT_THREADS 128
-#define ATT_CHUNK 128  // == ATT_THREADS: one key per thread when scoring
+#define ATT_THREADS 512
+#define ATT_CHUNK 128  // ATT_THREADS / ATT_SPLIT: one key per group of ATT_SPLIT threads
+#define ATT_SPLIT 4    // threads sharing a key's dot product
 #define ATT_HD_MAX 256
 
 __device__ __forceinline__ float warp_max_f(float x) {
@@ -85,7 +87,7 @@ extern "C" __global__ void attention_chunk_f32(
   __shared__ unsigned int kidx[ATT_CHUNK];
   __shared__ float p[ATT_CHUNK];
   __shared__ float red[ATT_THREADS / 32 + 1];
-  __shared__ float accs[ATT_HD_MAX * (ATT_THREADS / 32)];
+  __shared__ float accs[ATT_THREADS];
 
   const unsigned int *row = keys + (size_t)i * width;
   const int count = (int)(row[0] + row[1]);
@@ -103,28 +105,35 @@ extern "C" __global__ void attention_chunk_f32(
   for (int r = tid; r < len; r += ATT_THREADS) kidx[r] = key_of(row, start + r);
   __syncthreads();
 
-  // Scores: thread t takes rank t (a chunk is ATT_THREADS ranks), a whole dot product in
-  // dimension order, so its loads are independent of every other thread's and nothing waits on
-  // a shuffle.
-  for (int r = tid; r < len; r += ATT_THREADS) {
-    const float4 *kr = reinterpret_cast<const float4 *>(kh + (size_t)kidx[r] * hd);
-    const float4 *qr = reinterpret_cast<const float4 *>(qs);
+  // Scores: the ATT_SPLIT threads 4r..4r+3 take rank r, each a quarter of the dimensions in
+  // order (float4 loads), then the quarters are added in a fixed order ((0+1)+(2+3), by
+  // shuffles inside the warp).
+  {
+    const int r = tid / ATT_SPLIT, part = tid % ATT_SPLIT;
+    const int quarter = hd / ATT_SPLIT;  // a multiple of 8: hd is a multiple of 32
     float s = 0.f;
+    if (r < len) {
+      const float4 *kr =
+          reinterpret_cast<const float4 *>(kh + (size_t)kidx[r] * hd + part * quarter);
+      const float4 *qr = reinterpret_cast<const float4 *>(qs + part * quarter);
 #pragma unroll 8
-    for (int e = 0; e < hd / 4; ++e) {
-      const float4 a = qr[e];
-      const float4 b = kr[e];
-      s = fmaf(a.x, b.x, s);
-      s = fmaf(a.y, b.y, s);
-      s = fmaf(a.z, b.z, s);
-      s = fmaf(a.w, b.w, s);
+      for (int e = 0; e < quarter / 4; ++e) {
+        const float4 a = qr[e];
+        const float4 b = kr[e];
+        s = fmaf(a.x, b.x, s);
+        s = fmaf(a.y, b.y, s);
+        s = fmaf(a.z, b.z, s);
+        s = fmaf(a.w, b.w, s);
+      }
     }
-    p[r] = s * scale;
+    s += __shfl_xor_sync(0xffffffff, s, 1, 32);
+    s += __shfl_xor_sync(0xffffffff, s, 2, 32);
+    if (r < len && part == 0) p[r] = s * scale;
   }
   __syncthreads();
 
   // Chunk maximum (order-free), then numerators and their sum (rank order per thread, then a
-  // fixed order: warp butterflies, the four warps in order).
+  // fixed order: warp butterflies, the warps in order).
   float m = -INFINITY;
   for (int r = tid; r < len; r += ATT_THREADS) m = fmaxf(m, p[r]);
   m = block_reduce(m, red, true);

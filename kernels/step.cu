@@ -68,7 +68,7 @@ __device__ __forceinline__ float block_sum(float v, float *scratch) {
   return t;
 }
 
-// Grid: n rows; block STEP_THREADS. Row r: x[r] += delta[r] (when delta is set, written back),
+// Grid: n rows; block up to 1024 threads. Row r: x[r] += delta[r] (when delta is set, written back),
 // then q8[slot] = Q8_1(x[r] / rms(x[r]) * w) with slot = slots ? slots[r] : r (negative: skip).
 extern "C" __global__ void norm_q8(float *__restrict__ x, const float *__restrict__ delta,
                                    const float *__restrict__ w, const int *__restrict__ slots,

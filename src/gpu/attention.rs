@@ -11,6 +11,8 @@ use candle_core::{DType, Device, Tensor};
 
 /// Ranks per chunk: `ATT_CHUNK` in `kernels/attention.cu`.
 pub const CHUNK: usize = 128;
+/// Threads per chunk block: `ATT_THREADS` in `kernels/attention.cu`.
+pub const THREADS: u32 = 512;
 /// Largest head dimension the kernel takes: `ATT_HD_MAX` in `kernels/attention.cu`.
 pub const HEAD_DIM_MAX: usize = 256;
 
@@ -213,8 +215,6 @@ mod cuda {
     const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/attention.ptx"));
     /// The combine kernel's optional Q8_1 output, unused here (the GPU decoder step uses it).
     const NO_Q8: u64 = 0;
-    /// Threads per chunk block: `ATT_THREADS` in `kernels/attention.cu`.
-    const THREADS: u32 = 128;
 
     fn driver(e: impl std::fmt::Debug) -> Error {
         crate::gpu::kernel_error("attention", e)

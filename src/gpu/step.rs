@@ -181,6 +181,10 @@ mod cuda {
     const ROW_PAD: usize = 512;
     /// Threads of the row kernels (`STEP_THREADS`).
     const THREADS: u32 = 256;
+    /// Threads of the norm kernel: one row a block, 32 warps quantising its Q8_1 blocks side by
+    /// side (a row of 1536 is two blocks a warp; with 8 warps the chain of warp reductions made
+    /// it the second-slowest kernel of a step).
+    const NORM_THREADS: u32 = 1024;
 
     fn driver(e: impl std::fmt::Debug) -> Error {
         crate::gpu::kernel_error("decoder step", e)
@@ -795,7 +799,7 @@ mod cuda {
                 .arg(&self.eps);
             let cfg = LaunchConfig {
                 grid_dim: (n as u32, 1, 1),
-                block_dim: (THREADS, 1, 1),
+                block_dim: (NORM_THREADS, 1, 1),
                 shared_mem_bytes: 0,
             };
             // SAFETY: x and delta hold n rows of h, q8 n rows of qblocks(h); slots (when set)
@@ -874,7 +878,7 @@ mod cuda {
                 .arg(&scale);
             let cfg = LaunchConfig {
                 grid_dim: (chunks as u32, self.nh as u32, n as u32),
-                block_dim: (128, 1, 1),
+                block_dim: (crate::gpu::attention::THREADS, 1, 1),
                 shared_mem_bytes: 0,
             };
             // SAFETY: as in gpu::attention; the chunk count covers every row's key list.
