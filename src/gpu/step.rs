@@ -122,10 +122,7 @@ impl GpuStep {
     }
 
     /// Unreachable: no step exists without CUDA.
-    pub fn forward(
-        &mut self,
-        _input: &StepInput,
-    ) -> Result<(Option<Tensor>, Vec<Tensor>)> {
+    pub fn forward(&mut self, _input: &StepInput) -> Result<(Option<Tensor>, Vec<Tensor>)> {
         Err(Error::Device("no GPU step without CUDA".into()))
     }
 }
@@ -141,7 +138,10 @@ struct Mat {
 }
 
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-fn mat(l: &crate::model::weights::Linear, what: &str) -> std::result::Result<(Mat, Option<Tensor>), String> {
+fn mat(
+    l: &crate::model::weights::Linear,
+    what: &str,
+) -> std::result::Result<(Mat, Option<Tensor>), String> {
     let (q, bias) = l
         .device_quantized()
         .ok_or_else(|| format!("{what} is not a quantised GPU weight"))?;
@@ -331,7 +331,9 @@ mod cuda {
             let stream = dev.cuda_stream();
             let mut keep = vec![];
             let mut ptr = |t: &Tensor| -> std::result::Result<u64, String> {
-                let t = t.to_dtype(candle_core::DType::F32).map_err(|e| e.to_string())?;
+                let t = t
+                    .to_dtype(candle_core::DType::F32)
+                    .map_err(|e| e.to_string())?;
                 let t = t.contiguous().map_err(|e| e.to_string())?;
                 let p = tensor_ptr(&t, &stream)?;
                 keep.push(t);
@@ -377,7 +379,9 @@ mod cuda {
                 if ob.is_some() || db.is_some() {
                     return Err(format!("layer {i}: biases outside q/k/v"));
                 }
-                if kc.dims3().map_err(|e| e.to_string())?.1 != vc.dims3().map_err(|e| e.to_string())?.1 {
+                if kc.dims3().map_err(|e| e.to_string())?.1
+                    != vc.dims3().map_err(|e| e.to_string())?.1
+                {
                     return Err("K and V caches of different sizes".into());
                 }
                 layers.push(Layer {
@@ -396,13 +400,20 @@ mod cuda {
             }
             // The caches are written in place: their own storage, never a copy.
             for (layer, (kc, vc)) in layers.iter_mut().zip(&w.caches) {
-                if !kc.is_contiguous() || !vc.is_contiguous() || kc.dtype() != candle_core::DType::F32 {
+                if !kc.is_contiguous()
+                    || !vc.is_contiguous()
+                    || kc.dtype() != candle_core::DType::F32
+                {
                     return Err("KV cache not contiguous f32".into());
                 }
                 layer.k_cache = tensor_ptr(kc, &stream)?;
                 layer.v_cache = tensor_ptr(vc, &stream)?;
             }
-            let capacity = w.caches.first().map(|(k, _)| k.dim(1).unwrap_or(0)).unwrap_or(0);
+            let capacity = w
+                .caches
+                .first()
+                .map(|(k, _)| k.dim(1).unwrap_or(0))
+                .unwrap_or(0);
             let embed = match w.embed {
                 Embedding::Quantized(q) => Embed::Quantized {
                     _keep: q.clone(),
@@ -485,7 +496,9 @@ mod cuda {
                     Err(e) => {
                         self.graphs_on = false;
                         self.graphs.clear();
-                        eprintln!("treespec: CUDA graph capture failed, running steps eagerly: {e}");
+                        eprintln!(
+                            "treespec: CUDA graph capture failed, running steps eagerly: {e}"
+                        );
                     }
                 }
             }
@@ -496,7 +509,15 @@ mod cuda {
                     .alloc_zeros::<f32>(m.div_ceil(4) * 4 * self.vocab)
                     .map_err(driver)?;
                 let out_ptr = out.device_ptr_mut(&self.stream).0;
-                self.launch_all(n, m, chunks, meta, out_ptr, input.hidden_layers, &mut hidden)?;
+                self.launch_all(
+                    n,
+                    m,
+                    chunks,
+                    meta,
+                    out_ptr,
+                    input.hidden_layers,
+                    &mut hidden,
+                )?;
                 Some(self.wrap(out, m)?)
             } else {
                 self.launch_all(n, 0, chunks, meta, 0, input.hidden_layers, &mut hidden)?;
@@ -569,7 +590,11 @@ mod cuda {
                 }
             }
             let (rows, chunks, meta_len) = match &self.bufs {
-                Some(b) => (b.rows.max(rows), b.chunks.max(chunks), b.meta_len.max(meta_len)),
+                Some(b) => (
+                    b.rows.max(rows),
+                    b.chunks.max(chunks),
+                    b.meta_len.max(meta_len),
+                ),
                 None => (rows.max(4), chunks.max(8), meta_len.max(64)),
             };
             self.graphs.clear();
@@ -634,7 +659,14 @@ mod cuda {
                     self.copy_hidden(n, x, prev, hidden_layers, &mut slots_of_hidden)?;
                 }
                 for (w, off) in &l.qkv {
-                    self.matmul(w, q8, qblocks(h), proj + (off * 4) as u64, self.qkv_width, n)?;
+                    self.matmul(
+                        w,
+                        q8,
+                        qblocks(h),
+                        proj + (off * 4) as u64,
+                        self.qkv_width,
+                        n,
+                    )?;
                 }
                 let mut bld = s.launch_builder(&self.f.qkv_rope);
                 let (qkv_w, nh_i, nkv_i, hd_i) =
@@ -997,7 +1029,7 @@ mod cuda {
                 .into_cuda_function(),
             mmvq,
             get_rows,
-            })
+        })
     }
 }
 
@@ -1015,7 +1047,9 @@ pub fn check_model(
     use crate::model::decoder::{argmax_rows, Batch, Decoder};
     let n = tokens.len();
     if n < 16 {
-        return Err(Error::InvalidArgument("the step check needs at least 16 tokens".into()));
+        return Err(Error::InvalidArgument(
+            "the step check needs at least 16 tokens".into(),
+        ));
     }
     let mut report = vec![];
     let logits = |d: &mut Decoder, from: usize, toks: &[u32]| -> Result<Tensor> {
@@ -1027,7 +1061,11 @@ pub fn check_model(
     };
     // (largest difference, its row, median row difference, rows whose top token agrees)
     let compare = |got: &Tensor, want: &Tensor| -> Result<(f32, usize, f32, usize)> {
-        let row_diff = (got - want)?.abs()?.max_keepdim(1)?.flatten_all()?.to_vec1::<f32>()?;
+        let row_diff = (got - want)?
+            .abs()?
+            .max_keepdim(1)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
         let diff = row_diff.iter().cloned().fold(0f32, f32::max);
         let worst = row_diff.iter().position(|&d| d == diff).unwrap_or(0);
         let mut sorted = row_diff.clone();
@@ -1073,8 +1111,13 @@ pub fn check_model(
     decoder.reset();
     logits(decoder, 0, &tokens[..split])?;
     for (i, want_row) in block.iter().enumerate() {
-        let one = logits(decoder, split + i, &tokens[split + i..split + i + 1])?.to_vec2::<f32>()?;
-        if one[0].iter().zip(want_row).any(|(a, b)| a.to_bits() != b.to_bits()) {
+        let one =
+            logits(decoder, split + i, &tokens[split + i..split + i + 1])?.to_vec2::<f32>()?;
+        if one[0]
+            .iter()
+            .zip(want_row)
+            .any(|(a, b)| a.to_bits() != b.to_bits())
+        {
             return Err(Error::Device(format!(
                 "the GPU step is not batch-invariant: row {i} of a 13-row pass differs from its one-row step"
             )));

@@ -46,7 +46,10 @@ pub(super) fn selftest(
             }
             report.push(format!("top-k [{rows} x {cols}] k={k}: ok"));
         }
-        let want: Vec<u32> = top_k_rows(&rows_host, 1).iter().map(|r| r.tokens[0]).collect();
+        let want: Vec<u32> = top_k_rows(&rows_host, 1)
+            .iter()
+            .map(|r| r.tokens[0])
+            .collect();
         let got = row_argmax(&t)?;
         if got != want {
             return Err(Error::Device(format!(
@@ -109,7 +112,9 @@ mod cuda {
         }
         let (storage, layout) = logits.storage_and_layout();
         let candle_core::Storage::Cuda(cs) = &*storage else {
-            return Err(Error::Device("argmax kernel: the logits are not on the GPU".into()));
+            return Err(Error::Device(
+                "argmax kernel: the logits are not on the GPU".into(),
+            ));
         };
         let x = cs
             .as_cuda_slice::<f32>()?
