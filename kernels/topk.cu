@@ -25,6 +25,18 @@ __device__ __forceinline__ bool better(float av, int ai, float bv, int bi) {
   return av > bv || (av == bv && ai < bi);
 }
 
+// The best (value, index) of the `threads` entries in shared memory moves to entry 0 by a fixed
+// tree (threads a power of two; called by every thread after the entries are written).
+__device__ __forceinline__ void tree_best(float *v, int *idx, int tid, int threads) {
+  for (int w = threads / 2; w > 0; w >>= 1) {
+    if (tid < w && better(v[tid + w], idx[tid + w], v[tid], idx[tid])) {
+      v[tid] = v[tid + w];
+      idx[tid] = idx[tid + w];
+    }
+    __syncthreads();
+  }
+}
+
 extern "C" __global__ void row_top_k_f32(const float *__restrict__ logits, int cols, int k,
                                          int *__restrict__ out_ids,
                                          float *__restrict__ out_logprobs,
@@ -111,13 +123,7 @@ extern "C" __global__ void row_top_k_f32(const float *__restrict__ logits, int c
     s_f[tid] = hv;
     s_i[tid] = hi;
     __syncthreads();
-    for (int w = TOPK_THREADS / 2; w > 0; w >>= 1) {
-      if (tid < w && better(s_f[tid + w], s_i[tid + w], s_f[tid], s_i[tid])) {
-        s_f[tid] = s_f[tid + w];
-        s_i[tid] = s_i[tid + w];
-      }
-      __syncthreads();
-    }
+    tree_best(s_f, s_i, tid, TOPK_THREADS);
     const int win = s_i[0];
     const float winv = s_f[0];
     if (tid == 0) {
@@ -153,12 +159,6 @@ extern "C" __global__ void row_argmax_f32(const float *__restrict__ logits, int 
   sv[tid] = bv;
   si[tid] = bi;
   __syncthreads();
-  for (int s = ARGMAX_THREADS / 2; s > 0; s >>= 1) {
-    if (tid < s && better(sv[tid + s], si[tid + s], sv[tid], si[tid])) {
-      sv[tid] = sv[tid + s];
-      si[tid] = si[tid + s];
-    }
-    __syncthreads();
-  }
+  tree_best(sv, si, tid, ARGMAX_THREADS);
   if (tid == 0) out[row] = si[0] < cols ? (unsigned int)si[0] : 0u;
 }

@@ -209,7 +209,7 @@ pub(super) fn selftest(
 #[cfg(feature = "cuda")]
 mod cuda {
     use super::*;
-    use candle_core::{CudaDevice, CudaStorage, Storage};
+    use candle_core::{CudaDevice, Storage};
     use cudarc::driver::{LaunchConfig, PushKernelArg};
 
     const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/attention.ptx"));
@@ -321,13 +321,7 @@ mod cuda {
             // SAFETY: as above; one block of hd threads per (head, row).
             unsafe { b.launch(cfg) }.map_err(driver)?;
         }
-        let storage = CudaStorage::wrap_cuda_slice(out, dev.clone());
-        Ok(Tensor::from_storage(
-            Storage::Cuda(storage),
-            (n, nh * hd),
-            candle_core::op::BackpropOp::none(),
-            false,
-        ))
+        Ok(crate::gpu::tensor_from_slice(dev, out, (n, nh * hd)))
     }
 }
 

@@ -35,6 +35,22 @@ impl Uniform {
     }
 }
 
+/// A kernel's f32 output buffer as a tensor of `shape` on its device (no copy).
+#[cfg(feature = "cuda")]
+fn tensor_from_slice(
+    dev: &candle_core::CudaDevice,
+    slice: cudarc::driver::CudaSlice<f32>,
+    shape: impl Into<candle_core::Shape>,
+) -> candle_core::Tensor {
+    let storage = candle_core::CudaStorage::wrap_cuda_slice(slice, dev.clone());
+    candle_core::Tensor::from_storage(
+        candle_core::Storage::Cuda(storage),
+        shape,
+        candle_core::op::BackpropOp::none(),
+        false,
+    )
+}
+
 /// A driver error of one of the kernels, as a device error naming it.
 #[cfg(feature = "cuda")]
 fn kernel_error(kernel: &str, e: impl std::fmt::Debug) -> crate::error::Error {

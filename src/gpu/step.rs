@@ -165,7 +165,7 @@ mod cuda {
     use super::*;
     use crate::model::config::RopeStyle;
     use crate::model::weights::Embedding;
-    use candle_core::{CudaStorage, Storage};
+    use candle_core::Storage;
     use cudarc::driver::{
         sys, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig,
         PushKernelArg,
@@ -570,13 +570,7 @@ mod cuda {
 
         fn wrap(&self, out: CudaSlice<f32>, m: usize) -> Result<Tensor> {
             let rows = out.len() / self.vocab;
-            let storage = CudaStorage::wrap_cuda_slice(out, self.dev.clone());
-            let t = Tensor::from_storage(
-                Storage::Cuda(storage),
-                (rows, self.vocab),
-                candle_core::op::BackpropOp::none(),
-                false,
-            );
+            let t = crate::gpu::tensor_from_slice(&self.dev, out, (rows, self.vocab));
             Ok(if rows == m { t } else { t.narrow(0, 0, m)? })
         }
 
@@ -755,13 +749,7 @@ mod cuda {
                 )
             }
             .map_err(driver)?;
-            let storage = CudaStorage::wrap_cuda_slice(dst, self.dev.clone());
-            let t = Tensor::from_storage(
-                Storage::Cuda(storage),
-                (n, self.h),
-                candle_core::op::BackpropOp::none(),
-                false,
-            );
+            let t = crate::gpu::tensor_from_slice(&self.dev, dst, (n, self.h));
             for (slot, &want) in wanted.iter().enumerate() {
                 if want == layer {
                     out[slot] = Some(t.clone());
@@ -992,7 +980,8 @@ mod cuda {
             .chain([lm_head]);
         for m in mats {
             for ncols in [1usize, 4] {
-                if !mmvq.contains_key(&(m.tag, ncols)) {
+                if let std::collections::hash_map::Entry::Vacant(slot) = mmvq.entry((m.tag, ncols))
+                {
                     let f = dev
                         .get_or_load_custom_func(
                             &format!("mmvq_{}_x{ncols}", m.tag),
@@ -1000,7 +989,7 @@ mod cuda {
                             MMVQ_PTX,
                         )?
                         .into_cuda_function();
-                    mmvq.insert((m.tag, ncols), f);
+                    slot.insert(f);
                 }
             }
         }

@@ -94,94 +94,95 @@ mod cuda {
     use super::*;
     use crate::error::Error;
     use candle_core::CudaDevice;
-    use cudarc::driver::{LaunchConfig, PushKernelArg};
+    use cudarc::driver::{CudaView, LaunchConfig, PushKernelArg};
 
     const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/topk.ptx"));
     /// Threads per block (one block per row): `TOPK_THREADS` in `kernels/topk.cu`.
     const THREADS: u32 = 256;
+    /// Threads per block of the argmax kernel: `ARGMAX_THREADS` in `kernels/topk.cu`.
+    const ARGMAX_THREADS: u32 = 1024;
 
     fn driver(e: impl std::fmt::Debug) -> Error {
         crate::gpu::kernel_error("top-k", e)
     }
 
-    pub(super) fn row_argmax(dev: &CudaDevice, logits: &Tensor) -> Result<Vec<u32>> {
+    /// Run `launch` over the `[rows, cols]` f32 logits as a device view (`rows` > 0); `what`
+    /// names the kernel in errors. Zero rows give `empty` without a launch.
+    fn with_logits<T>(
+        logits: &Tensor,
+        what: &str,
+        empty: T,
+        launch: impl FnOnce(&CudaView<f32>, usize, usize) -> Result<T>,
+    ) -> Result<T> {
         let logits = logits.to_dtype(DType::F32)?.contiguous()?;
         let (rows, cols) = logits.dims2()?;
         if rows == 0 {
-            return Ok(vec![]);
+            return Ok(empty);
         }
         let (storage, layout) = logits.storage_and_layout();
         let candle_core::Storage::Cuda(cs) = &*storage else {
-            return Err(Error::Device(
-                "argmax kernel: the logits are not on the GPU".into(),
-            ));
+            return Err(Error::Device(format!(
+                "{what} kernel: the logits are not on the GPU"
+            )));
         };
         let x = cs
             .as_cuda_slice::<f32>()?
             .slice(layout.start_offset()..layout.start_offset() + rows * cols);
-        let func = dev.get_or_load_custom_func("row_argmax_f32", "treespec_topk", PTX)?;
-        let stream = dev.cuda_stream();
-        let mut ids = stream.alloc_zeros::<u32>(rows).map_err(driver)?;
-        let cols_i = cols as i32;
-        let cfg = LaunchConfig {
-            grid_dim: (rows as u32, 1, 1),
-            block_dim: (1024, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut b = func.builder();
-        b.arg(&x).arg(&cols_i).arg(&mut ids);
-        // SAFETY: a [rows, cols] f32 input and a [rows] output, as the kernel takes them.
-        unsafe { b.launch(cfg) }.map_err(driver)?;
-        drop(storage);
-        stream.clone_dtoh(&ids).map_err(driver)
+        launch(&x, rows, cols)
+    }
+
+    pub(super) fn row_argmax(dev: &CudaDevice, logits: &Tensor) -> Result<Vec<u32>> {
+        with_logits(logits, "argmax", vec![], |x, rows, cols| {
+            let func = dev.get_or_load_custom_func("row_argmax_f32", "treespec_topk", PTX)?;
+            let stream = dev.cuda_stream();
+            let mut ids = stream.alloc_zeros::<u32>(rows).map_err(driver)?;
+            let cols_i = cols as i32;
+            let cfg = LaunchConfig {
+                grid_dim: (rows as u32, 1, 1),
+                block_dim: (ARGMAX_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let mut b = func.builder();
+            b.arg(x).arg(&cols_i).arg(&mut ids);
+            // SAFETY: a [rows, cols] f32 input and a [rows] output, as the kernel takes them.
+            unsafe { b.launch(cfg) }.map_err(driver)?;
+            stream.clone_dtoh(&ids).map_err(driver)
+        })
     }
 
     pub(super) fn row_top_k(dev: &CudaDevice, logits: &Tensor, k: usize) -> Result<Vec<DepthTopK>> {
-        let logits = logits.to_dtype(DType::F32)?.contiguous()?;
-        let (rows, cols) = logits.dims2()?;
-        if rows == 0 {
-            return Ok(vec![]);
-        }
-        let (storage, layout) = logits.storage_and_layout();
-        let candle_core::Storage::Cuda(cs) = &*storage else {
-            return Err(Error::Device(
-                "top-k kernel: the logits are not on the GPU".into(),
-            ));
-        };
-        let x = cs
-            .as_cuda_slice::<f32>()?
-            .slice(layout.start_offset()..layout.start_offset() + rows * cols);
-        let func = dev.get_or_load_custom_func("row_top_k_f32", "treespec_topk", PTX)?;
-        let stream = dev.cuda_stream();
-        let mut ids = stream.alloc_zeros::<i32>(rows * k).map_err(driver)?;
-        let mut lps = stream.alloc_zeros::<f32>(rows * k).map_err(driver)?;
-        let mut lse = stream.alloc_zeros::<f32>(rows).map_err(driver)?;
-        let (cols_i, k_i) = (cols as i32, k as i32);
-        let cfg = LaunchConfig {
-            grid_dim: (rows as u32, 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut b = func.builder();
-        b.arg(&x)
-            .arg(&cols_i)
-            .arg(&k_i)
-            .arg(&mut ids)
-            .arg(&mut lps)
-            .arg(&mut lse);
-        // SAFETY: the arguments match the kernel's signature: a [rows, cols] f32 input, two
-        // [rows, k] outputs and one [rows] output, k <= TOPK_MAX (checked by the caller).
-        unsafe { b.launch(cfg) }.map_err(driver)?;
-        drop(storage);
-        let ids = stream.clone_dtoh(&ids).map_err(driver)?;
-        let lps = stream.clone_dtoh(&lps).map_err(driver)?;
-        Ok(ids
-            .chunks(k)
-            .zip(lps.chunks(k))
-            .map(|(i, l)| DepthTopK {
-                tokens: i.iter().map(|&t| t as u32).collect(),
-                log_probs: l.to_vec(),
-            })
-            .collect())
+        with_logits(logits, "top-k", vec![], |x, rows, cols| {
+            let func = dev.get_or_load_custom_func("row_top_k_f32", "treespec_topk", PTX)?;
+            let stream = dev.cuda_stream();
+            let mut ids = stream.alloc_zeros::<i32>(rows * k).map_err(driver)?;
+            let mut lps = stream.alloc_zeros::<f32>(rows * k).map_err(driver)?;
+            let mut lse = stream.alloc_zeros::<f32>(rows).map_err(driver)?;
+            let (cols_i, k_i) = (cols as i32, k as i32);
+            let cfg = LaunchConfig {
+                grid_dim: (rows as u32, 1, 1),
+                block_dim: (THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let mut b = func.builder();
+            b.arg(x)
+                .arg(&cols_i)
+                .arg(&k_i)
+                .arg(&mut ids)
+                .arg(&mut lps)
+                .arg(&mut lse);
+            // SAFETY: the arguments match the kernel's signature: a [rows, cols] f32 input, two
+            // [rows, k] outputs and one [rows] output, k <= TOPK_MAX (checked by the caller).
+            unsafe { b.launch(cfg) }.map_err(driver)?;
+            let ids = stream.clone_dtoh(&ids).map_err(driver)?;
+            let lps = stream.clone_dtoh(&lps).map_err(driver)?;
+            Ok(ids
+                .chunks(k)
+                .zip(lps.chunks(k))
+                .map(|(i, l)| DepthTopK {
+                    tokens: i.iter().map(|&t| t as u32).collect(),
+                    log_probs: l.to_vec(),
+                })
+                .collect())
+        })
     }
 }
