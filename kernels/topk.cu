@@ -1,19 +1,27 @@
 // Per-row top-k with the log-normaliser, on the device: for each row of a [rows, cols] f32
 // logits matrix, the k largest entries (largest first, ties to the lower index) as token ids and
-// log-probabilities `logit - logsumexp(row)`, and the row's logsumexp. Only rows * (k + 1)
-// numbers cross to the host instead of rows * cols.
+// log-probabilities `logit - logsumexp(row)`, and the row's logsumexp. Only rows * (2k + 1)
+// words cross to the host instead of rows * cols numbers.
 //
-// CPU reference: `crate::tree::top_k_log_probs` (src/tree/builder.rs); the test
-// `tests/gpu_kernels.rs` compares the two. The log-normaliser is summed in f64 (per thread, then
-// a fixed tree over the block), so it agrees with the reference's f64 row-order sum to f32
-// rounding.
+// CPU reference: `crate::tree::top_k_log_probs` (src/tree/builder.rs); `treespec selftest
+// --device cuda` compares the two (src/gpu/topk.rs). The log-normaliser is summed in f64 (per
+// thread, a fixed tree over each slice's block, then the slices in order, each rescaled to the
+// row's maximum), so it agrees with the reference's f64 row-order sum to f32 rounding.
 //
-// One block of TOPK_THREADS threads per row. Each thread keeps its own sorted top-k of the
-// elements it strides over (k <= TOPK_MAX, in registers); the block then takes the k winners in
-// k rounds of a block-wide maximum over the threads' current heads.
+// Two launches. `row_top_k_part_f32`, grid (rows, TOPK_SPLIT): each block takes one slice of a
+// row; each thread keeps its own sorted top-k of the elements it strides over (k <= TOPK_MAX, in
+// registers); the block then takes its k winners in k rounds of a block-wide maximum over the
+// threads' current heads, and writes them with the slice's maximum and its sum of exp(x - max)
+// (f64). `row_top_k_merge_f32`, one block per row: the log-normaliser from the slices' sums and
+// the row's k winners among the slices' candidates (a row spread over TOPK_SPLIT SMs instead of
+// one: the f64 exponentials dominate).
+//
+// Output, per row, packed as 32-bit words: k token ids, k log-probabilities (f32 bits), the
+// logsumexp (f32 bits); one copy to the host.
 
 #define TOPK_THREADS 256
 #define TOPK_MAX 16
+#define TOPK_SPLIT 16
 
 struct Cand {
   float v;
@@ -37,13 +45,19 @@ __device__ __forceinline__ void tree_best(float *v, int *idx, int tid, int threa
   }
 }
 
-extern "C" __global__ void row_top_k_f32(const float *__restrict__ logits, int cols, int k,
-                                         int *__restrict__ out_ids,
-                                         float *__restrict__ out_logprobs,
-                                         float *__restrict__ out_lse) {
+// part_v/part_i: [rows, TOPK_SPLIT, k]; part_max: [rows, TOPK_SPLIT]; part_sum (f64) likewise.
+extern "C" __global__ void row_top_k_part_f32(const float *__restrict__ logits, int cols, int k,
+                                              float *__restrict__ part_v,
+                                              int *__restrict__ part_i,
+                                              float *__restrict__ part_max,
+                                              double *__restrict__ part_sum) {
   const int row = blockIdx.x;
+  const int b = blockIdx.y;
   const int tid = threadIdx.x;
   const float *x = logits + (size_t)row * cols;
+  const int span = (cols + TOPK_SPLIT - 1) / TOPK_SPLIT;
+  const int lo = b * span;
+  const int hi = min(cols, lo + span);
 
   float lv[TOPK_MAX];
   int li[TOPK_MAX];
@@ -53,7 +67,7 @@ extern "C" __global__ void row_top_k_f32(const float *__restrict__ logits, int c
     li[s] = 0x7fffffff;
   }
   float m = -INFINITY;
-  for (int j = tid; j < cols; j += TOPK_THREADS) {
+  for (int j = lo + tid; j < hi; j += TOPK_THREADS) {
     float v = x[j];
     if (v != v) v = -INFINITY;
     m = fmaxf(m, v);
@@ -80,7 +94,7 @@ extern "C" __global__ void row_top_k_f32(const float *__restrict__ logits, int c
   __shared__ double s_d[TOPK_THREADS];
   __shared__ int s_i[TOPK_THREADS];
 
-  // The row's maximum.
+  // The slice's maximum.
   s_f[tid] = m;
   __syncthreads();
   for (int w = TOPK_THREADS / 2; w > 0; w >>= 1) {
@@ -90,10 +104,10 @@ extern "C" __global__ void row_top_k_f32(const float *__restrict__ logits, int c
   const float mx = s_f[0];
   __syncthreads();
 
-  // sum(exp(x - max)) in f64.
+  // sum(exp(x - slice max)) in f64.
   double acc = 0.0;
   if (mx > -INFINITY) {
-    for (int j = tid; j < cols; j += TOPK_THREADS) {
+    for (int j = lo + tid; j < hi; j += TOPK_THREADS) {
       float v = x[j];
       if (v == v) acc += exp((double)v - (double)mx);
     }
@@ -104,35 +118,94 @@ extern "C" __global__ void row_top_k_f32(const float *__restrict__ logits, int c
     if (tid < w) s_d[tid] += s_d[tid + w];
     __syncthreads();
   }
-  const float lse = (float)((double)mx + log(s_d[0]));
-  if (tid == 0) out_lse[row] = lse;
+  const size_t slot = (size_t)row * TOPK_SPLIT + b;
+  if (tid == 0) {
+    part_max[slot] = mx;
+    part_sum[slot] = s_d[0];
+  }
   __syncthreads();
 
   // k rounds: the best head among the threads wins and leaves its thread's list.
   int head = 0;
   for (int r = 0; r < k; ++r) {
     float hv = -INFINITY;
-    int hi = 0x7fffffff;
+    int hi_idx = 0x7fffffff;
 #pragma unroll
     for (int s = 0; s < TOPK_MAX; ++s) {
       if (s == head) {
         hv = lv[s];
-        hi = li[s];
+        hi_idx = li[s];
       }
     }
     s_f[tid] = hv;
-    s_i[tid] = hi;
+    s_i[tid] = hi_idx;
     __syncthreads();
     tree_best(s_f, s_i, tid, TOPK_THREADS);
     const int win = s_i[0];
     const float winv = s_f[0];
     if (tid == 0) {
-      out_ids[row * k + r] = win;
-      out_logprobs[row * k + r] = winv - lse;
+      part_v[slot * k + r] = winv;
+      part_i[slot * k + r] = win;
     }
-    if (hi == win && head < k) head += 1;
+    if (hi_idx == win && head < k) head += 1;
     __syncthreads();
   }
+}
+
+// One block of TOPK_MERGE_THREADS (>= TOPK_SPLIT * TOPK_MAX) per row; out: [rows, 2k + 1] words.
+#define TOPK_MERGE_THREADS 256
+
+extern "C" __global__ void row_top_k_merge_f32(const float *__restrict__ part_v,
+                                               const int *__restrict__ part_i,
+                                               const float *__restrict__ part_max,
+                                               const double *__restrict__ part_sum, int k,
+                                               unsigned int *__restrict__ out) {
+  const int row = blockIdx.x;
+  const int tid = threadIdx.x;
+  __shared__ float s_f[TOPK_MERGE_THREADS];
+  __shared__ int s_i[TOPK_MERGE_THREADS];
+  __shared__ float s_lse;
+  const size_t base = (size_t)row * TOPK_SPLIT;
+  if (tid == 0) {
+    float mx = -INFINITY;
+    for (int b = 0; b < TOPK_SPLIT; ++b) mx = fmaxf(mx, part_max[base + b]);
+    double sum = 0.0;
+    if (mx > -INFINITY) {
+      for (int b = 0; b < TOPK_SPLIT; ++b) {
+        const float bm = part_max[base + b];
+        if (bm > -INFINITY) sum += part_sum[base + b] * exp((double)bm - (double)mx);
+      }
+    }
+    s_lse = (float)((double)mx + log(sum));
+  }
+  const int total = TOPK_SPLIT * k;
+  float v = -INFINITY;
+  int id = 0x7fffffff;
+  if (tid < total) {
+    v = part_v[base * k + tid];
+    id = part_i[base * k + tid];
+  }
+  __syncthreads();
+  const float lse = s_lse;
+  unsigned int *o = out + (size_t)row * (2 * k + 1);
+  for (int r = 0; r < k; ++r) {
+    s_f[tid] = v;
+    s_i[tid] = id;
+    __syncthreads();
+    tree_best(s_f, s_i, tid, TOPK_MERGE_THREADS);
+    const int win = s_i[0];
+    const float winv = s_f[0];
+    if (tid == 0) {
+      o[r] = (unsigned int)win;
+      o[k + r] = __float_as_uint(winv - lse);
+    }
+    if (id == win) {
+      v = -INFINITY;
+      id = 0x7fffffff;
+    }
+    __syncthreads();
+  }
+  if (tid == 0) o[2 * k] = __float_as_uint(lse);
 }
 
 // Per-row argmax (ties to the lower index, NaN never wins): one block of ARGMAX_THREADS per row,

@@ -112,6 +112,20 @@ fn tune(device: &Device) -> Result<()> {
         )
         .map_err(|e| fail("setting the memory pool's release threshold", e))?;
     }
+    warm_up_modules(device)
+}
+
+/// Load, once at start-up, the candle kernel modules a draft tree's cache compaction uses
+/// (`KvCache::keep`: a row gather and a strided copy): the driver compiles a module from PTX on
+/// first use, and on an H200 that first use cost a 2-second stall in the middle of an answer
+/// (BENCHMARKS.md, section 14).
+#[cfg(feature = "cuda")]
+fn warm_up_modules(device: &Device) -> Result<()> {
+    let t = candle_core::Tensor::zeros((1, 4, 2), candle_core::DType::F32, device)?;
+    let idx = candle_core::Tensor::new(&[1u32, 0], device)?;
+    let rows = t.index_select(&idx, 1)?;
+    t.slice_set(&rows, 1, 0)?;
+    device.synchronize()?;
     Ok(())
 }
 

@@ -16,6 +16,7 @@ pub mod gpu;
 pub mod load;
 pub mod model;
 pub mod paths;
+pub mod profile;
 pub mod quant;
 pub mod sampling;
 pub mod train;

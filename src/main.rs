@@ -380,7 +380,7 @@ fn run_costs(a: &BenchArgs) -> anyhow::Result<()> {
     let opts = a.runtime.load_options()?;
     let mut t = load::load_model(&a.target, &opts)?;
     let mut d = load::load_model(&a.drafter, &opts)?;
-    let sizes = [1, 2, 4, 8, 16, 32, 64];
+    let sizes = [1, 2, 4, 8, 9, 16, 32, 64, 128, 256, 1024];
     let rows = bench::measure_costs(&mut t.decoder, Some(&mut d.decoder), 256, &sizes, 7)?;
     println!(
         "target {}, drafter {}, device {}, context 256 tokens\n",
@@ -435,6 +435,10 @@ fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
         |line| eprintln!("{line}"),
     )?;
     println!("{}", bench::markdown(&report));
+    if treespec::profile::enabled() {
+        // Totals over every mode measured: profile one mode at a time to attribute it.
+        eprint!("{}", treespec::profile::report());
+    }
     if let Some(path) = &a.json {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)
             .with_context(|| format!("writing {}", path.display()))?;

@@ -2,7 +2,7 @@
 # On the H200 machine, with the binary and the GGUF files staged in /root/stage (in parts, see
 # ../shared/device/README.md): plain decoding speed, the cost table, and the modes side by side on
 # the default pair with and without batch-invariant products. Writes logs and JSON under $OUT and
-# prints the tables last. Usage: benchmarks/gpu/run.sh [llama-build|check|ncu|llama|ar|costs|modes|variance]...
+# prints the tables last. Usage: benchmarks/gpu/run.sh [llama-build|check|ncu|llama|ar|costs|modes|profile|variance]...
 set -euo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/local/nvidia/lib64
 S=/root/stage
@@ -52,6 +52,12 @@ for what in "${@:-ar costs modes variance}"; do
       --modes "${MODES:-ar,linear,tree,linear:6@0,tree:32x6@0}" --json "$OUT/gpu-modes.json" \
       > "$OUT/gpu-modes.log" 2>&1 || { tail -40 "$OUT/gpu-modes.log"; exit 1; }
     sed -n '/^settings:/,$p' "$OUT/gpu-modes.log" ;;
+  profile)
+    # Where a round's time goes, span by span (each span waits for the GPU at both ends): one
+    # mode at a time, MODE (default linear), LIMIT prompts of each set.
+    TREESPEC_PROFILE=1 "$B" bench --device cuda --target "$T" --drafter "$D" --limit "${LIMIT:-5}" \
+      --max-tokens 128 --modes "${MODE:-linear}" > "$OUT/gpu-profile.log" 2>&1 || true
+    grep '^profile' "$OUT/gpu-profile.log" ;;
   variance)
     TREESPEC_GPU_BATCH_INVARIANT=0 "$B" bench --device cuda --target "$T" --drafter "$D" \
       --limit "${LIMIT:-6}" --max-tokens 128 --modes "${MODES:-ar,linear,tree,linear:6@0,tree:32x6@0}" \

@@ -36,8 +36,9 @@ fn median_ms(
 }
 
 /// Time the passes speculative decoding is made of, after a `prefix`-token context: the target's
-/// decode step, its verification pass for blocks of `sizes` rows (tree mask, hidden states
-/// only), its LM head for 1 and for `sizes` rows, and the drafter's decode step. These are the
+/// decode step, its verification pass for blocks of `sizes` rows (tree mask, every row's logits
+/// and their argmax ids brought to the host, as greedy verification reads them), and the
+/// drafter's decode step and grown-tree passes. These are the
 /// c and v(B) of DESIGN.md: budget and depth should be chosen from them, per device.
 pub fn measure_costs(
     target: &mut crate::model::decoder::Decoder,
@@ -46,38 +47,40 @@ pub fn measure_costs(
     sizes: &[usize],
     reps: usize,
 ) -> Result<Vec<CostRow>> {
-    use crate::model::decoder::{Batch, BlockMask};
+    use crate::model::decoder::{argmax_rows, Batch, BlockMask};
     let vocab = target.config().vocab_size as u32;
     let toks: Vec<u32> = (0..prefix as u32)
         .map(|i| (i * 7919 + 13) % vocab)
         .collect();
     target.reset();
     target.forward(&Batch::causal(&toks, 0).with_logits_rows(vec![]))?;
-    let last = target.config().n_layers - 1;
     let device = target.device().clone();
     let step = median_ms(
         &device,
         || {
             target.truncate(prefix);
-            target.forward(&Batch::causal(&[11], prefix))?;
+            if let Some(l) = target.forward(&Batch::causal(&[11], prefix))?.logits {
+                argmax_rows(&l)?;
+            }
             Ok(())
         },
         reps,
     )?;
     let mut rows = vec![CostRow {
-        what: "target decode step (1 row + LM head)".into(),
+        what: "target decode step (1 row + LM head + argmax)".into(),
         rows: 1,
         ms: step,
         relative: 1.0,
     }];
-    for &n in sizes {
+    // Blocks that do not fit the context after the prefix are left out of the table.
+    let context = target.context();
+    for &n in sizes.iter().filter(|&&n| prefix + n <= context) {
         // A tree of n nodes: a chain with side branches, like a DDTree.
         let parents: Vec<Option<usize>> = (0..n)
             .map(|i| if i == 0 { None } else { Some((i - 1) / 2) })
             .collect();
         let mask = BlockMask::from_parents(&parents)?;
         let block: Vec<u32> = (0..n as u32).map(|i| (i * 31 + 5) % vocab).collect();
-        let mut hidden = None;
         let ms = median_ms(
             &device,
             || {
@@ -85,36 +88,21 @@ pub fn measure_costs(
                 let out = target.forward(
                     &Batch::causal(&block, prefix)
                         .with_mask(mask.clone())
-                        .with_logits_rows(vec![])
-                        .with_hidden_layers(vec![last]),
+                        .all_logits(),
                 )?;
-                hidden = out.hidden.into_iter().next();
+                if let Some(l) = &out.logits {
+                    argmax_rows(l)?;
+                }
                 Ok(())
             },
             reps,
         )?;
         rows.push(CostRow {
-            what: "target verify pass, hidden states only".into(),
+            what: "target verify pass (rows + LM heads + argmax ids to the host)".into(),
             rows: n,
             ms,
             relative: ms / step,
         });
-        if let Some(h) = &hidden {
-            let ms = median_ms(
-                &device,
-                || {
-                    target.logits_from_hidden(h)?.to_vec2::<f32>()?;
-                    Ok(())
-                },
-                reps,
-            )?;
-            rows.push(CostRow {
-                what: "target LM head".into(),
-                rows: n,
-                ms,
-                relative: ms / step,
-            });
-        }
     }
     target.reset();
     if let Some(d) = drafter {

@@ -105,6 +105,7 @@ fn pick_step(
     top_k: usize,
     rng: &mut impl Rng,
 ) -> Result<(ChainStep, f64)> {
+    let _span = crate::profile::span("drafter top-k / draw", logits.device());
     Ok(match pick {
         ChainPick::Greedy => {
             let top = row_top_k(logits, top_k.max(1))?
@@ -183,6 +184,8 @@ impl CausalDrafter {
             ));
         }
         let mut last = None;
+        let device = self.model.device().clone();
+        let _span = crate::profile::span("drafter catch-up pass", &device);
         for piece in rest.chunks(512) {
             let out = self
                 .model
@@ -231,6 +234,8 @@ impl CausalDrafter {
         let first = self.sync(seq)?;
         Chain::draft(first, depth, top_k, pick, min_chain_prob, rng, |token| {
             let pos = self.model.len();
+            let device = self.model.device().clone();
+            let _span = crate::profile::span("drafter step", &device);
             self.model
                 .forward(&Batch::causal(&[token], pos))?
                 .logits

@@ -7,7 +7,9 @@
 //! configured chain and tree, and half-size versions of them) keeps a running estimate of the
 //! tokens it emits per second, the best is used, and the others are tried again now and then
 //! (every 8 steps at first, backing off to every 128 while they keep losing), so that the
-//! estimates follow the text. A probe of a losing arm is a step run slower than it could be, and
+//! estimates follow the text; each arm's first pull only warms it up, and `ar` is measured every
+//! [`AR_PROBE_EVERY`] steps whatever leads, so that a one-off slow step cannot keep `auto` from
+//! plain decoding. A probe of a losing arm is a step run slower than it could be, and
 //! where drafting is dear (a GPU on which a drafter step costs most of a target step) one probe
 //! costs ten plain steps: so probes are also held to a share of the time ([`PROBE_SHARE`]), and
 //! another arm takes over only when it is faster by a margin ([`SWITCH_MARGIN`]), so that noise in
@@ -16,15 +18,29 @@
 
 use super::settings::{Mode, Settings};
 
+/// Pulls of each arm before the estimates count (the first only warms it up).
+const WARM_UP_PULLS: usize = 2;
 /// Weight of the newest step in an arm's running averages.
 const EMA: f64 = 0.25;
+/// The weight instead when an `ar` step (always one token) ran more than [`JUMP_RATIO`] times
+/// faster than `ar`'s estimate: the estimate was set by a one-off slow step (a CUDA graph capture,
+/// a kernel module compiled on first use), so follow fast. Only `ar`, and only downwards: the
+/// tokens of a speculative step vary with acceptance, and a slow step may be the one-off.
+const JUMP_EMA: f64 = 0.75;
+const JUMP_RATIO: f64 = 2.0;
 /// Steps between probes of a losing arm, at first and at most.
 const PROBE_MIN: usize = 8;
 const PROBE_MAX: usize = 128;
-/// Most of the time spent that steps run with an arm other than the best may take (the first
-/// pull of each arm excepted): every step earns this share of its time as probe credit, a probe
+/// Most of the time spent that steps run with an arm other than the best may take (warm-up pulls
+/// and `ar` steps excepted): every step earns this share of its time as probe credit, a probe
 /// spends its whole time, and a probe waits until the credit is back to zero.
 pub const PROBE_SHARE: f64 = 0.02;
+/// Steps between measurements of `ar` while another arm leads. One `ar` step costs one target
+/// step, a small and bounded loss (1/32 of the steps) where speculation really leads, so these are
+/// not held to the probe share: they keep `ar`'s estimate current (one slow measurement, e.g. a
+/// step that captured a CUDA graph, must not keep `auto` away from plain decoding for the rest of
+/// the session).
+pub const AR_PROBE_EVERY: usize = 32;
 /// How much faster than the best another arm must measure to take over.
 pub const SWITCH_MARGIN: f64 = 0.05;
 
@@ -115,9 +131,14 @@ impl Planner {
     /// The settings the next step runs with, and the arm to report it to.
     pub fn choose(&mut self) -> (usize, Settings) {
         self.step += 1;
-        // Every arm once first (ar first: its rate is the one to beat).
-        if let Some(i) = self.arms.iter().position(|a| a.pulls == 0) {
+        // Every arm twice first (ar first: its rate is the one to beat); the first pull only warms
+        // the arm up (one-off costs such as capturing a CUDA graph for a new shape).
+        if let Some(i) = self.arms.iter().position(|a| a.pulls < WARM_UP_PULLS) {
             return (i, self.arms[i].settings);
+        }
+        // Arm 0 is ar.
+        if self.best != 0 && self.step.is_multiple_of(AR_PROBE_EVERY) {
+            return (0, self.arms[0].settings);
         }
         let affordable = self.credit >= 0.0;
         let arm = if self.step >= self.next_probe && self.arms.len() > 1 && affordable {
@@ -141,22 +162,30 @@ impl Planner {
             return;
         };
         self.credit = (self.credit + PROBE_SHARE * seconds).min(0.0);
-        if arm != self.best && a.pulls > 0 {
+        if arm != self.best && arm != 0 && a.pulls >= WARM_UP_PULLS {
             self.credit -= seconds;
         }
-        if a.pulls == 0 {
+        if a.pulls < WARM_UP_PULLS {
+            // Warm-up pulls replace the estimate; the last of them is its start.
             (a.tokens, a.seconds) = (tokens as f64, seconds);
         } else {
-            a.tokens += EMA * (tokens as f64 - a.tokens);
-            a.seconds += EMA * (seconds - a.seconds);
+            let per_token = |t: f64, s: f64| s / t.max(1e-9);
+            let (new, old) = (
+                per_token(tokens as f64, seconds),
+                per_token(a.tokens, a.seconds),
+            );
+            let jump = arm == 0 && old > new * JUMP_RATIO;
+            let w = if jump { JUMP_EMA } else { EMA };
+            a.tokens += w * (tokens as f64 - a.tokens);
+            a.seconds += w * (seconds - a.seconds);
         }
         a.pulls += 1;
         let fastest = (0..self.arms.len())
-            .filter(|&i| self.arms[i].pulls > 0)
+            .filter(|&i| self.arms[i].pulls >= WARM_UP_PULLS)
             .max_by(|&i, &j| self.arms[i].rate().total_cmp(&self.arms[j].rate()))
             .unwrap_or(0);
         let current = self.arms[self.best].rate();
-        let best = if self.arms[self.best].pulls == 0
+        let best = if self.arms[self.best].pulls < WARM_UP_PULLS
             || self.arms[fastest].rate() > current * (1.0 + SWITCH_MARGIN)
         {
             fastest
@@ -215,7 +244,8 @@ mod tests {
             |s| if s.mode == Mode::Tree { 4 } else { 1 },
             |s| if s.mode == Mode::Tree { 2.0 } else { 1.0 },
         );
-        assert!(c[&Mode::Tree] > 470, "{c:?}");
+        // Warm-up (two pulls of each other arm), ar every AR_PROBE_EVERY steps, rare probes.
+        assert!(c[&Mode::Tree] > 460, "{c:?}");
         assert_eq!(p.rates()[0].0.mode, Mode::Tree);
     }
 
@@ -229,6 +259,28 @@ mod tests {
             |s| if s.mode == Mode::Ar { 1.0 } else { 3.0 },
         );
         assert!(c[&Mode::Ar] > 470, "{c:?}");
+    }
+
+    /// ar's first two measurements came out ten times too slow (one-off costs): auto still ends
+    /// up decoding plainly where speculation loses.
+    #[test]
+    fn recovers_from_slow_first_ar_steps() {
+        let mut p = planner();
+        let mut ar_pulls = 0;
+        let mut count = std::collections::HashMap::new();
+        for _ in 0..1000 {
+            let (arm, s) = p.choose();
+            let (tokens, secs) = if s.mode == Mode::Ar {
+                ar_pulls += 1;
+                (1, if ar_pulls <= 2 { 10.0 } else { 1.0 })
+            } else {
+                (3, 4.0)
+            };
+            *count.entry(s.mode).or_insert(0) += 1;
+            p.observe(arm, tokens, secs);
+        }
+        assert_eq!(p.rates()[0].0.mode, Mode::Ar);
+        assert!(count[&Mode::Ar] > 800, "{count:?}");
     }
 
     #[test]
@@ -256,14 +308,18 @@ mod tests {
     fn probes_are_held_to_a_share_of_the_time() {
         let mut p = planner();
         let (mut ar_time, mut total) = (0.0, 0.0);
-        for _ in 0..3000 {
+        for step in 0..3000 {
             let (arm, s) = p.choose();
+            let warm_up = step < WARM_UP_PULLS * p.arms.len();
             let (tokens, secs) = if s.mode == Mode::Ar {
                 (1, 1.0)
             } else {
                 (2, 10.0)
             };
             p.observe(arm, tokens, secs);
+            if warm_up {
+                continue;
+            }
             total += secs;
             if s.mode == Mode::Ar {
                 ar_time += secs;

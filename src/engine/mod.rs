@@ -283,8 +283,11 @@ impl Engine {
         }
         let mut times = StageTimes::default();
 
+        let device = self.target.device().clone();
         let t = Instant::now();
+        let span = crate::profile::span("draft (all of it)", &device);
         let (mode, proposal, cap) = self.draft(remaining, room)?;
+        drop(span);
         times.draft = t.elapsed();
 
         let t = Instant::now();
@@ -303,15 +306,21 @@ impl Engine {
         times.build = t.elapsed();
 
         let t = Instant::now();
+        let span = crate::profile::span("target verify pass", &device);
         let out = self.verify(&tree, base)?;
+        drop(span);
         times.verify = t.elapsed();
 
         let t = Instant::now();
+        let span = crate::profile::span("walk", &device);
         let (accepted, next) = self.walk(&tree, sampled.as_deref(), &out)?;
+        drop(span);
         times.walk = t.elapsed();
 
         let t = Instant::now();
+        let span = crate::profile::span("commit", &device);
         let (emitted, finished) = self.commit(base, &tree, &accepted, next, remaining, &out)?;
+        drop(span);
         times.commit = t.elapsed();
 
         Ok(StepEvent {

@@ -12,10 +12,12 @@
 //! grid) instead of one launch per four rows.
 //!
 //! Per-step values (token ids, positions, cache slots, the key lists) live in one device buffer
-//! the kernels read, so the one-row step is captured once per attention-length bucket as a CUDA
-//! graph and replayed: one launch for the whole step instead of ~300
-//! (`TREESPEC_CUDA_GRAPHS=0` runs it eagerly). Any capture failure turns graphs off with one
-//! log line and the step runs eagerly.
+//! the kernels read, so a pass is captured once per shape (rows, logits rows, key-table width
+//! rounded up to a power of two, attention-length bucket) as a CUDA graph and replayed: one
+//! launch for the whole pass instead of ~300. That covers the one-row decoding step, the
+//! drafter's catch-up passes and verify passes up to [`GRAPH_MAX_ROWS`] rows
+//! (`TREESPEC_CUDA_GRAPHS=0` runs every pass eagerly). Any capture failure turns graphs off with
+//! one log line and the pass runs eagerly.
 //!
 //! Built when the decoder runs on a GPU with quantised GGUF weights of types the product kernel
 //! reads and heads the attention kernel takes ([`GpuStep::new`] says why not otherwise;
@@ -91,6 +93,10 @@ pub fn format_tag(dtype: GgmlDType) -> Option<&'static str> {
     })
 }
 
+/// Widest pass (rows) captured as a CUDA graph; wider passes launch eagerly (their launches cost
+/// little beside their work).
+pub const GRAPH_MAX_ROWS: usize = 64;
+
 /// Inputs of one pass, as [`GpuStep::forward`] takes them.
 pub struct StepInput<'a> {
     /// Token ids of the new rows.
@@ -124,6 +130,14 @@ impl GpuStep {
     /// Unreachable: no step exists without CUDA.
     pub fn forward(&mut self, _input: &StepInput) -> Result<(Option<Tensor>, Vec<Tensor>)> {
         Err(Error::Device("no GPU step without CUDA".into()))
+    }
+
+    /// Nothing to turn on or off without CUDA.
+    pub fn set_graphs(&mut self, _on: bool) {}
+
+    /// No graphs without CUDA.
+    pub fn graphs_on(&self) -> bool {
+        false
     }
 }
 
@@ -170,7 +184,7 @@ mod cuda {
         sys, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig,
         PushKernelArg,
     };
-    use std::collections::HashMap;
+    use std::collections::{HashMap, HashSet};
 
     const STEP_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/step.ptx"));
     const MMVQ_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/mmvq.ptx"));
@@ -265,6 +279,19 @@ mod cuda {
     // SAFETY: see above; the handles are used by one thread at a time (the decoder's owner).
     unsafe impl Send for Graph {}
 
+    /// Captured graphs kept per decoder; past this the cache starts again (shapes seen long ago,
+    /// e.g. in shorter attention buckets, are dropped).
+    const GRAPH_CACHE: usize = 64;
+
+    /// The shape a captured pass replays.
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+    struct GraphKey {
+        n: usize,
+        m: usize,
+        width: usize,
+        chunks: usize,
+    }
+
     /// Offsets into the per-pass metadata buffer (u32 elements).
     #[derive(Clone, Copy)]
     struct Meta {
@@ -313,8 +340,13 @@ mod cuda {
         eps: f32,
         interleaved: i32,
         bufs: Option<Buffers>,
-        graphs: HashMap<usize, Graph>,
+        graphs: HashMap<GraphKey, Graph>,
+        /// Shapes seen once: a shape is captured the second time it runs (a prompt's one-off
+        /// prefill length is not worth a capture).
+        seen: HashSet<GraphKey>,
         graphs_on: bool,
+        /// A capture failed: graphs stay off for this decoder.
+        graphs_failed: bool,
         _keep: Vec<Tensor>,
     }
 
@@ -454,7 +486,9 @@ mod cuda {
                 interleaved: matches!(cfg.rope_style, RopeStyle::Interleaved) as i32,
                 bufs: None,
                 graphs: HashMap::new(),
-                graphs_on: std::env::var("TREESPEC_CUDA_GRAPHS").as_deref() != Ok("0"),
+                seen: HashSet::new(),
+                graphs_on: graphs_allowed(),
+                graphs_failed: false,
                 _keep: keep,
             })
         }
@@ -465,7 +499,8 @@ mod cuda {
         pub fn forward(&mut self, input: &StepInput) -> Result<(Option<Tensor>, Vec<Tensor>)> {
             let n = input.tokens.len();
             let m = input.logits_rows.len();
-            let width = input.keys.width();
+            // Key tables rounded up to a power of two wide, so that trees share graphs.
+            let width = input.keys.width().next_power_of_two().max(2);
             let max_count = (0..n).map(|i| input.keys.count(i)).max().unwrap_or(0);
             let chunks = max_count
                 .div_ceil(crate::gpu::attention::CHUNK)
@@ -482,22 +517,30 @@ mod cuda {
             for (slot, &r) in input.logits_rows.iter().enumerate() {
                 host[meta.out_slots + r] = slot as u32;
             }
-            host[meta.table..].copy_from_slice(&input.keys.packed());
+            host[meta.table..].copy_from_slice(&input.keys.packed_to(width));
             self.ensure(n.max(m), chunks, meta.len)?;
             let bufs = self.bufs.as_mut().expect("ensured");
             self.stream
                 .memcpy_htod(&host, &mut bufs.meta.slice_mut(..meta.len))
                 .map_err(driver)?;
 
-            let graphable = n == 1 && m == 1 && input.hidden_layers.is_empty() && width == 2;
-            if graphable && self.graphs_on {
-                match self.replay(chunks, meta) {
-                    Ok(t) => return Ok((Some(t), vec![])),
+            let key = GraphKey {
+                n,
+                m,
+                width,
+                chunks,
+            };
+            let graphable = n <= GRAPH_MAX_ROWS && input.hidden_layers.is_empty();
+            // A shape runs eagerly the first time it is seen, from a graph after that.
+            if graphable && self.graphs_on && !self.seen.insert(key) {
+                match self.replay(key, meta) {
+                    Ok(t) => return Ok((t, vec![])),
                     Err(e) => {
                         self.graphs_on = false;
+                        self.graphs_failed = true;
                         self.graphs.clear();
                         eprintln!(
-                            "treespec: CUDA graph capture failed, running steps eagerly: {e}"
+                            "treespec: CUDA graph capture failed, running passes eagerly: {e}"
                         );
                     }
                 }
@@ -526,18 +569,36 @@ mod cuda {
             Ok((logits, hidden))
         }
 
-        /// Replay (capturing first if needed) the one-row step for this attention bucket.
-        fn replay(&mut self, chunks: usize, meta: Meta) -> Result<Tensor> {
+        /// Turn graph capture on (unless `TREESPEC_CUDA_GRAPHS=0` or a capture failed) or off
+        /// (every pass eagerly); captured graphs are dropped.
+        pub fn set_graphs(&mut self, on: bool) {
+            self.graphs_on = on && graphs_allowed() && !self.graphs_failed;
+            self.graphs.clear();
+            self.seen.clear();
+        }
+
+        /// Whether passes replay from CUDA graphs.
+        pub fn graphs_on(&self) -> bool {
+            self.graphs_on
+        }
+
+        /// Replay (capturing first if needed) the pass of shape `key`; its logits (`[m, vocab]`,
+        /// copied out of the graph's buffer) unless `m` is 0.
+        fn replay(&mut self, key: GraphKey, meta: Meta) -> Result<Option<Tensor>> {
             let logits_ptr = {
                 let bufs = self.bufs.as_ref().expect("ensured");
                 bufs.logits.device_ptr(&self.stream).0
             };
-            if !self.graphs.contains_key(&chunks) {
+            if !self.graphs.contains_key(&key) {
+                if self.graphs.len() >= GRAPH_CACHE {
+                    self.graphs.clear();
+                }
                 self.stream
                     .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
                     .map_err(driver)?;
                 let mut none = vec![];
-                let launched = self.launch_all(1, 1, chunks, meta, logits_ptr, &[], &mut none);
+                let launched =
+                    self.launch_all(key.n, key.m, key.chunks, meta, logits_ptr, &[], &mut none);
                 let graph = self
                     .stream
                     .end_capture(sys::CUgraphInstantiate_flags(0))
@@ -553,19 +614,25 @@ mod cuda {
                     }
                     self.stream.synchronize().map_err(driver)?;
                     eprintln!(
-                        "treespec: one-row step graph ({chunks} attention chunks): {:.1} us a replay on the GPU",
+                        "treespec: graph of {} rows ({} logits rows, {} attention chunks): {:.1} us a replay on the GPU",
+                        key.n,
+                        key.m,
+                        key.chunks,
                         t0.elapsed().as_secs_f64() * 1e6 / times as f64
                     );
                 }
-                self.graphs.insert(chunks, Graph(graph));
+                self.graphs.insert(key, Graph(graph));
             }
-            self.graphs[&chunks].0.launch().map_err(driver)?;
+            self.graphs[&key].0.launch().map_err(driver)?;
+            if key.m == 0 {
+                return Ok(None);
+            }
             let bufs = self.bufs.as_ref().expect("ensured");
             let out = self
                 .stream
-                .clone_dtod(&bufs.logits.slice(..self.vocab))
+                .clone_dtod(&bufs.logits.slice(..key.m * self.vocab))
                 .map_err(driver)?;
-            self.wrap(out, 1)
+            Ok(Some(self.wrap(out, key.m)?))
         }
 
         fn wrap(&self, out: CudaSlice<f32>, m: usize) -> Result<Tensor> {
@@ -608,7 +675,8 @@ mod cuda {
                 q: alloc(self.nh * rows * self.hd)?,
                 att: alloc(rows * self.nh * self.hd)?,
                 part: alloc(rows * self.nh * chunks * (self.hd + 2))?,
-                logits: alloc(4 * self.vocab)?,
+                // Graphs write their logits here: up to GRAPH_MAX_ROWS rows, padded to four.
+                logits: alloc(rows.min(GRAPH_MAX_ROWS) * self.vocab)?,
             });
             Ok(())
         }
@@ -925,6 +993,11 @@ mod cuda {
         }
     }
 
+    /// Graphs unless `TREESPEC_CUDA_GRAPHS=0`.
+    fn graphs_allowed() -> bool {
+        std::env::var("TREESPEC_CUDA_GRAPHS").as_deref() != Ok("0")
+    }
+
     fn profile_replays() -> Option<usize> {
         std::env::var("TREESPEC_STEP_PROFILE").ok()?.parse().ok()
     }
@@ -1035,9 +1108,9 @@ pub fn check_model(
 ) -> Result<Vec<String>> {
     use crate::model::decoder::{argmax_rows, Batch, Decoder};
     let n = tokens.len();
-    if n < 16 {
+    if n < 24 {
         return Err(Error::InvalidArgument(
-            "the step check needs at least 16 tokens".into(),
+            "the step check needs at least 24 tokens".into(),
         ));
     }
     let mut report = vec![];
@@ -1092,27 +1165,54 @@ pub fn check_model(
             )));
         }
     }
-    // Invariance: the last rows in one pass of 13 (x4 chunks plus a tail) against one-row steps.
-    let split = n - 13;
-    decoder.reset();
-    logits(decoder, 0, &tokens[..split])?;
-    let block = logits(decoder, split, &tokens[split..])?.to_vec2::<f32>()?;
-    decoder.reset();
-    logits(decoder, 0, &tokens[..split])?;
-    for (i, want_row) in block.iter().enumerate() {
-        let one =
-            logits(decoder, split + i, &tokens[split + i..split + i + 1])?.to_vec2::<f32>()?;
-        if one[0]
+    // Invariance: the last rows in one pass (one chunk of four rows with a tail; chunks plus a
+    // tail; five chunks), replayed from a graph and launched eagerly, against one-row steps.
+    let same_bits = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+    for len in [3usize, 13, 20] {
+        let split = n - len;
+        let mut blocks = vec![];
+        for graphs in [true, false] {
+            decoder.set_cuda_graphs(graphs);
+            // With graphs, the second run of the shape replays one (the first runs eagerly).
+            let runs = if graphs { 2 } else { 1 };
+            let mut block = vec![];
+            for _ in 0..runs {
+                decoder.reset();
+                logits(decoder, 0, &tokens[..split])?;
+                block = logits(decoder, split, &tokens[split..])?.to_vec2::<f32>()?;
+            }
+            blocks.push(block);
+        }
+        decoder.set_cuda_graphs(true);
+        let how = if decoder.cuda_graphs_on() {
+            "graph replay = eager launches"
+        } else {
+            "CUDA graphs off"
+        };
+        if !blocks[0]
             .iter()
-            .zip(want_row)
-            .any(|(a, b)| a.to_bits() != b.to_bits())
+            .zip(&blocks[1])
+            .all(|(a, b)| same_bits(a, b))
         {
             return Err(Error::Device(format!(
-                "the GPU step is not batch-invariant: row {i} of a 13-row pass differs from its one-row step"
+                "a {len}-row pass replayed from a CUDA graph differs from the same pass launched eagerly"
             )));
         }
+        decoder.reset();
+        logits(decoder, 0, &tokens[..split])?;
+        for (i, want_row) in blocks[0].iter().enumerate() {
+            let one =
+                logits(decoder, split + i, &tokens[split + i..split + i + 1])?.to_vec2::<f32>()?;
+            if !same_bits(&one[0], want_row) {
+                return Err(Error::Device(format!(
+                    "the GPU step is not batch-invariant: row {i} of a {len}-row pass differs from its one-row step"
+                )));
+            }
+        }
+        report.push(format!(
+            "{len}-row pass ({how}) = one-row steps, bit for bit"
+        ));
     }
-    report.push("13-row pass = one-row steps (graph replays), bit for bit".into());
     decoder.reset();
     Ok(report)
 }

@@ -97,8 +97,12 @@ mod cuda {
     use cudarc::driver::{CudaView, LaunchConfig, PushKernelArg};
 
     const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/topk.ptx"));
-    /// Threads per block (one block per row): `TOPK_THREADS` in `kernels/topk.cu`.
+    /// Threads per block of the first top-k launch: `TOPK_THREADS` in `kernels/topk.cu`.
     const THREADS: u32 = 256;
+    /// Slices (blocks) per row of the first launch: `TOPK_SPLIT`.
+    const SPLIT: u32 = 16;
+    /// Threads per block of the merge launch: `TOPK_MERGE_THREADS`.
+    const MERGE_THREADS: u32 = 256;
     /// Threads per block of the argmax kernel: `ARGMAX_THREADS` in `kernels/topk.cu`.
     const ARGMAX_THREADS: u32 = 1024;
 
@@ -135,7 +139,8 @@ mod cuda {
         with_logits(logits, "argmax", vec![], |x, rows, cols| {
             let func = dev.get_or_load_custom_func("row_argmax_f32", "treespec_topk", PTX)?;
             let stream = dev.cuda_stream();
-            let mut ids = stream.alloc_zeros::<u32>(rows).map_err(driver)?;
+            // SAFETY: uninitialised (no memset launch); the kernel writes every row's id.
+            let mut ids = unsafe { stream.alloc::<u32>(rows) }.map_err(driver)?;
             let cols_i = cols as i32;
             let cfg = LaunchConfig {
                 grid_dim: (rows as u32, 1, 1),
@@ -152,35 +157,60 @@ mod cuda {
 
     pub(super) fn row_top_k(dev: &CudaDevice, logits: &Tensor, k: usize) -> Result<Vec<DepthTopK>> {
         with_logits(logits, "top-k", vec![], |x, rows, cols| {
-            let func = dev.get_or_load_custom_func("row_top_k_f32", "treespec_topk", PTX)?;
+            let part = dev.get_or_load_custom_func("row_top_k_part_f32", "treespec_topk", PTX)?;
+            let merge = dev.get_or_load_custom_func("row_top_k_merge_f32", "treespec_topk", PTX)?;
             let stream = dev.cuda_stream();
-            let mut ids = stream.alloc_zeros::<i32>(rows * k).map_err(driver)?;
-            let mut lps = stream.alloc_zeros::<f32>(rows * k).map_err(driver)?;
-            let mut lse = stream.alloc_zeros::<f32>(rows).map_err(driver)?;
+            let slices = rows * SPLIT as usize;
+            let words = 2 * k + 1;
+            // SAFETY: uninitialised device buffers (no memset launches); the first launch writes
+            // every candidate and slice sum, the merge every output word, before any read.
+            let (mut part_v, mut part_i, mut part_max, mut part_sum, mut out) = unsafe {
+                (
+                    stream.alloc::<f32>(slices * k).map_err(driver)?,
+                    stream.alloc::<i32>(slices * k).map_err(driver)?,
+                    stream.alloc::<f32>(slices).map_err(driver)?,
+                    stream.alloc::<f64>(slices).map_err(driver)?,
+                    stream.alloc::<u32>(rows * words).map_err(driver)?,
+                )
+            };
             let (cols_i, k_i) = (cols as i32, k as i32);
             let cfg = LaunchConfig {
-                grid_dim: (rows as u32, 1, 1),
+                grid_dim: (rows as u32, SPLIT, 1),
                 block_dim: (THREADS, 1, 1),
                 shared_mem_bytes: 0,
             };
-            let mut b = func.builder();
+            let mut b = part.builder();
             b.arg(x)
                 .arg(&cols_i)
                 .arg(&k_i)
-                .arg(&mut ids)
-                .arg(&mut lps)
-                .arg(&mut lse);
-            // SAFETY: the arguments match the kernel's signature: a [rows, cols] f32 input, two
-            // [rows, k] outputs and one [rows] output, k <= TOPK_MAX (checked by the caller).
+                .arg(&mut part_v)
+                .arg(&mut part_i)
+                .arg(&mut part_max)
+                .arg(&mut part_sum);
+            // SAFETY: the arguments match the kernel's signature: a [rows, cols] f32 input,
+            // [rows, SPLIT, k] candidates and [rows, SPLIT] slice sums, k <= TOPK_MAX (checked
+            // by the caller).
             unsafe { b.launch(cfg) }.map_err(driver)?;
-            let ids = stream.clone_dtoh(&ids).map_err(driver)?;
-            let lps = stream.clone_dtoh(&lps).map_err(driver)?;
-            Ok(ids
-                .chunks(k)
-                .zip(lps.chunks(k))
-                .map(|(i, l)| DepthTopK {
-                    tokens: i.iter().map(|&t| t as u32).collect(),
-                    log_probs: l.to_vec(),
+            let cfg = LaunchConfig {
+                grid_dim: (rows as u32, 1, 1),
+                block_dim: (MERGE_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let mut b = merge.builder();
+            b.arg(&part_v)
+                .arg(&part_i)
+                .arg(&part_max)
+                .arg(&part_sum)
+                .arg(&k_i)
+                .arg(&mut out);
+            // SAFETY: the buffers the first launch filled, and a [rows, 2k + 1] output.
+            unsafe { b.launch(cfg) }.map_err(driver)?;
+            let out = stream.clone_dtoh(&out).map_err(driver)?;
+            Ok(out
+                .chunks(words)
+                .map(|w| DepthTopK {
+                    tokens: w[..k].to_vec(),
+                    log_probs: w[k..2 * k].iter().map(|&b| f32::from_bits(b)).collect(),
                 })
                 .collect())
         })

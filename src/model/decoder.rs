@@ -285,6 +285,18 @@ impl Decoder {
         };
     }
 
+    /// Let the GPU step replay passes from CUDA graphs (the default) or launch them eagerly.
+    pub fn set_cuda_graphs(&mut self, on: bool) {
+        if let Some(step) = self.step.as_mut() {
+            step.set_graphs(on);
+        }
+    }
+
+    /// Whether the GPU step replays passes from CUDA graphs.
+    pub fn cuda_graphs_on(&self) -> bool {
+        self.step.as_ref().is_some_and(|s| s.graphs_on())
+    }
+
     /// What runs the forward pass ("treespec GPU step", or candle's ops and why).
     pub fn runtime(&self) -> &str {
         &self.runtime

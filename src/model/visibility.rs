@@ -133,7 +133,13 @@ impl VisibleKeys {
     /// The `[rows, width]` table the GPU kernel reads: per row `lead`, the extra count, the extra
     /// rows, zero-padded.
     pub fn packed(&self) -> Vec<u32> {
-        let w = self.width();
+        self.packed_to(self.width())
+    }
+
+    /// [`VisibleKeys::packed`] with rows `w` wide (`w` >= [`VisibleKeys::width`]), so that passes
+    /// of different trees can share one table shape.
+    pub fn packed_to(&self, w: usize) -> Vec<u32> {
+        let w = w.max(self.width());
         let mut out = vec![0u32; self.rows.len() * w];
         for (slot, (lead, extra)) in out.chunks_mut(w).zip(&self.rows) {
             slot[0] = *lead as u32;
