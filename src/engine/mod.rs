@@ -233,6 +233,13 @@ impl Engine {
         if let (true, Some(d)) = (self.settings.mode.uses_drafter(), &mut self.drafter) {
             d.prefill(prompt)?;
         }
+        // On a GPU the prompt's passes run asynchronously: wait for them, so that they count as
+        // the prompt's time and not as the first step's (which skewed `auto`'s measurement of
+        // whichever arm ran first, and every mode's decoding speed, by the prefill).
+        self.target.device().synchronize()?;
+        if let Some(dec) = self.drafter.as_deref().and_then(|d| d.decoder()) {
+            dec.device().synchronize()?;
+        }
         self.seq = prompt.to_vec();
         self.answer_start = prompt.len();
         Ok(t0.elapsed())
