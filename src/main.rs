@@ -69,6 +69,10 @@ struct TrainArgs {
     /// Prompt files (JSON lines with a "prompt" field; default: the bundled sets).
     #[arg(long, num_args = 1..)]
     data: Vec<PathBuf>,
+    /// Prompts the target writes itself first (Magpie-style), trained on with its answers; with
+    /// them the bundled sets (the benchmark's prompts) are left out unless given with --data.
+    #[arg(long, default_value_t = 0)]
+    self_prompts: usize,
     /// Most new tokens of each answer the target writes to train on.
     #[arg(long, default_value_t = 256)]
     answer_tokens: usize,
@@ -659,6 +663,7 @@ fn run_train(a: TrainArgs) -> anyhow::Result<()> {
             ..Default::default()
         },
         data: a.data,
+        self_prompts: a.self_prompts,
         answer_tokens: a.answer_tokens,
         seed: a.seed,
         load,

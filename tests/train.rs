@@ -132,6 +132,7 @@ fn a_run_writes_a_head_that_resumes_and_drafts() {
             max_len: 64,
         },
         data: vec![prompts],
+        self_prompts: 0,
         answer_tokens: 6,
         seed: 1,
         load: treespec::model::LoadOptions {
@@ -175,4 +176,55 @@ fn a_run_writes_a_head_that_resumes_and_drafts() {
     e.set_settings(s(Mode::Mtp)).unwrap();
     e.reset();
     assert_eq!(e.generate(&prompt, 16, |_| true).unwrap().tokens, ar);
+}
+
+/// `--self-prompts N`: the target writes N prompts itself, answers them, and trains on both; the
+/// data are written once (a resumed run reads them back) and the same seed writes the same
+/// prompts; the bundled benchmark prompts are left out.
+#[test]
+fn self_written_prompts_are_written_once_and_trained_on() {
+    use treespec::train::run::{run, RunConfig};
+    let make = |dir: &std::path::Path, steps: usize| RunConfig {
+        target: common::write_tiny_gguf(dir, "qwen2", 8)
+            .display()
+            .to_string(),
+        out: dir.join("head.safetensors"),
+        steps,
+        opts: TrainOptions {
+            k: 2,
+            lr: 1e-3,
+            max_len: 160,
+        },
+        data: vec![],
+        self_prompts: 3,
+        answer_tokens: 4,
+        seed: 5,
+        load: treespec::model::LoadOptions {
+            context: 256,
+            ..Default::default()
+        },
+        command: "test".into(),
+    };
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let first = run(&make(a.path(), 2)).unwrap();
+    assert_eq!(first.sequences, 3);
+    assert_eq!(first.data, vec!["self-written: 3".to_string()]);
+    let data = a.path().join("head.safetensors.data.json");
+    let written = std::fs::metadata(&data).unwrap().modified().unwrap();
+    let resumed = run(&make(a.path(), 3)).unwrap();
+    assert_eq!(resumed.step, 3);
+    assert_eq!(
+        std::fs::metadata(&data).unwrap().modified().unwrap(),
+        written,
+        "the data are not written again"
+    );
+    run(&make(b.path(), 1)).unwrap();
+    let read = |p: &std::path::Path| {
+        let v: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(p.join("head.safetensors.data.json")).unwrap(),
+        )
+        .unwrap();
+        v["sequences"].clone()
+    };
+    assert_eq!(read(a.path()), read(b.path()), "same seed, same prompts");
 }

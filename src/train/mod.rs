@@ -155,6 +155,70 @@ impl Trainer {
     }
 }
 
+/// Prompts the target writes itself (as in Magpie): after `prefix` (the chat template up to an
+/// open user turn), `count` user messages sampled from the target (temperature 1, top-p 0.95) up to
+/// a stop token or `max_len` tokens, each returned as its content's token ids; empty draws are
+/// drawn again (up to four times the count in all). Deterministic for a `seed` on one device.
+pub fn self_prompts(
+    target: &mut Decoder,
+    prefix: &[u32],
+    count: usize,
+    max_len: usize,
+    stops: &std::collections::BTreeSet<u32>,
+    seed: u64,
+    mut progress: impl FnMut(usize),
+) -> Result<Vec<Vec<u32>>> {
+    use rand::SeedableRng;
+    if prefix.is_empty() {
+        return Err(Error::InvalidArgument(
+            "self-written prompts need the chat template's opening of a user turn".into(),
+        ));
+    }
+    let params = crate::sampling::SamplingParams {
+        temperature: 1.0,
+        top_k: 0,
+        top_p: 0.95,
+    };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let fit = target
+        .context()
+        .saturating_sub(prefix.len() + 1)
+        .min(max_len);
+    let mut out = Vec::with_capacity(count);
+    let mut tries = 0;
+    while out.len() < count && tries < 4 * count {
+        tries += 1;
+        target.reset();
+        let mut logits = target
+            .forward(&Batch::causal(prefix, 0))?
+            .logits
+            .ok_or_else(|| Error::InvalidArgument("the target gave no logits".into()))?;
+        let mut content: Vec<u32> = vec![];
+        for _ in 0..fit {
+            let row = logits.squeeze(0)?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+            let q = crate::sampling::distribution(&row, &params);
+            let Some(next) = crate::sampling::draw(&q, &mut rng) else {
+                break;
+            };
+            if stops.contains(&next) {
+                break;
+            }
+            content.push(next);
+            let pos = prefix.len() + content.len() - 1;
+            logits = target
+                .forward(&Batch::causal(&[next], pos))?
+                .logits
+                .ok_or_else(|| Error::InvalidArgument("the target gave no logits".into()))?;
+        }
+        target.reset();
+        if !content.is_empty() {
+            out.push(content);
+            progress(out.len());
+        }
+    }
+    Ok(out)
+}
+
 /// The target's own greedy answers: for each prompt (token ids, already templated), the prompt
 /// followed by up to `max_new` tokens the target writes after it.
 pub fn answers(

@@ -31,8 +31,11 @@ pub struct RunConfig {
     pub steps: usize,
     /// Unrolled steps, learning rate, longest sequence.
     pub opts: TrainOptions,
-    /// Prompt files (JSON lines with a `prompt` field); empty: the bundled sets.
+    /// Prompt files (JSON lines with a `prompt` field); empty and no self-written prompts: the
+    /// bundled sets.
     pub data: Vec<PathBuf>,
+    /// Prompts the target writes itself before answering them (Magpie-style; 0: none).
+    pub self_prompts: usize,
     /// Most new tokens of each answer the target writes for training.
     pub answer_tokens: usize,
     /// Seed of the order the sequences are visited in.
@@ -50,7 +53,7 @@ pub struct RunRecord {
     pub command: String,
     /// Target name.
     pub target: String,
-    /// Prompt files, or "bundled".
+    /// Prompt files, "bundled", and "self-written: N".
     pub data: Vec<String>,
     /// Sequences trained on and held out.
     pub sequences: usize,
@@ -89,8 +92,30 @@ pub fn simulated_tau(agreement: &[f32]) -> f32 {
 struct DataFile {
     target: String,
     answer_tokens: usize,
+    /// Prompts asked for: from files (or bundled) plus self-written.
     prompts: usize,
+    /// Self-written prompts asked for.
+    #[serde(default)]
+    self_prompts: usize,
     sequences: Vec<Vec<u32>>,
+}
+
+/// Longest self-written prompt, in tokens.
+const SELF_PROMPT_TOKENS: usize = 96;
+
+/// A user message text no template changes, to find where the user turn opens.
+const USER_MARKER: &str = "\u{1}treespec-user-turn\u{1}";
+
+/// The token ids of the chat template up to the content of an opened user turn.
+fn open_user_turn(t: &crate::model::LoadedModel) -> Result<Vec<u32>> {
+    let text = t.template.render(
+        &[ChatMessage::new(Role::User, USER_MARKER.to_string())],
+        true,
+    )?;
+    let cut = text.find(USER_MARKER).ok_or_else(|| {
+        Error::InvalidArgument("the chat template does not show the user's message".into())
+    })?;
+    t.tokenizer.encode(&text[..cut], true)
 }
 
 fn beside(out: &Path, suffix: &str) -> PathBuf {
@@ -120,7 +145,7 @@ fn bar(len: u64, template: &str) -> indicatif::ProgressBar {
 /// Run (or resume) training; returns the final record.
 pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     let mut t = crate::load::load_model(&cfg.target, &cfg.load)?;
-    let sets: Vec<PromptSet> = if cfg.data.is_empty() {
+    let sets: Vec<PromptSet> = if cfg.data.is_empty() && cfg.self_prompts == 0 {
         bundled_prompts(None)?
     } else {
         cfg.data
@@ -135,7 +160,8 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
             .render(&[ChatMessage::new(Role::User, p.text.clone())], true)?;
         prompts.push(t.tokenizer.encode(&text, true)?);
     }
-    if prompts.len() < 2 {
+    let asked = prompts.len() + cfg.self_prompts;
+    if asked < 2 {
         return Err(Error::InvalidArgument(
             "training needs at least two prompts (one is held out)".into(),
         ));
@@ -147,11 +173,39 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
         .ok()
         .and_then(|s| serde_json::from_str(&s).ok())
         .filter(|d: &DataFile| {
-            d.target == t.name && d.answer_tokens == cfg.answer_tokens && d.prompts == prompts.len()
+            d.target == t.name
+                && d.answer_tokens == cfg.answer_tokens
+                && d.prompts == asked
+                && d.self_prompts == cfg.self_prompts
         });
     let sequences = match cached {
         Some(d) => d.sequences,
         None => {
+            if cfg.self_prompts > 0 {
+                let prefix = open_user_turn(&t)?;
+                let b = bar(
+                    cfg.self_prompts as u64,
+                    "self-written prompts [{bar:30}] {pos}/{len} eta {eta}",
+                );
+                let stops = t.tokenizer.stop_ids().clone();
+                let written = crate::train::self_prompts(
+                    &mut t.decoder,
+                    &prefix,
+                    cfg.self_prompts,
+                    SELF_PROMPT_TOKENS,
+                    &stops,
+                    cfg.seed,
+                    |i| b.set_position(i as u64),
+                )?;
+                b.finish_and_clear();
+                for content in written {
+                    let text = t.tokenizer.decode(&content)?;
+                    let text = t
+                        .template
+                        .render(&[ChatMessage::new(Role::User, text)], true)?;
+                    prompts.push(t.tokenizer.encode(&text, true)?);
+                }
+            }
             let b = bar(
                 prompts.len() as u64,
                 "target's answers [{bar:30}] {pos}/{len} eta {eta}",
@@ -166,7 +220,8 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
                 &DataFile {
                     target: t.name.clone(),
                     answer_tokens: cfg.answer_tokens,
-                    prompts: prompts.len(),
+                    prompts: asked,
+                    self_prompts: cfg.self_prompts,
                     sequences: seqs.clone(),
                 },
             )?;
@@ -215,10 +270,16 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
         let rec = RunRecord {
             command: cfg.command.clone(),
             target: t.name.clone(),
-            data: if cfg.data.is_empty() {
-                vec!["bundled".into()]
-            } else {
-                cfg.data.iter().map(|p| p.display().to_string()).collect()
+            data: {
+                let mut d: Vec<String> = if cfg.data.is_empty() && cfg.self_prompts == 0 {
+                    vec!["bundled".into()]
+                } else {
+                    cfg.data.iter().map(|p| p.display().to_string()).collect()
+                };
+                if cfg.self_prompts > 0 {
+                    d.push(format!("self-written: {}", cfg.self_prompts));
+                }
+                d
             },
             sequences: sequences.len(),
             held_out: held_out.len(),
