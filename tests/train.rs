@@ -11,7 +11,7 @@ use treespec::model::decoder::{Batch, Decoder};
 use treespec::model::mtp::{MtpHead, MtpLayout};
 use treespec::model::weights::WeightStore;
 use treespec::train::head::TrainableHead;
-use treespec::train::{answers, TrainOptions, Trainer};
+use treespec::train::{answers, answers_batched, TrainOptions, Trainer};
 
 fn target(family: Family, style: RopeStyle, seed: u64) -> Decoder {
     let mut cfg = common::tiny_config(family, 61);
@@ -67,6 +67,29 @@ fn the_training_forward_is_the_runtime_head() {
                 assert!(diff < 1e-4, "{family:?} chain step {j} from {p}: {diff}");
             }
         }
+    }
+}
+
+/// Answers decoded side by side (prompts packed into one cache, each row seeing only its own
+/// sequence) are the answers decoded one sequence at a time: with stop tokens ending some early,
+/// prompts of different lengths, and a context of 64 that splits them into several groups.
+#[test]
+fn batched_answers_are_the_sequential_answers() {
+    let mut t = target(Family::Qwen2, RopeStyle::HalfSplit, 9);
+    let prompts: Vec<Vec<u32>> = (0..7u32)
+        .map(|s| (0..3 + s % 4).map(|i| (s * 13 + i * 7 + 2) % 61).collect())
+        .chain([vec![]])
+        .collect();
+    for stops in [BTreeSet::new(), BTreeSet::from([5u32, 17, 33])] {
+        let one = answers(&mut t, &prompts, 12, &stops, |_| {}).unwrap();
+        let mut calls = vec![];
+        let many = answers_batched(&mut t, &prompts, 12, &stops, |n| calls.push(n)).unwrap();
+        assert_eq!(many, one, "stops {stops:?}");
+        assert!(
+            calls.len() > 1,
+            "the context splits the prompts into groups: {calls:?}"
+        );
+        assert_eq!(calls.last(), Some(&7));
     }
 }
 

@@ -219,6 +219,115 @@ pub fn self_prompts(
     Ok(out)
 }
 
+/// Most sequences [`answers_batched`] decodes side by side.
+pub const ANSWER_BATCH: usize = 32;
+
+/// [`answers`], several sequences a pass: the prompts of a group are packed into the cache side by
+/// side, each row seeing only its own sequence's rows (as a draft tree's rows see only their
+/// ancestors), so that a step decodes one token of every unfinished sequence in one pass. Groups
+/// hold up to [`ANSWER_BATCH`] sequences whose prompts and answers fit the context together. On the
+/// CPU and on the GPU step (whose kernels are batch-invariant) a row's logits do not depend on the
+/// other rows of its pass, so the answers are those of [`answers`].
+pub fn answers_batched(
+    target: &mut Decoder,
+    prompts: &[Vec<u32>],
+    max_new: usize,
+    stops: &std::collections::BTreeSet<u32>,
+    mut progress: impl FnMut(usize),
+) -> Result<Vec<Vec<u32>>> {
+    use crate::model::decoder::{argmax_rows, BlockMask, PastMask};
+    /// One sequence of a group: its tokens, its cache rows, and the answer tokens it may still add.
+    struct Seq {
+        tokens: Vec<u32>,
+        rows: Vec<usize>,
+        left: usize,
+        next: u32,
+    }
+    let context = target.context();
+    let no_logits = || Error::InvalidArgument("the target gave no logits".into());
+    let live: Vec<&Vec<u32>> = prompts.iter().filter(|p| !p.is_empty()).collect();
+    let mut out = Vec::with_capacity(live.len());
+    let mut at = 0;
+    while at < live.len() {
+        // A group: as many prompts as fit the context with their longest answers.
+        let mut group: Vec<Seq> = vec![];
+        let mut need = 0;
+        while at < live.len() && group.len() < ANSWER_BATCH {
+            let p = live[at];
+            let fit = context.saturating_sub(p.len() + 1).min(max_new);
+            if !group.is_empty() && need + p.len() + fit > context {
+                break;
+            }
+            need += p.len() + fit;
+            group.push(Seq {
+                tokens: p.clone(),
+                rows: vec![],
+                left: fit,
+                next: 0,
+            });
+            at += 1;
+        }
+        // Each prompt after the others', seeing only itself.
+        target.reset();
+        for s in &mut group {
+            let (base, n) = (target.len(), s.tokens.len());
+            let out = target.forward(
+                &Batch::causal(&s.tokens, base)
+                    .with_positions((0..n).collect())
+                    .with_past_mask(PastMask {
+                        start: 0,
+                        visible: vec![vec![]; n],
+                    })
+                    .with_logits_rows(vec![n - 1]),
+            )?;
+            s.rows = (base..base + n).collect();
+            s.next = argmax_rows(&out.logits.ok_or_else(no_logits)?)?[0];
+        }
+        // Steps: every unfinished sequence takes its token, and those that go on are fed together.
+        loop {
+            let mut fed: Vec<usize> = vec![];
+            for (i, s) in group.iter_mut().enumerate() {
+                if s.left == 0 {
+                    continue;
+                }
+                s.tokens.push(s.next);
+                s.left -= 1;
+                if stops.contains(&s.next) {
+                    s.left = 0;
+                }
+                if s.left > 0 {
+                    fed.push(i);
+                }
+            }
+            if fed.is_empty() {
+                break;
+            }
+            let base = target.len();
+            let tokens: Vec<u32> = fed.iter().map(|&i| group[i].next).collect();
+            let positions: Vec<usize> = fed.iter().map(|&i| group[i].tokens.len() - 1).collect();
+            let visible: Vec<Vec<usize>> = fed.iter().map(|&i| group[i].rows.clone()).collect();
+            let logits = target
+                .forward(
+                    &Batch::causal(&tokens, base)
+                        .with_positions(positions)
+                        .with_mask(BlockMask::from_parents(&vec![None; fed.len()])?)
+                        .with_past_mask(PastMask { start: 0, visible })
+                        .all_logits(),
+                )?
+                .logits
+                .ok_or_else(no_logits)?;
+            for (j, (&i, next)) in fed.iter().zip(argmax_rows(&logits)?).enumerate() {
+                group[i].rows.push(base + j);
+                group[i].next = next;
+            }
+        }
+        target.reset();
+        out.extend(group.into_iter().map(|s| s.tokens));
+        progress(out.len());
+    }
+    Ok(out)
+}
+
 /// The target's own greedy answers: for each prompt (token ids, already templated), the prompt
 /// followed by up to `max_new` tokens the target writes after it.
 pub fn answers(

@@ -7,7 +7,7 @@
 //! held-out figures; read on resume) and `HEAD.safetensors.data.json` (the token ids trained on).
 
 use super::head::TrainableHead;
-use super::{answers, TrainOptions, Trainer};
+use super::{answers_batched, TrainOptions, Trainer};
 use crate::bench::{bundled_prompts, load_prompts, PromptSet};
 use crate::error::{Error, Result};
 use crate::model::chat_template::{ChatMessage, Role};
@@ -211,7 +211,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
                 "target's answers [{bar:30}] {pos}/{len} eta {eta}",
             );
             let stops = t.tokenizer.stop_ids().clone();
-            let seqs = answers(&mut t.decoder, &prompts, cfg.answer_tokens, &stops, |i| {
+            let seqs = answers_batched(&mut t.decoder, &prompts, cfg.answer_tokens, &stops, |i| {
                 b.set_position(i as u64)
             })?;
             b.finish_and_clear();
