@@ -158,7 +158,8 @@ impl Trainer {
 /// Prompts the target writes itself (as in Magpie): after `prefix` (the chat template up to an
 /// open user turn), `count` user messages sampled from the target (temperature 1, top-p 0.95) up to
 /// a stop token or `max_len` tokens, each returned as its content's token ids; empty draws are
-/// drawn again (up to four times the count in all). Deterministic for a `seed` on one device.
+/// drawn again (up to three more rounds). Decoded side by side as [`answers_batched`] does.
+/// Deterministic for a `seed` on one device.
 pub fn self_prompts(
     target: &mut Decoder,
     prefix: &[u32],
@@ -180,40 +181,41 @@ pub fn self_prompts(
         top_p: 0.95,
     };
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let fit = target
-        .context()
-        .saturating_sub(prefix.len() + 1)
-        .min(max_len);
-    let mut out = Vec::with_capacity(count);
-    let mut tries = 0;
-    while out.len() < count && tries < 4 * count {
-        tries += 1;
-        target.reset();
-        let mut logits = target
-            .forward(&Batch::causal(prefix, 0))?
-            .logits
-            .ok_or_else(|| Error::InvalidArgument("the target gave no logits".into()))?;
-        let mut content: Vec<u32> = vec![];
-        for _ in 0..fit {
-            let row = logits.squeeze(0)?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
-            let q = crate::sampling::distribution(&row, &params);
-            let Some(next) = crate::sampling::draw(&q, &mut rng) else {
-                break;
-            };
-            if stops.contains(&next) {
-                break;
-            }
-            content.push(next);
-            let pos = prefix.len() + content.len() - 1;
-            logits = target
-                .forward(&Batch::causal(&[next], pos))?
-                .logits
-                .ok_or_else(|| Error::InvalidArgument("the target gave no logits".into()))?;
+    // Each row of a step's logits: one draw, rows in order.
+    let mut draw = |logits: &Tensor| -> Result<Vec<u32>> {
+        let rows = logits.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+        Ok(rows
+            .iter()
+            .map(|row| {
+                let q = crate::sampling::distribution(row, &params);
+                crate::sampling::draw(&q, &mut rng).unwrap_or(0)
+            })
+            .collect())
+    };
+    let mut out: Vec<Vec<u32>> = Vec::with_capacity(count);
+    // Empty draws (a stop token first) are drawn again, up to three more rounds.
+    for _ in 0..4 {
+        let missing = count - out.len();
+        if missing == 0 {
+            break;
         }
-        target.reset();
-        if !content.is_empty() {
-            out.push(content);
-            progress(out.len());
+        let done = out.len();
+        let written = side_by_side(
+            target,
+            &vec![prefix.to_vec(); missing],
+            max_len,
+            stops,
+            &mut draw,
+            |i| progress(done + i),
+        )?;
+        for seq in written {
+            let mut content = seq[prefix.len()..].to_vec();
+            if content.last().is_some_and(|t| stops.contains(t)) {
+                content.pop();
+            }
+            if !content.is_empty() {
+                out.push(content);
+            }
         }
     }
     Ok(out)
@@ -233,9 +235,29 @@ pub fn answers_batched(
     prompts: &[Vec<u32>],
     max_new: usize,
     stops: &std::collections::BTreeSet<u32>,
+    progress: impl FnMut(usize),
+) -> Result<Vec<Vec<u32>>> {
+    side_by_side(
+        target,
+        prompts,
+        max_new,
+        stops,
+        crate::model::decoder::argmax_rows,
+        progress,
+    )
+}
+
+/// The decoding loop of [`answers_batched`], each step's tokens chosen by `pick` from the
+/// `[rows, vocab]` logits of the sequences that go on (in group order).
+fn side_by_side(
+    target: &mut Decoder,
+    prompts: &[Vec<u32>],
+    max_new: usize,
+    stops: &std::collections::BTreeSet<u32>,
+    mut pick: impl FnMut(&Tensor) -> Result<Vec<u32>>,
     mut progress: impl FnMut(usize),
 ) -> Result<Vec<Vec<u32>>> {
-    use crate::model::decoder::{argmax_rows, BlockMask, PastMask};
+    use crate::model::decoder::{BlockMask, PastMask};
     /// One sequence of a group: its tokens, its cache rows, and the answer tokens it may still add.
     struct Seq {
         tokens: Vec<u32>,
@@ -281,7 +303,10 @@ pub fn answers_batched(
                     .with_logits_rows(vec![n - 1]),
             )?;
             s.rows = (base..base + n).collect();
-            s.next = argmax_rows(&out.logits.ok_or_else(no_logits)?)?[0];
+            s.next = pick(&out.logits.ok_or_else(no_logits)?)?
+                .first()
+                .copied()
+                .ok_or_else(no_logits)?;
         }
         // Steps: every unfinished sequence takes its token, and those that go on are fed together.
         loop {
@@ -316,7 +341,7 @@ pub fn answers_batched(
                 )?
                 .logits
                 .ok_or_else(no_logits)?;
-            for (j, (&i, next)) in fed.iter().zip(argmax_rows(&logits)?).enumerate() {
+            for (j, (&i, next)) in fed.iter().zip(pick(&logits)?).enumerate() {
                 group[i].rows.push(base + j);
                 group[i].next = next;
             }
