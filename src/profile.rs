@@ -22,16 +22,17 @@ pub fn enabled() -> bool {
     *ON.get_or_init(|| std::env::var("TREESPEC_PROFILE").as_deref() == Ok("1"))
 }
 
-/// A running span; records its time under its label when dropped.
-pub struct Span<'a> {
+/// A running span; records its time under its label when dropped. It holds its own handle to the
+/// device (taken only when profiling is on), so a caller may go on using what it timed.
+pub struct Span {
     label: &'static str,
-    device: &'a Device,
+    device: Device,
     start: Instant,
 }
 
 /// Start timing `label` on `device` (after the device's queued work), or nothing when profiling
 /// is off.
-pub fn span<'a>(label: &'static str, device: &'a Device) -> Option<Span<'a>> {
+pub fn span(label: &'static str, device: &Device) -> Option<Span> {
     if !enabled() {
         return None;
     }
@@ -39,12 +40,12 @@ pub fn span<'a>(label: &'static str, device: &'a Device) -> Option<Span<'a>> {
     let _ = device.synchronize();
     Some(Span {
         label,
-        device,
+        device: device.clone(),
         start: Instant::now(),
     })
 }
 
-impl Drop for Span<'_> {
+impl Drop for Span {
     fn drop(&mut self) {
         let _ = self.device.synchronize();
         let took = self.start.elapsed();

@@ -11,7 +11,7 @@ use treespec::model::decoder::{Batch, Decoder};
 use treespec::model::mtp::{MtpHead, MtpLayout};
 use treespec::model::weights::WeightStore;
 use treespec::train::head::TrainableHead;
-use treespec::train::{answers, answers_batched, TrainOptions, Trainer};
+use treespec::train::{answers_batched, TrainOptions, Trainer};
 
 fn target(family: Family, style: RopeStyle, seed: u64) -> Decoder {
     let mut cfg = common::tiny_config(family, 61);
@@ -19,6 +19,48 @@ fn target(family: Family, style: RopeStyle, seed: u64) -> Decoder {
     let w = common::random_weights(&cfg, seed);
     let mut store = WeightStore::from_tensors(w, &Device::Cpu);
     Decoder::load(&mut store, cfg, 64).unwrap()
+}
+
+/// The reference for `answers_batched`: the target's greedy answers decoded one sequence at a
+/// time, each prompt followed by up to `max_new` tokens the target writes after it.
+fn answers(
+    target: &mut Decoder,
+    prompts: &[Vec<u32>],
+    max_new: usize,
+    stops: &std::collections::BTreeSet<u32>,
+    mut progress: impl FnMut(usize),
+) -> treespec::Result<Vec<Vec<u32>>> {
+    let mut out = Vec::with_capacity(prompts.len());
+    for (i, p) in prompts.iter().enumerate() {
+        if p.is_empty() {
+            continue;
+        }
+        target.reset();
+        let mut seq = p.clone();
+        let fit = target.context().saturating_sub(p.len() + 1).min(max_new);
+        let mut logits = target
+            .forward(&Batch::causal(p, 0))?
+            .logits
+            .ok_or_else(|| treespec::Error::InvalidArgument("the target gave no logits".into()))?;
+        for _ in 0..fit {
+            let next = treespec::model::decoder::argmax_rows(&logits)?[0];
+            seq.push(next);
+            if stops.contains(&next) {
+                break;
+            }
+            let pos = seq.len() - 1;
+            logits = target
+                .forward(&Batch::causal(&[next], pos))?
+                .logits
+                .ok_or_else(|| {
+                    treespec::Error::InvalidArgument("the target gave no logits".into())
+                })?;
+        }
+        target.reset();
+        out.push(seq);
+        progress(i + 1);
+    }
+    Ok(out)
 }
 
 #[test]

@@ -184,8 +184,7 @@ impl CausalDrafter {
             ));
         }
         let mut last = None;
-        let device = self.model.device().clone();
-        let _span = crate::profile::span("drafter catch-up pass", &device);
+        let _span = crate::profile::span("drafter catch-up pass", self.model.device());
         for piece in rest.chunks(512) {
             let out = self
                 .model
@@ -234,8 +233,7 @@ impl CausalDrafter {
         let first = self.sync(seq)?;
         Chain::draft(first, depth, top_k, pick, min_chain_prob, rng, |token| {
             let pos = self.model.len();
-            let device = self.model.device().clone();
-            let _span = crate::profile::span("drafter step", &device);
+            let _span = crate::profile::span("drafter step", self.model.device());
             self.model
                 .forward(&Batch::causal(&[token], pos))?
                 .logits

@@ -290,9 +290,8 @@ impl Engine {
         }
         let mut times = StageTimes::default();
 
-        let device = self.target.device().clone();
         let t = Instant::now();
-        let span = crate::profile::span("draft (all of it)", &device);
+        let span = crate::profile::span("draft (all of it)", self.target.device());
         let (mode, proposal, cap) = self.draft(remaining, room)?;
         drop(span);
         times.draft = t.elapsed();
@@ -313,19 +312,19 @@ impl Engine {
         times.build = t.elapsed();
 
         let t = Instant::now();
-        let span = crate::profile::span("target verify pass", &device);
+        let span = crate::profile::span("target verify pass", self.target.device());
         let out = self.verify(&tree, base)?;
         drop(span);
         times.verify = t.elapsed();
 
         let t = Instant::now();
-        let span = crate::profile::span("walk", &device);
+        let span = crate::profile::span("walk", self.target.device());
         let (accepted, next) = self.walk(&tree, sampled.as_deref(), &out)?;
         drop(span);
         times.walk = t.elapsed();
 
         let t = Instant::now();
-        let span = crate::profile::span("commit", &device);
+        let span = crate::profile::span("commit", self.target.device());
         let (emitted, finished) = self.commit(base, &tree, &accepted, next, remaining, &out)?;
         drop(span);
         times.commit = t.elapsed();

@@ -5,7 +5,7 @@
 //! the target's distributions (soft targets, as in FastMTP / EAGLE-3's use of the target's own
 //! outputs) through the target's LM head, held in f32.
 //!
-//! The data are the target's own greedy answers to prompts ([`answers`]), so that the head learns
+//! The data are the target's own greedy answers to prompts ([`answers_batched`]), so that the head learns
 //! what the target says, with no dataset needed.
 
 pub mod head;
@@ -224,12 +224,15 @@ pub fn self_prompts(
 /// Most sequences [`answers_batched`] decodes side by side.
 pub const ANSWER_BATCH: usize = 32;
 
-/// [`answers`], several sequences a pass: the prompts of a group are packed into the cache side by
+/// The target's own greedy answers: for each prompt (token ids, already templated), the prompt
+/// followed by up to `max_new` tokens the target writes after it (up to a stop token, which is
+/// kept). Several sequences are decoded a pass: the prompts of a group are packed into the cache side by
 /// side, each row seeing only its own sequence's rows (as a draft tree's rows see only their
 /// ancestors), so that a step decodes one token of every unfinished sequence in one pass. Groups
 /// hold up to [`ANSWER_BATCH`] sequences whose prompts and answers fit the context together. On the
 /// CPU and on the GPU step (whose kernels are batch-invariant) a row's logits do not depend on the
-/// other rows of its pass, so the answers are those of [`answers`].
+/// other rows of its pass, so the answers are those of decoding one sequence at a time (the
+/// reference in `tests/train.rs`).
 pub fn answers_batched(
     target: &mut Decoder,
     prompts: &[Vec<u32>],
@@ -349,46 +352,6 @@ fn side_by_side(
         target.reset();
         out.extend(group.into_iter().map(|s| s.tokens));
         progress(out.len());
-    }
-    Ok(out)
-}
-
-/// The target's own greedy answers: for each prompt (token ids, already templated), the prompt
-/// followed by up to `max_new` tokens the target writes after it.
-pub fn answers(
-    target: &mut Decoder,
-    prompts: &[Vec<u32>],
-    max_new: usize,
-    stops: &std::collections::BTreeSet<u32>,
-    mut progress: impl FnMut(usize),
-) -> Result<Vec<Vec<u32>>> {
-    let mut out = Vec::with_capacity(prompts.len());
-    for (i, p) in prompts.iter().enumerate() {
-        if p.is_empty() {
-            continue;
-        }
-        target.reset();
-        let mut seq = p.clone();
-        let fit = target.context().saturating_sub(p.len() + 1).min(max_new);
-        let mut logits = target
-            .forward(&Batch::causal(p, 0))?
-            .logits
-            .ok_or_else(|| Error::InvalidArgument("the target gave no logits".into()))?;
-        for _ in 0..fit {
-            let next = crate::model::decoder::argmax_rows(&logits)?[0];
-            seq.push(next);
-            if stops.contains(&next) {
-                break;
-            }
-            let pos = seq.len() - 1;
-            logits = target
-                .forward(&Batch::causal(&[next], pos))?
-                .logits
-                .ok_or_else(|| Error::InvalidArgument("the target gave no logits".into()))?;
-        }
-        target.reset();
-        out.push(seq);
-        progress(i + 1);
     }
     Ok(out)
 }

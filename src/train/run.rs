@@ -145,7 +145,9 @@ fn bar(len: u64, template: &str) -> indicatif::ProgressBar {
 /// Run (or resume) training; returns the final record.
 pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     let mut t = crate::load::load_model(&cfg.target, &cfg.load)?;
-    let sets: Vec<PromptSet> = if cfg.data.is_empty() && cfg.self_prompts == 0 {
+    // The bundled sets only when no prompts are named and none are to be self-written.
+    let bundled = cfg.data.is_empty() && cfg.self_prompts == 0;
+    let sets: Vec<PromptSet> = if bundled {
         bundled_prompts(None)?
     } else {
         cfg.data
@@ -153,12 +155,16 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
             .map(|p| load_prompts(p, None))
             .collect::<Result<_>>()?
     };
-    let mut prompts = vec![];
-    for p in sets.iter().flat_map(|s| &s.prompts) {
+    // A user message as the target reads it: the chat template around it, as token ids.
+    let user_turn = |t: &crate::model::LoadedModel, text: String| -> Result<Vec<u32>> {
         let text = t
             .template
-            .render(&[ChatMessage::new(Role::User, p.text.clone())], true)?;
-        prompts.push(t.tokenizer.encode(&text, true)?);
+            .render(&[ChatMessage::new(Role::User, text)], true)?;
+        t.tokenizer.encode(&text, true)
+    };
+    let mut prompts = vec![];
+    for p in sets.iter().flat_map(|s| &s.prompts) {
+        prompts.push(user_turn(&t, p.text.clone())?);
     }
     let asked = prompts.len() + cfg.self_prompts;
     if asked < 2 {
@@ -181,13 +187,13 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     let sequences = match cached {
         Some(d) => d.sequences,
         None => {
+            let stops = t.tokenizer.stop_ids().clone();
             if cfg.self_prompts > 0 {
                 let prefix = open_user_turn(&t)?;
                 let b = bar(
                     cfg.self_prompts as u64,
                     "self-written prompts [{bar:30}] {pos}/{len} eta {eta}",
                 );
-                let stops = t.tokenizer.stop_ids().clone();
                 let written = crate::train::self_prompts(
                     &mut t.decoder,
                     &prefix,
@@ -200,17 +206,13 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
                 b.finish_and_clear();
                 for content in written {
                     let text = t.tokenizer.decode(&content)?;
-                    let text = t
-                        .template
-                        .render(&[ChatMessage::new(Role::User, text)], true)?;
-                    prompts.push(t.tokenizer.encode(&text, true)?);
+                    prompts.push(user_turn(&t, text)?);
                 }
             }
             let b = bar(
                 prompts.len() as u64,
                 "target's answers [{bar:30}] {pos}/{len} eta {eta}",
             );
-            let stops = t.tokenizer.stop_ids().clone();
             let seqs = answers_batched(&mut t.decoder, &prompts, cfg.answer_tokens, &stops, |i| {
                 b.set_position(i as u64)
             })?;
@@ -271,7 +273,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
             command: cfg.command.clone(),
             target: t.name.clone(),
             data: {
-                let mut d: Vec<String> = if cfg.data.is_empty() && cfg.self_prompts == 0 {
+                let mut d: Vec<String> = if bundled {
                     vec!["bundled".into()]
                 } else {
                     cfg.data.iter().map(|p| p.display().to_string()).collect()
