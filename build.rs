@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const KERNELS: &[&str] = &["topk", "attention", "step", "mmvq"];
+const KERNELS: &[&str] = &["topk", "attention", "step", "mmvq", "mmtc"];
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");

@@ -3,6 +3,8 @@
 //!
 //! - [`row_top_k`], [`row_argmax`] (`topk`): per-row top-k with the log-normaliser; argmax.
 //! - [`attention`] (`attention`): batch-invariant grouped-query attention over per-row key lists.
+//! - [`step`] (`step`, `mmvq`, `mmtc`, `attention`): the decoder's forward pass, with quantised
+//!   products on dp4a (`mmvq`) or tensor cores (`mmtc`, Q4_K and Q6_K).
 
 pub mod attention;
 pub mod step;
@@ -20,6 +22,10 @@ pub fn selftest(device: &candle_core::Device) -> Result<Vec<String>> {
     let mut report = vec![];
     topk::selftest(device, &mut rng, &mut report)?;
     attention::selftest(device, &mut rng, &mut report)?;
+    #[cfg(feature = "cuda")]
+    if let candle_core::Device::Cuda(dev) = device {
+        step::selftest_products(dev, &mut rng, &mut report)?;
+    }
     Ok(report)
 }
 

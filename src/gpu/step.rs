@@ -115,6 +115,8 @@ pub struct StepInput<'a> {
 
 #[cfg(feature = "cuda")]
 pub use cuda::GpuStep;
+#[cfg(feature = "cuda")]
+pub(crate) use cuda::selftest_products;
 
 /// Without CUDA there is no step: [`GpuStep::new`] always declines.
 #[cfg(not(feature = "cuda"))]
@@ -188,6 +190,7 @@ mod cuda {
 
     const STEP_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/step.ptx"));
     const MMVQ_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/mmvq.ptx"));
+    const MMTC_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/mmtc.ptx"));
     const ATT_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/attention.ptx"));
     /// Bytes of a Q8_1 block of 32 values.
     const Q8_BYTES: usize = 36;
@@ -268,6 +271,8 @@ mod cuda {
         att_chunk: CudaFunction,
         att_combine: CudaFunction,
         mmvq: HashMap<(&'static str, usize), CudaFunction>,
+        /// Tensor-core products (`kernels/mmtc.cu`) by (format, 16-row tiles a block).
+        mmtc: HashMap<(&'static str, usize), CudaFunction>,
         get_rows: Option<CudaFunction>,
     }
 
@@ -347,6 +352,8 @@ mod cuda {
         graphs_on: bool,
         /// A capture failed: graphs stay off for this decoder.
         graphs_failed: bool,
+        /// Q4_K / Q6_K products on tensor cores (`kernels/mmtc.cu`) rather than the dp4a kernel.
+        tensor_cores: bool,
         _keep: Vec<Tensor>,
     }
 
@@ -489,6 +496,7 @@ mod cuda {
                 seen: HashSet::new(),
                 graphs_on: graphs_allowed(),
                 graphs_failed: false,
+                tensor_cores: tensor_cores_allowed(),
                 _keep: keep,
             })
         }
@@ -907,6 +915,9 @@ mod cuda {
             dst_stride: usize,
             n: usize,
         ) -> Result<()> {
+            if let Some(tiles) = self.tensor_core_tiles(w, n) {
+                return self.matmul_tc(w, y, yq, dst, dst_stride, n, tiles);
+            }
             let ncols = if n == 1 { 1 } else { 4 };
             let f = &self.f.mmvq[&(w.tag, ncols)];
             let mut b = self.stream.launch_builder(f);
@@ -930,6 +941,38 @@ mod cuda {
             // the activation rows padded to a multiple of four.
             unsafe { b.launch(cfg) }.map_err(driver)?;
             Ok(())
+        }
+
+        /// The 16-row tiles a block of the tensor-core product takes for `n` activation rows
+        /// (1, 2 or 4), or `None` where `w` goes through the dp4a product: tensor cores off, a
+        /// format without a tensor-core kernel, or rows not a multiple of eight.
+        fn tensor_core_tiles(&self, w: &Mat, n: usize) -> Option<usize> {
+            if !self.tensor_cores || w.rows % 8 != 0 || w.cols % 256 != 0 {
+                return None;
+            }
+            let tiles = match n {
+                0..=16 => 1,
+                17..=32 => 2,
+                _ => 4,
+            };
+            self.f.mmtc.contains_key(&(w.tag, tiles)).then_some(tiles)
+        }
+
+        /// [`Self::matmul`] on tensor cores ([`launch_mmtc`]).
+        #[allow(clippy::too_many_arguments)]
+        fn matmul_tc(
+            &self,
+            w: &Mat,
+            y: u64,
+            yq: usize,
+            dst: u64,
+            dst_stride: usize,
+            n: usize,
+            tiles: usize,
+        ) -> Result<()> {
+            let f = &self.f.mmtc[&(w.tag, tiles)];
+            let shape = (w.rows, w.cols, tiles);
+            launch_mmtc(&self.stream, f, w.ptr, shape, (y, yq), (dst, dst_stride), n)
         }
 
         #[allow(clippy::too_many_arguments)]
@@ -991,6 +1034,153 @@ mod cuda {
             unsafe { b.launch(cfg) }.map_err(driver)?;
             Ok(())
         }
+    }
+
+    /// The tensor-core product (`kernels/mmtc.cu`) of a `rows x cols` weight at `w` (rows a
+    /// multiple of 8, cols of 256) with `n` Q8_1 activation rows (`yq` blocks apart), into `n`
+    /// rows of `dst` (`dst_stride` floats apart): blocks of eight weight rows by `16 * tiles`
+    /// activation rows, a row's 64-value units spread over [`mmtc_warps`] warps, which depends
+    /// only on the row length (so a row's sum order never depends on `n`).
+    fn launch_mmtc(
+        stream: &Arc<CudaStream>,
+        f: &CudaFunction,
+        w: u64,
+        (rows, cols, tiles): (usize, usize, usize),
+        (y, yq): (u64, usize),
+        (dst, dst_stride): (u64, usize),
+        n: usize,
+    ) -> Result<()> {
+        let warps = mmtc_warps(cols);
+        let mut b = stream.launch_builder(f);
+        let (cols_i, sy, sd, n_i) = (cols as i32, yq as i32, dst_stride as i32, n as i32);
+        b.arg(&w)
+            .arg(&y)
+            .arg(&dst)
+            .arg(&cols_i)
+            .arg(&sy)
+            .arg(&sd)
+            .arg(&n_i);
+        let cfg = LaunchConfig {
+            grid_dim: ((rows / 8) as u32, n.div_ceil(16 * tiles) as u32, 1),
+            block_dim: (32, warps, 1),
+            shared_mem_bytes: warps * (tiles * 16 * 8 * 4) as u32,
+        };
+        // SAFETY: the weight holds rows x cols (rows a multiple of 8, cols of 256), y holds n
+        // activation rows of yq Q8_1 blocks (only rows below n are read), dst n rows of
+        // dst_stride (only rows below n are written).
+        unsafe { b.launch(cfg) }.map_err(driver)?;
+        Ok(())
+    }
+
+    /// The tensor-core product against a CPU reference on random Q4_K and Q6_K weights (the
+    /// weights dequantised by candle, the activations quantised to Q8_1 here as the kernels of
+    /// `kernels/step.cu` do), for row counts across the tile sizes, and batch invariance: every
+    /// row of every launch bit for bit the same as that row launched alone.
+    pub(crate) fn selftest_products(
+        dev: &candle_core::CudaDevice,
+        rng: &mut crate::gpu::Uniform,
+        report: &mut Vec<String>,
+    ) -> Result<()> {
+        let stream = dev.cuda_stream();
+        let device = Device::Cuda(dev.clone());
+        for (dtype, tag, rows, cols) in [
+            (GgmlDType::Q4K, "q4_k", 24usize, 768usize),
+            (GgmlDType::Q6K, "q6_k", 40, 1280),
+            (GgmlDType::Q4K, "q4_k", 16, 4864),
+        ] {
+            let w_host: Vec<f32> = (0..rows * cols).map(|_| rng.next() * 2.0 - 1.0).collect();
+            let wt = Tensor::from_vec(w_host, (rows, cols), &device)?;
+            let q = QTensor::quantize(&wt, dtype)?;
+            let w_deq = q.dequantize(&device)?.to_device(&Device::Cpu)?.to_vec2::<f32>()?;
+            let w_ptr = q.device_ptr()? as u64;
+            let max_n = 67usize;
+            let yq = cols / 32;
+            // Activations quantised to Q8_1 (d = amax / 127, half d, half sum, 32 int8).
+            let mut bytes = vec![0u8; max_n * yq * Q8_BYTES];
+            let mut xq = vec![0f32; max_n * cols];
+            for c in 0..max_n {
+                for b in 0..yq {
+                    let x: Vec<f32> = (0..32).map(|_| rng.next() * 4.0 - 2.0).collect();
+                    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+                    let d = amax / 127.0;
+                    let d16 = half::f16::from_f32(d);
+                    let sum = half::f16::from_f32(x.iter().sum());
+                    let blk = &mut bytes[(c * yq + b) * Q8_BYTES..][..Q8_BYTES];
+                    blk[..2].copy_from_slice(&d16.to_le_bytes());
+                    blk[2..4].copy_from_slice(&sum.to_le_bytes());
+                    for (i, v) in x.iter().enumerate() {
+                        let qv = if d == 0.0 { 0.0 } else { (v / d).round() };
+                        blk[4 + i] = qv as i8 as u8;
+                        xq[c * cols + b * 32 + i] = qv * d16.to_f32();
+                    }
+                }
+            }
+            let y = stream.clone_htod(&bytes).map_err(driver)?;
+            let y_ptr = y.device_ptr(&stream).0;
+            let run = |n: usize, first: usize| -> Result<Vec<f32>> {
+                let tiles = match n {
+                    0..=16 => 1,
+                    17..=32 => 2,
+                    _ => 4,
+                };
+                let f = dev
+                    .get_or_load_custom_func(
+                        &format!("mmtc_{tag}_t{tiles}"),
+                        "treespec_mmtc",
+                        MMTC_PTX,
+                    )?
+                    .into_cuda_function();
+                let out = stream.alloc_zeros::<f32>(n * rows).map_err(driver)?;
+                let y_at = y_ptr + (first * yq * Q8_BYTES) as u64;
+                let o = out.device_ptr(&stream).0;
+                launch_mmtc(&stream, &f, w_ptr, (rows, cols, tiles), (y_at, yq), (o, rows), n)?;
+                stream.clone_dtoh(&out).map_err(driver)
+            };
+            let mut worst = 0f32;
+            for n in [1usize, 3, 16, 17, 40, 64, max_n] {
+                let got = run(n, 0)?;
+                for c in 0..n {
+                    let alone = run(1, c)?;
+                    for r in 0..rows {
+                        let g = got[c * rows + r];
+                        if g.to_bits() != alone[r].to_bits() {
+                            return Err(Error::Device(format!(
+                                "tensor-core product {tag} [{rows} x {cols}]: row {c} of a {n}-row launch differs from its one-row launch ({g} vs {})",
+                                alone[r]
+                            )));
+                        }
+                        let (mut want, mut mag) = (0f64, 0f64);
+                        for k in 0..cols {
+                            let p = w_deq[r][k] as f64 * xq[c * cols + k] as f64;
+                            want += p;
+                            mag += p.abs();
+                        }
+                        let err = ((g as f64 - want).abs() / mag.max(1e-6)) as f32;
+                        worst = worst.max(err);
+                        if err > 2e-3 {
+                            return Err(Error::Device(format!(
+                                "tensor-core product {tag} [{rows} x {cols}], {n} rows: row {c} column {r} is {g}, reference {want}"
+                            )));
+                        }
+                    }
+                }
+            }
+            report.push(format!(
+                "tensor-core product {tag} [{rows} x {cols}], 1-67 rows: largest error {worst:.1e} of the absolute sum, rows batch-invariant"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Warps a block of the tensor-core product spreads a row of `cols` values over: about six
+    /// 64-value units each, at most 16. A function of the row length alone (batch invariance).
+    fn mmtc_warps(cols: usize) -> u32 {
+        ((cols / 64).div_ceil(6)).clamp(1, 16) as u32
+    }
+
+    /// Tensor-core products unless `TREESPEC_TENSOR_CORES=0`.
+    fn tensor_cores_allowed() -> bool {
+        std::env::var("TREESPEC_TENSOR_CORES").as_deref() != Ok("0")
     }
 
     /// Graphs unless `TREESPEC_CUDA_GRAPHS=0`.
@@ -1066,6 +1256,19 @@ mod cuda {
                 }
             }
         }
+        let mut mmtc = HashMap::new();
+        for tag in ["q4_k", "q6_k"] {
+            for tiles in [1usize, 2, 4] {
+                let f = dev
+                    .get_or_load_custom_func(
+                        &format!("mmtc_{tag}_t{tiles}"),
+                        "treespec_mmtc",
+                        MMTC_PTX,
+                    )?
+                    .into_cuda_function();
+                mmtc.insert((tag, tiles), f);
+            }
+        }
         let get_rows = match embed {
             Embed::Quantized { dtype, .. } => {
                 let name = get_rows_name(*dtype).ok_or_else(|| {
@@ -1090,6 +1293,7 @@ mod cuda {
                 .get_or_load_custom_func("attention_combine_f32", "treespec_attention", ATT_PTX)?
                 .into_cuda_function(),
             mmvq,
+            mmtc,
             get_rows,
         })
     }
