@@ -8,15 +8,16 @@
 // row) pair then accumulates its groups' float terms in one fixed order (warp w of a block of W
 // warps takes the 64-value units w, w + W, ... of the row, each unit's groups in order), with
 // explicit round-to-nearest operations so that the compiler contracts nothing differently in
-// the instantiations for one, two or four 16-row tiles; and the W warps' partials are summed in
-// warp order. W depends only on the row length. So `mmtc_<type>_t1` (up to 16 rows) computes a
-// row exactly as `mmtc_<type>_t4` (up to 64) does, and the one-row decoding step uses the same
+// the instantiations for one to eight 8-row tiles; and the W warps' partials are summed in warp
+// order. W depends only on the row length. So `mmtc_<type>_t1` (up to 8 rows) computes a row
+// exactly as `mmtc_<type>_t8` (up to 64) does, and the one-row decoding step uses the same
 // kernel.
 //
 // Layouts (ggml): block_q8_1 {half d, half sum; int8 qs[32]} (36 bytes), block_q4_K {half d,
 // half dmin; u8 scales[12]; u8 qs[128]} (144 bytes), block_q6_K {u8 ql[128]; u8 qh[64]; i8
 // scales[16]; half d} (210 bytes). The MMA fragments are PTX's for m16n8k32 / m16n8k16 with s8
-// operands: the activation rows are the 16-row A operand, eight weight rows the B operand.
+// operands: sixteen weight rows are the A operand (so a lane's C rows are the weight rows whose
+// scales it reads), eight activation rows the B operand.
 // CPU reference: treespec's quantised kernels (src/quant) through `treespec selftest`.
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -39,54 +40,63 @@ static __device__ __forceinline__ void mma_k16(int c[4], const int a[2], const i
       : "r"(a[0]), "r"(a[1]), "r"(b), "r"(0));
 }
 
+// Units (64 values of a row) a warp loads before it computes on them.
+#define UNITS 4
+// Warps a block spreads a row over at most (`mmtc_warps` in src/gpu/step.rs).
+#define MAX_WARPS 16
+
+// Byte i (0..11) of a Q4_K block's scales, held as three words.
+static __device__ __forceinline__ int scale_byte(const int w[3], int i) {
+  // Selects, not an indexed load: the words stay in registers.
+  const int word = i < 4 ? w[0] : (i < 8 ? w[1] : w[2]);
+  return (word >> (8 * (i & 3))) & 0xFF;
+}
+
 // A 32-bit word at a 2-byte-aligned address (Q6_K blocks are 210 bytes).
 static __device__ __forceinline__ int load_int_a2(const uint8_t *p) {
   const uint16_t *p16 = (const uint16_t *)p;
   return (int)((uint32_t)p16[0] | ((uint32_t)p16[1] << 16));
 }
 
-// One Q8_1 block's words t and 4 + t and its (d, sum), or zeros past the live rows.
-struct ActBlock {
-  int lo, hi;
-  float d, s;
-};
-
-static __device__ __forceinline__ ActBlock act_block(const uint8_t *y, bool live, int t) {
-  ActBlock a = {0, 0, 0.0f, 0.0f};
-  if (live) {
-    const float2 ds = __half22float2(*(const half2 *)y);
-    const int *qs = (const int *)(y + 4);
-    a.lo = qs[t];
-    a.hi = qs[4 + t];
-    a.d = ds.x;
-    a.s = ds.y;
-  }
-  return a;
-}
-
-// Sum the W warps' partials in warp order and store the live rows. `red` holds
-// [W][16 * NT][8] floats.
+// Sum the W warps' partials in warp order and store the live activation rows. `red` holds
+// [W][8 * NT activation rows][16 weight rows] floats; acc[T] is the C fragment of tile T:
+// (weight row g, activation row 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1).
 template <int NT>
 static __device__ __forceinline__ void store_rows(float acc[NT][4], float *red, float *dst,
                                                   int row0, int tok0, int n, int stride_dst) {
   const int lane = threadIdx.x, w = threadIdx.y, W = blockDim.y;
   const int g = lane >> 2, t = lane & 3;
-  constexpr int TOKS = 16 * NT;
+  constexpr int TOKS = 8 * NT;
 #pragma unroll
   for (int T = 0; T < NT; ++T) {
-    float *r = red + ((size_t)w * TOKS + 16 * T) * 8;
-    r[g * 8 + 2 * t] = acc[T][0];
-    r[g * 8 + 2 * t + 1] = acc[T][1];
-    r[(g + 8) * 8 + 2 * t] = acc[T][2];
-    r[(g + 8) * 8 + 2 * t + 1] = acc[T][3];
+    float *r = red + ((size_t)w * TOKS + 8 * T) * 16;
+    r[(2 * t) * 16 + g] = acc[T][0];
+    r[(2 * t + 1) * 16 + g] = acc[T][1];
+    r[(2 * t) * 16 + g + 8] = acc[T][2];
+    r[(2 * t + 1) * 16 + g + 8] = acc[T][3];
   }
   __syncthreads();
-  for (int i = w * 32 + lane; i < TOKS * 8; i += W * 32) {
-    const int tok = i >> 3, col = i & 7;
+  for (int i = w * 32 + lane; i < TOKS * 16; i += W * 32) {
+    const int tok = i >> 4, col = i & 15;
     float s = red[i];
-    for (int ww = 1; ww < W; ++ww) s = __fadd_rn(s, red[(size_t)ww * TOKS * 8 + i]);
+    for (int ww = 1; ww < W; ++ww) s = __fadd_rn(s, red[(size_t)ww * TOKS * 16 + i]);
     if (tok0 + tok < n) dst[(size_t)(tok0 + tok) * stride_dst + row0 + col] = s;
   }
+}
+
+// A Q8_1 block's (d, sum), or zeros past the live rows.
+static __device__ __forceinline__ half2 act_ds(const uint8_t *y, bool live) {
+  return live ? *(const half2 *)y : __floats2half2_rn(0.0f, 0.0f);
+}
+
+static __device__ __forceinline__ half2 shfl_half2(half2 v, int lane) {
+  const unsigned int bits = __shfl_sync(FULL_MASK, *(const unsigned int *)&v, lane);
+  return *(const half2 *)&bits;
+}
+
+// A Q8_1 block's word i, or zero past the live rows.
+static __device__ __forceinline__ int act_word(const uint8_t *y, bool live, int i) {
+  return live ? ((const int *)(y + 4))[i] : 0;
 }
 
 // Q4_K: a unit is a pair of 32-value sub-blocks (2j, 2j + 1) of a super-block, stored as the low
@@ -99,74 +109,111 @@ static __device__ void mmtc_q4_k(const uint8_t *__restrict__ vx, const uint8_t *
   extern __shared__ float red[];
   const int lane = threadIdx.x, w = threadIdx.y, W = blockDim.y;
   const int g = lane >> 2, t = lane & 3;
-  const int row0 = blockIdx.x * 8;
-  const int tok0 = blockIdx.y * 16 * NT;
+  const int row0 = blockIdx.x * 16;
+  const int tok0 = blockIdx.y * 8 * NT;
   const int nsb = ncols_x / 256;
   const int units = nsb * 4;
-  const uint8_t *wrow = vx + (size_t)(row0 + g) * nsb * 144;
+  const uint8_t *rows[2] = {vx + (size_t)(row0 + g) * nsb * 144,
+                            vx + (size_t)(row0 + g + 8) * nsb * 144};
   float acc[NT][4];
 #pragma unroll
   for (int T = 0; T < NT; ++T) acc[T][0] = acc[T][1] = acc[T][2] = acc[T][3] = 0.0f;
 
-  for (int u = w; u < units; u += W) {
-    const int sb = u >> 2, j = u & 3;
-    const uint8_t *blk = wrow + (size_t)sb * 144;
-    const int *qs = (const int *)(blk + 16);
-    const int w0 = qs[8 * j + t], w1 = qs[8 * j + 4 + t];
-    const int b_lo[2] = {w0 & 0x0F0F0F0F, w1 & 0x0F0F0F0F};
-    const int b_hi[2] = {(w0 >> 4) & 0x0F0F0F0F, (w1 >> 4) & 0x0F0F0F0F};
-    // This lane's weight row g: scales and mins of sub-blocks 2j and 2j + 1 (ggml's
-    // get_scale_min_k4), then rows 2t and 2t + 1 (the C fragment's columns) from their lanes.
-    const float2 dm = __half22float2(*(const half2 *)blk);
-    const uint8_t *sc = blk + 4;
-    float dl[2], ml[2];
+  // Units in batches of UNITS: every weight load of a batch is issued before any of its
+  // arithmetic (one memory latency a batch, not one a unit); the units still accumulate in order.
+  for (int u0 = w; u0 < units; u0 += UNITS * W) {
+    int wq[UNITS][2][2], sc[UNITS][2][3];
+    half2 dmh[UNITS][2];
+    // With one tile, the activations of the batch are loaded with its weights too.
+    int bw[UNITS][2][2];
+    half2 bds[UNITS][2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int is = 2 * j + h;
-      int s, m;
-      if (is < 4) {
-        s = sc[is] & 63;
-        m = sc[is + 4] & 63;
-      } else {
-        s = (sc[is + 4] & 0xF) | ((sc[is - 4] >> 6) << 4);
-        m = (sc[is + 4] >> 4) | ((sc[is] >> 6) << 4);
+    for (int i = 0; i < UNITS; ++i) {
+      const int u = u0 + i * W;
+      if (u < units) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int *words = (const int *)(rows[r] + (size_t)(u >> 2) * 144);
+          dmh[i][r] = *(const half2 *)words;  // dm, scales[12], qs[128]
+          sc[i][r][0] = words[1];
+          sc[i][r][1] = words[2];
+          sc[i][r][2] = words[3];
+          wq[i][r][0] = words[4 + 8 * (u & 3) + t];
+          wq[i][r][1] = words[4 + 8 * (u & 3) + 4 + t];
+        }
+        if constexpr (NT == 1) {
+          const int tg = tok0 + g;
+          const uint8_t *yg = vy + ((size_t)tg * stride_col_y + (u >> 2) * 8 + 2 * (u & 3)) * 36;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            bw[i][h][0] = act_word(yg + 36 * h, tg < n, t);
+            bw[i][h][1] = act_word(yg + 36 * h, tg < n, 4 + t);
+            bds[i][h] = act_ds(yg + 36 * h, tg < n);
+          }
+        }
       }
-      dl[h] = __fmul_rn(dm.x, (float)s);
-      ml[h] = __fmul_rn(dm.y, (float)m);
     }
-    float rdl[2][2], rml[2][2];  // [column 2t + i][sub-block h]
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < UNITS; ++i) {
+      const int u = u0 + i * W;
+      if (u >= units) break;
+      const int sb = u >> 2, j = u & 3;
+      // A fragments: rows g and g + 8, values 4t.. and 16 + 4t.. of each sub-block.
+      const int a_lo[4] = {wq[i][0][0] & 0x0F0F0F0F, wq[i][1][0] & 0x0F0F0F0F,
+                           wq[i][0][1] & 0x0F0F0F0F, wq[i][1][1] & 0x0F0F0F0F};
+      const int a_hi[4] = {(wq[i][0][0] >> 4) & 0x0F0F0F0F, (wq[i][1][0] >> 4) & 0x0F0F0F0F,
+                           (wq[i][0][1] >> 4) & 0x0F0F0F0F, (wq[i][1][1] >> 4) & 0x0F0F0F0F};
+      // Scales and mins of rows g, g + 8 for sub-blocks 2j, 2j + 1 (ggml's get_scale_min_k4).
+      float dl[2][2], ml[2][2];  // [row g / g + 8][sub-block]
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        rdl[i][h] = __shfl_sync(FULL_MASK, dl[h], 8 * t + 4 * i);
-        rml[i][h] = __shfl_sync(FULL_MASK, ml[h], 8 * t + 4 * i);
+      for (int r = 0; r < 2; ++r) {
+        const float2 dm = __half22float2(dmh[i][r]);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int is = 2 * j + h;
+          int s, m;
+          if (is < 4) {
+            s = scale_byte(sc[i][r], is) & 63;
+            m = scale_byte(sc[i][r], is + 4) & 63;
+          } else {
+            s = (scale_byte(sc[i][r], is + 4) & 0xF) | ((scale_byte(sc[i][r], is - 4) >> 6) << 4);
+            m = (scale_byte(sc[i][r], is + 4) >> 4) | ((scale_byte(sc[i][r], is) >> 6) << 4);
+          }
+          dl[r][h] = __fmul_rn(dm.x, (float)s);
+          ml[r][h] = __fmul_rn(dm.y, (float)m);
+        }
       }
-    }
-    const int kb = sb * 8 + 2 * j;  // the Q8_1 block of sub-block 2j
+      const int kb = sb * 8 + 2 * j;  // the Q8_1 block of sub-block 2j
 #pragma unroll
-    for (int T = 0; T < NT; ++T) {
-      const int ta = tok0 + 16 * T + g, tb = ta + 8;
-      const uint8_t *ya = vy + ((size_t)ta * stride_col_y + kb) * 36;
-      const uint8_t *yb = vy + ((size_t)tb * stride_col_y + kb) * 36;
-      ActBlock a[2][2];  // [row a/b][sub-block]
+      for (int T = 0; T < NT; ++T) {
+        const int tg = tok0 + 8 * T + g;  // this lane's B column; its C columns are 2t, 2t + 1
+        const uint8_t *yg = vy + ((size_t)tg * stride_col_y + kb) * 36;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        a[0][h] = act_block(ya + 36 * h, ta < n, t);
-        a[1][h] = act_block(yb + 36 * h, tb < n, t);
-      }
+        for (int h = 0; h < 2; ++h) {
+          int b[2];
+          half2 dsg;
+          if constexpr (NT == 1) {
+            b[0] = bw[i][h][0];
+            b[1] = bw[i][h][1];
+            dsg = bds[i][h];
+          } else {
+            b[0] = act_word(yg + 36 * h, tg < n, t);
+            b[1] = act_word(yg + 36 * h, tg < n, 4 + t);
+            dsg = act_ds(yg + 36 * h, tg < n);
+          }
+          // (d, sum) of activation rows 2t and 2t + 1, from the lanes whose B column they are.
+          const float2 ds[2] = {__half22float2(shfl_half2(dsg, 8 * t)),
+                                __half22float2(shfl_half2(dsg, 8 * t + 4))};
+          int c[4];
+          mma_k32(c, h == 0 ? a_lo : a_hi, b);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int af[4] = {a[0][h].lo, a[1][h].lo, a[0][h].hi, a[1][h].hi};
-        int c[4];
-        mma_k32(c, af, h == 0 ? b_lo : b_hi);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const ActBlock &ab = a[e >> 1][h];
-          const int col = e & 1;
-          const float v = __fmul_rn(ab.d, (float)c[e]);
-          const float term = __fsub_rn(__fmul_rn(rdl[col][h], v), __fmul_rn(rml[col][h], ab.s));
-          acc[T][e] = __fadd_rn(acc[T][e], term);
+          for (int e = 0; e < 4; ++e) {
+            const float2 d8 = ds[e & 1];
+            const int r = e >> 1;
+            const float v = __fmul_rn(d8.x, (float)c[e]);
+            const float term = __fsub_rn(__fmul_rn(dl[r][h], v), __fmul_rn(ml[r][h], d8.y));
+            acc[T][e] = __fadd_rn(acc[T][e], term);
+          }
         }
       }
     }
@@ -185,62 +232,110 @@ static __device__ void mmtc_q6_k(const uint8_t *__restrict__ vx, const uint8_t *
   extern __shared__ float red[];
   const int lane = threadIdx.x, w = threadIdx.y, W = blockDim.y;
   const int g = lane >> 2, t = lane & 3;
-  const int row0 = blockIdx.x * 8;
-  const int tok0 = blockIdx.y * 16 * NT;
+  const int row0 = blockIdx.x * 16;
+  const int tok0 = blockIdx.y * 8 * NT;
   const int nsb = ncols_x / 256;
   const int units = nsb * 4;
-  const uint8_t *wrow = vx + (size_t)(row0 + g) * nsb * 210;
+  const uint8_t *rows[2] = {vx + (size_t)(row0 + g) * nsb * 210,
+                            vx + (size_t)(row0 + g + 8) * nsb * 210};
   float acc[NT][4];
 #pragma unroll
   for (int T = 0; T < NT; ++T) acc[T][0] = acc[T][1] = acc[T][2] = acc[T][3] = 0.0f;
 
-  for (int u = w; u < units; u += W) {
-    const int sb = u >> 2, hh = (u >> 1) & 1, l = u & 1;
-    const uint8_t *blk = wrow + (size_t)sb * 210;
-    const int ql0 = load_int_a2(blk + 64 * hh + 16 * l + 4 * t);
-    const int ql1 = load_int_a2(blk + 64 * hh + 32 + 16 * l + 4 * t);
-    const int qh = load_int_a2(blk + 128 + 32 * hh + 16 * l + 4 * t);
-    const float d = __half2float(*(const half *)(blk + 208));
-    int b[4];
-    float dsc[4];
+  for (int u0 = w; u0 < units; u0 += UNITS * W) {
+    int ql0[UNITS][2], ql1[UNITS][2], qhw[UNITS][2], scw[UNITS][2][2];
+    uint16_t dh[UNITS][2];
+    // With one tile, the activations of the batch are loaded with its weights too.
+    int bw[UNITS][4];
+    half2 bds[UNITS][2];  // (d of part 0, d of part 1), (d of part 2, d of part 3)
 #pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      const int lo = ((p & 1) ? ql1 : ql0) >> (4 * (p >> 1));
-      const int v = (lo & 0x0F0F0F0F) | (((qh >> (2 * p)) & 0x03030303) << 4);
-      b[p] = __vsubss4(v, 0x20202020);
-      const int8_t s = (int8_t)blk[192 + 8 * hh + 2 * p + l];
-      dsc[p] = __fmul_rn(d, (float)s);
-    }
-    float rdsc[2][4];  // [column 2t + i][part]
+    for (int i = 0; i < UNITS; ++i) {
+      const int u = u0 + i * W;
+      if (u < units) {
+        const int hh = (u >> 1) & 1, l = u & 1;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-#pragma unroll
-      for (int p = 0; p < 4; ++p) rdsc[i][p] = __shfl_sync(FULL_MASK, dsc[p], 8 * t + 4 * i);
-    }
-#pragma unroll
-    for (int T = 0; T < NT; ++T) {
-      const int ta = tok0 + 16 * T + g, tb = ta + 8;
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        const int kb = sb * 8 + 4 * hh + p;
-        const uint8_t *ya = vy + ((size_t)ta * stride_col_y + kb) * 36;
-        const uint8_t *yb = vy + ((size_t)tb * stride_col_y + kb) * 36;
-        float da = 0.0f, db = 0.0f;
-        int af[2] = {0, 0};
-        if (ta < n) {
-          da = __low2float(*(const half2 *)ya);
-          af[0] = ((const int *)(ya + 4))[4 * l + t];
+        for (int r = 0; r < 2; ++r) {
+          const uint8_t *blk = rows[r] + (size_t)(u >> 2) * 210;
+          ql0[i][r] = load_int_a2(blk + 64 * hh + 16 * l + 4 * t);
+          ql1[i][r] = load_int_a2(blk + 64 * hh + 32 + 16 * l + 4 * t);
+          qhw[i][r] = load_int_a2(blk + 128 + 32 * hh + 16 * l + 4 * t);
+          scw[i][r][0] = load_int_a2(blk + 192 + 8 * hh);  // scales 8hh .. 8hh + 7
+          scw[i][r][1] = load_int_a2(blk + 196 + 8 * hh);
+          dh[i][r] = *(const uint16_t *)(blk + 208);
         }
-        if (tb < n) {
-          db = __low2float(*(const half2 *)yb);
-          af[1] = ((const int *)(yb + 4))[4 * l + t];
-        }
-        int c[4];
-        mma_k16(c, af, b[p]);
+        if constexpr (NT == 1) {
+          const int tg = tok0 + g;
+          float d8[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float v = __fmul_rn(e < 2 ? da : db, (float)c[e]);
-          acc[T][e] = __fadd_rn(acc[T][e], __fmul_rn(rdsc[e & 1][p], v));
+          for (int p = 0; p < 4; ++p) {
+            const int kb = (u >> 2) * 8 + 4 * hh + p;
+            const uint8_t *yg = vy + ((size_t)tg * stride_col_y + kb) * 36;
+            bw[i][p] = act_word(yg, tg < n, 4 * l + t);
+            d8[p] = __low2float(act_ds(yg, tg < n));
+          }
+          bds[i][0] = __floats2half2_rn(d8[0], d8[1]);
+          bds[i][1] = __floats2half2_rn(d8[2], d8[3]);
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < UNITS; ++i) {
+      const int u = u0 + i * W;
+      if (u >= units) break;
+      const int sb = u >> 2, hh = (u >> 1) & 1, l = u & 1;
+      int a[4][2];      // [part][row g / g + 8]
+      float dsc[4][2];  // [part][row g / g + 8]
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float d = __half2float(__ushort_as_half(dh[i][r]));
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+          const int lo = ((p & 1) ? ql1[i][r] : ql0[i][r]) >> (4 * (p >> 1));
+          const int v = (lo & 0x0F0F0F0F) | (((qhw[i][r] >> (2 * p)) & 0x03030303) << 4);
+          a[p][r] = __vsubss4(v, 0x20202020);
+          // scale 8hh + 2p + l: byte 2p + l of the eight loaded
+          const int byte = 2 * p + l;
+          const int8_t s = (int8_t)((scw[i][r][byte >> 2] >> (8 * (byte & 3))) & 0xFF);
+          dsc[p][r] = __fmul_rn(d, (float)s);
+        }
+      }
+#pragma unroll
+      for (int T = 0; T < NT; ++T) {
+        const int tg = tok0 + 8 * T + g;  // this lane's B column; its C columns are 2t, 2t + 1
+        int bp[4];
+        half2 dp[2];
+        if constexpr (NT == 1) {
+#pragma unroll
+          for (int p = 0; p < 4; ++p) bp[p] = bw[i][p];
+          dp[0] = bds[i][0];
+          dp[1] = bds[i][1];
+        } else {
+          float d8[4];
+#pragma unroll
+          for (int p = 0; p < 4; ++p) {
+            const int kb = sb * 8 + 4 * hh + p;
+            const uint8_t *yg = vy + ((size_t)tg * stride_col_y + kb) * 36;
+            bp[p] = act_word(yg, tg < n, 4 * l + t);
+            d8[p] = __low2float(act_ds(yg, tg < n));
+          }
+          dp[0] = __floats2half2_rn(d8[0], d8[1]);
+          dp[1] = __floats2half2_rn(d8[2], d8[3]);
+        }
+        // d of activation rows 2t and 2t + 1 for each part, from the lanes whose B column they are.
+        const half2 dq[2][2] = {{shfl_half2(dp[0], 8 * t), shfl_half2(dp[1], 8 * t)},
+                                {shfl_half2(dp[0], 8 * t + 4), shfl_half2(dp[1], 8 * t + 4)}};
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+          const int b = bp[p];
+          const float d8[2] = {p & 1 ? __high2float(dq[0][p >> 1]) : __low2float(dq[0][p >> 1]),
+                               p & 1 ? __high2float(dq[1][p >> 1]) : __low2float(dq[1][p >> 1])};
+          int c[4];
+          mma_k16(c, a[p], b);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float v = __fmul_rn(d8[e & 1], (float)c[e]);
+            acc[T][e] = __fadd_rn(acc[T][e], __fmul_rn(dsc[p][e >> 1], v));
+          }
         }
       }
     }
@@ -248,10 +343,10 @@ static __device__ void mmtc_q6_k(const uint8_t *__restrict__ vx, const uint8_t *
   store_rows<NT>(acc, red, dst, row0, tok0, n, stride_col_dst);
 }
 
-// Entry points: grid (rows / 8, ceil(n / (16 * NT))), block (32, W), dynamic shared memory W *
-// NT * 16 * 8 floats. dst[c * stride_col_dst + r] = W[r] . y[c] for the n activation rows c.
+// Entry points: grid (rows / 16, ceil(n / (8 * NT))), block (32, W), dynamic shared memory W *
+// NT * 8 * 16 floats. dst[c * stride_col_dst + r] = W[r] . y[c] for the n activation rows c.
 #define TREESPEC_MMTC(tag, NT)                                                                 \
-  extern "C" __global__ void mmtc_##tag##_t##NT(                                               \
+  extern "C" __global__ void __launch_bounds__(32 * MAX_WARPS) mmtc_##tag##_t##NT(           \
       const void *__restrict__ vx, const void *__restrict__ vy, float *__restrict__ dst,       \
       const int ncols_x, const int stride_col_y, const int stride_col_dst, const int n) {      \
     mmtc_##tag<NT>((const uint8_t *)vx, (const uint8_t *)vy, dst, ncols_x, stride_col_y,       \
@@ -261,6 +356,8 @@ static __device__ void mmtc_q6_k(const uint8_t *__restrict__ vx, const uint8_t *
 TREESPEC_MMTC(q4_k, 1)
 TREESPEC_MMTC(q4_k, 2)
 TREESPEC_MMTC(q4_k, 4)
+TREESPEC_MMTC(q4_k, 8)
 TREESPEC_MMTC(q6_k, 1)
 TREESPEC_MMTC(q6_k, 2)
 TREESPEC_MMTC(q6_k, 4)
+TREESPEC_MMTC(q6_k, 8)

@@ -224,6 +224,10 @@ struct BenchArgs {
     /// LM head, drafter step) and exit.
     #[arg(long)]
     costs: bool,
+    /// Only time the GPU's quantised products (dp4a against tensor cores) on the shapes of
+    /// Qwen2.5-1.5B's matrices with random weights, and exit (needs a CUDA build and device).
+    #[arg(long)]
+    products: bool,
     /// At temperature 0, exit with an error when any mode's output differs from `ar`'s (always
     /// on with --exact).
     #[arg(long)]
@@ -380,6 +384,21 @@ fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+#[cfg(feature = "cuda")]
+fn run_products(a: &BenchArgs) -> anyhow::Result<()> {
+    let opts = a.runtime.load_options()?;
+    let candle_core::Device::Cuda(dev) = &opts.device else {
+        anyhow::bail!("--products times GPU kernels: pass --device cuda");
+    };
+    print!("{}", treespec::gpu::step::bench_products(dev)?);
+    Ok(())
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run_products(_: &BenchArgs) -> anyhow::Result<()> {
+    anyhow::bail!("--products times GPU kernels: this build has no CUDA (build with --features cuda)")
+}
+
 fn run_costs(a: &BenchArgs) -> anyhow::Result<()> {
     let opts = a.runtime.load_options()?;
     let mut t = load::load_model(&a.target, &opts)?;
@@ -400,6 +419,9 @@ fn run_costs(a: &BenchArgs) -> anyhow::Result<()> {
 fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
     if a.costs {
         return run_costs(&a);
+    }
+    if a.products {
+        return run_products(&a);
     }
     let base = a.decode.settings(Mode::Ar)?;
     let variants = a

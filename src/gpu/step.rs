@@ -117,6 +117,8 @@ pub struct StepInput<'a> {
 pub use cuda::GpuStep;
 #[cfg(feature = "cuda")]
 pub(crate) use cuda::selftest_products;
+#[cfg(feature = "cuda")]
+pub use cuda::bench_products;
 
 /// Without CUDA there is no step: [`GpuStep::new`] always declines.
 #[cfg(not(feature = "cuda"))]
@@ -271,7 +273,7 @@ mod cuda {
         att_chunk: CudaFunction,
         att_combine: CudaFunction,
         mmvq: HashMap<(&'static str, usize), CudaFunction>,
-        /// Tensor-core products (`kernels/mmtc.cu`) by (format, 16-row tiles a block).
+        /// Tensor-core products (`kernels/mmtc.cu`) by (format, 8-row activation tiles a block).
         mmtc: HashMap<(&'static str, usize), CudaFunction>,
         get_rows: Option<CudaFunction>,
     }
@@ -496,7 +498,7 @@ mod cuda {
                 seen: HashSet::new(),
                 graphs_on: graphs_allowed(),
                 graphs_failed: false,
-                tensor_cores: tensor_cores_allowed(),
+                tensor_cores: tensor_cores_wanted(),
                 _keep: keep,
             })
         }
@@ -920,41 +922,18 @@ mod cuda {
             }
             let ncols = if n == 1 { 1 } else { 4 };
             let f = &self.f.mmvq[&(w.tag, ncols)];
-            let mut b = self.stream.launch_builder(f);
-            let (cols, rows, sy, sd) = (w.cols as i32, w.rows as i32, yq as i32, dst_stride as i32);
-            let chunks = n.div_ceil(ncols) as i32;
-            b.arg(&w.ptr)
-                .arg(&y)
-                .arg(&dst)
-                .arg(&cols)
-                .arg(&rows)
-                .arg(&sy)
-                .arg(&sd)
-                .arg(&chunks);
-            let per_block = if ncols == 1 { 1 } else { 2 };
-            let cfg = LaunchConfig {
-                grid_dim: (w.rows.div_ceil(per_block) as u32, 1, 1),
-                block_dim: (32, 4, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: the weight holds rows x cols (padded as candle pads it), y and dst hold
-            // the activation rows padded to a multiple of four.
-            unsafe { b.launch(cfg) }.map_err(driver)?;
-            Ok(())
+            let shape = (w.rows, w.cols, ncols);
+            launch_mmvq(&self.stream, f, w.ptr, shape, (y, yq), (dst, dst_stride), n)
         }
 
-        /// The 16-row tiles a block of the tensor-core product takes for `n` activation rows
-        /// (1, 2 or 4), or `None` where `w` goes through the dp4a product: tensor cores off, a
-        /// format without a tensor-core kernel, or rows not a multiple of eight.
+        /// The 8-row tiles a block of the tensor-core product takes for `n` activation rows
+        /// ([`mmtc_tiles`]), or `None` where `w` goes through the dp4a product: tensor cores
+        /// off, a format without a tensor-core kernel, or rows not a multiple of 16.
         fn tensor_core_tiles(&self, w: &Mat, n: usize) -> Option<usize> {
-            if !self.tensor_cores || w.rows % 8 != 0 || w.cols % 256 != 0 {
+            if !self.tensor_cores || w.rows % 16 != 0 || w.cols % 256 != 0 {
                 return None;
             }
-            let tiles = match n {
-                0..=16 => 1,
-                17..=32 => 2,
-                _ => 4,
-            };
+            let tiles = mmtc_tiles(n);
             self.f.mmtc.contains_key(&(w.tag, tiles)).then_some(tiles)
         }
 
@@ -1036,9 +1015,125 @@ mod cuda {
         }
     }
 
+    /// The dp4a product (`kernels/mmvq.cu`, `mmvq_<tag>_x<ncols>`, `ncols` 1 or 4) of a `rows x
+    /// cols` weight at `w` with `n` Q8_1 activation rows (`yq` blocks apart, padded to a
+    /// multiple of four when `ncols` is 4) into `n` rows of `dst` (`dst_stride` floats apart).
+    fn launch_mmvq(
+        stream: &Arc<CudaStream>,
+        f: &CudaFunction,
+        w: u64,
+        (rows, cols, ncols): (usize, usize, usize),
+        (y, yq): (u64, usize),
+        (dst, dst_stride): (u64, usize),
+        n: usize,
+    ) -> Result<()> {
+        let mut b = stream.launch_builder(f);
+        let (cols_i, rows_i, sy, sd) = (cols as i32, rows as i32, yq as i32, dst_stride as i32);
+        let chunks = n.div_ceil(ncols) as i32;
+        b.arg(&w)
+            .arg(&y)
+            .arg(&dst)
+            .arg(&cols_i)
+            .arg(&rows_i)
+            .arg(&sy)
+            .arg(&sd)
+            .arg(&chunks);
+        let per_block = if ncols == 1 { 1 } else { 2 };
+        let cfg = LaunchConfig {
+            grid_dim: (rows.div_ceil(per_block) as u32, 1, 1),
+            block_dim: (32, 4, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the weight holds rows x cols (padded as candle pads it), y and dst hold the
+        // activation rows padded to a multiple of `ncols`.
+        unsafe { b.launch(cfg) }.map_err(driver)?;
+        Ok(())
+    }
+
+    /// Time the dp4a and the tensor-core products on the shapes of Qwen2.5-1.5B's matrices
+    /// (random weights), for 1 to 64 activation rows, each launch replayed from a CUDA graph of
+    /// 50: a markdown table of microseconds a launch.
+    pub fn bench_products(dev: &candle_core::CudaDevice) -> Result<String> {
+        let stream = dev.cuda_stream();
+        let device = Device::Cuda(dev.clone());
+        let mut rng = crate::gpu::Uniform(0x2545_F491_4F6C_DD1D);
+        let max_n = 64usize;
+        let mut out = String::from(
+            "| matrix | rows x cols | n | dp4a us | tensor cores us |\n| --- | --- | ---: | ---: | ---: |\n",
+        );
+        for (what, dtype, tag, rows, cols) in [
+            ("q, o", GgmlDType::Q4K, "q4_k", 1536usize, 1536usize),
+            ("k, v", GgmlDType::Q4K, "q4_k", 256, 1536),
+            ("gate, up", GgmlDType::Q4K, "q4_k", 8960, 1536),
+            ("down", GgmlDType::Q4K, "q4_k", 1536, 8960),
+            ("down", GgmlDType::Q6K, "q6_k", 1536, 8960),
+            ("LM head", GgmlDType::Q6K, "q6_k", 151_936, 1536),
+        ] {
+            let w_host: Vec<f32> = (0..rows * cols).map(|_| rng.next() - 0.5).collect();
+            let q = QTensor::quantize(&Tensor::from_vec(w_host, (rows, cols), &device)?, dtype)?;
+            let w_ptr = q.device_ptr()? as u64;
+            let yq = qblocks(cols);
+            let mut bytes = vec![0u8; max_n * yq * Q8_BYTES];
+            for blk in bytes.chunks_mut(Q8_BYTES) {
+                blk[..2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+                for b in &mut blk[4..] {
+                    *b = (rng.next() * 255.0) as u8;
+                }
+            }
+            let y = stream.clone_htod(&bytes).map_err(driver)?;
+            let y_ptr = y.device_ptr(&stream).0;
+            let dst = stream.alloc_zeros::<f32>(max_n * rows).map_err(driver)?;
+            let d_ptr = dst.device_ptr(&stream).0;
+            let load = |name: String, module: &str, ptx: &'static str| -> Result<CudaFunction> {
+                Ok(dev
+                    .get_or_load_custom_func(&name, module, ptx)?
+                    .into_cuda_function())
+            };
+            for n in [1usize, 4, 8, 16, 64] {
+                let ncols = if n == 1 { 1 } else { 4 };
+                let tiles = mmtc_tiles(n);
+                let mmvq = load(format!("mmvq_{tag}_x{ncols}"), "treespec_mmvq", MMVQ_PTX)?;
+                let mmtc = load(format!("mmtc_{tag}_t{tiles}"), "treespec_mmtc", MMTC_PTX)?;
+                let mut times = [0f64; 2];
+                for (slot, time) in times.iter_mut().enumerate() {
+                    let launch = || {
+                        if slot == 0 {
+                            let shape = (rows, cols, ncols);
+                            launch_mmvq(&stream, &mmvq, w_ptr, shape, (y_ptr, yq), (d_ptr, rows), n)
+                        } else {
+                            let shape = (rows, cols, tiles);
+                            launch_mmtc(&stream, &mmtc, w_ptr, shape, (y_ptr, yq), (d_ptr, rows), n)
+                        }
+                    };
+                    launch()?;
+                    stream
+                        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                        .map_err(driver)?;
+                    let launched = (0..50).try_for_each(|_| launch());
+                    let graph = stream.end_capture(sys::CUgraphInstantiate_flags(0)).map_err(driver);
+                    launched?;
+                    let graph = graph?.ok_or_else(|| Error::Device("empty CUDA graph".into()))?;
+                    graph.launch().map_err(driver)?;
+                    stream.synchronize().map_err(driver)?;
+                    let t0 = std::time::Instant::now();
+                    for _ in 0..5 {
+                        graph.launch().map_err(driver)?;
+                    }
+                    stream.synchronize().map_err(driver)?;
+                    *time = t0.elapsed().as_secs_f64() * 1e6 / 250.0;
+                }
+                out.push_str(&format!(
+                    "| {what} {tag} | {rows} x {cols} | {n} | {:.1} | {:.1} |\n",
+                    times[0], times[1]
+                ));
+            }
+        }
+        Ok(out)
+    }
+
     /// The tensor-core product (`kernels/mmtc.cu`) of a `rows x cols` weight at `w` (rows a
-    /// multiple of 8, cols of 256) with `n` Q8_1 activation rows (`yq` blocks apart), into `n`
-    /// rows of `dst` (`dst_stride` floats apart): blocks of eight weight rows by `16 * tiles`
+    /// multiple of 16, cols of 256) with `n` Q8_1 activation rows (`yq` blocks apart), into `n`
+    /// rows of `dst` (`dst_stride` floats apart): blocks of 16 weight rows by `8 * tiles`
     /// activation rows, a row's 64-value units spread over [`mmtc_warps`] warps, which depends
     /// only on the row length (so a row's sum order never depends on `n`).
     fn launch_mmtc(
@@ -1051,6 +1146,12 @@ mod cuda {
         n: usize,
     ) -> Result<()> {
         let warps = mmtc_warps(cols);
+        let shared = warps * (tiles * 8 * 16 * 4) as u32;
+        if shared > 48 * 1024 {
+            // Past the default limit on dynamic shared memory (the H200 allows 227 KiB a block).
+            let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+            f.set_attribute(attr, shared as i32).map_err(driver)?;
+        }
         let mut b = stream.launch_builder(f);
         let (cols_i, sy, sd, n_i) = (cols as i32, yq as i32, dst_stride as i32, n as i32);
         b.arg(&w)
@@ -1061,11 +1162,11 @@ mod cuda {
             .arg(&sd)
             .arg(&n_i);
         let cfg = LaunchConfig {
-            grid_dim: ((rows / 8) as u32, n.div_ceil(16 * tiles) as u32, 1),
+            grid_dim: ((rows / 16) as u32, n.div_ceil(8 * tiles) as u32, 1),
             block_dim: (32, warps, 1),
-            shared_mem_bytes: warps * (tiles * 16 * 8 * 4) as u32,
+            shared_mem_bytes: shared,
         };
-        // SAFETY: the weight holds rows x cols (rows a multiple of 8, cols of 256), y holds n
+        // SAFETY: the weight holds rows x cols (rows a multiple of 16, cols of 256), y holds n
         // activation rows of yq Q8_1 blocks (only rows below n are read), dst n rows of
         // dst_stride (only rows below n are written).
         unsafe { b.launch(cfg) }.map_err(driver)?;
@@ -1084,8 +1185,8 @@ mod cuda {
         let stream = dev.cuda_stream();
         let device = Device::Cuda(dev.clone());
         for (dtype, tag, rows, cols) in [
-            (GgmlDType::Q4K, "q4_k", 24usize, 768usize),
-            (GgmlDType::Q6K, "q6_k", 40, 1280),
+            (GgmlDType::Q4K, "q4_k", 32usize, 768usize),
+            (GgmlDType::Q6K, "q6_k", 48, 1280),
             (GgmlDType::Q4K, "q4_k", 16, 4864),
         ] {
             let w_host: Vec<f32> = (0..rows * cols).map(|_| rng.next() * 2.0 - 1.0).collect();
@@ -1118,11 +1219,7 @@ mod cuda {
             let y = stream.clone_htod(&bytes).map_err(driver)?;
             let y_ptr = y.device_ptr(&stream).0;
             let run = |n: usize, first: usize| -> Result<Vec<f32>> {
-                let tiles = match n {
-                    0..=16 => 1,
-                    17..=32 => 2,
-                    _ => 4,
-                };
+                let tiles = mmtc_tiles(n);
                 let f = dev
                     .get_or_load_custom_func(
                         &format!("mmtc_{tag}_t{tiles}"),
@@ -1137,7 +1234,7 @@ mod cuda {
                 stream.clone_dtoh(&out).map_err(driver)
             };
             let mut worst = 0f32;
-            for n in [1usize, 3, 16, 17, 40, 64, max_n] {
+            for n in [1usize, 3, 8, 9, 16, 17, 40, 64, max_n] {
                 let got = run(n, 0)?;
                 for c in 0..n {
                     let alone = run(1, c)?;
@@ -1172,15 +1269,29 @@ mod cuda {
         Ok(())
     }
 
-    /// Warps a block of the tensor-core product spreads a row of `cols` values over: about six
-    /// 64-value units each, at most 16. A function of the row length alone (batch invariance).
-    fn mmtc_warps(cols: usize) -> u32 {
-        ((cols / 64).div_ceil(6)).clamp(1, 16) as u32
+    /// The 8-row activation tiles a block of the tensor-core product takes for `n` rows: 1, 2,
+    /// 4 or 8 (more rows: more blocks along the grid's y).
+    fn mmtc_tiles(n: usize) -> usize {
+        match n {
+            0..=8 => 1,
+            9..=16 => 2,
+            17..=32 => 4,
+            _ => 8,
+        }
     }
 
-    /// Tensor-core products unless `TREESPEC_TENSOR_CORES=0`.
-    fn tensor_cores_allowed() -> bool {
-        std::env::var("TREESPEC_TENSOR_CORES").as_deref() != Ok("0")
+    /// Warps a block of the tensor-core product spreads a row of `cols` values over: one batch
+    /// of four 64-value units each (`UNITS` in `kernels/mmtc.cu`, loaded before any is summed),
+    /// at most 16 warps. A function of the row length alone (batch invariance).
+    fn mmtc_warps(cols: usize) -> u32 {
+        ((cols / 64).div_ceil(4)).clamp(1, 16) as u32
+    }
+
+    /// Tensor-core products when `TREESPEC_TENSOR_CORES=1`. Off by default: on the H200 their
+    /// one-row launch is still slower than the dp4a kernel's, so plain decoding loses more than
+    /// verify passes gain except on the most predictable text (BENCHMARKS.md section 15).
+    fn tensor_cores_wanted() -> bool {
+        std::env::var("TREESPEC_TENSOR_CORES").as_deref() == Ok("1")
     }
 
     /// Graphs unless `TREESPEC_CUDA_GRAPHS=0`.
@@ -1258,7 +1369,7 @@ mod cuda {
         }
         let mut mmtc = HashMap::new();
         for tag in ["q4_k", "q6_k"] {
-            for tiles in [1usize, 2, 4] {
+            for tiles in [1usize, 2, 4, 8] {
                 let f = dev
                     .get_or_load_custom_func(
                         &format!("mmtc_{tag}_t{tiles}"),
