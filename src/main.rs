@@ -396,7 +396,9 @@ fn run_products(a: &BenchArgs) -> anyhow::Result<()> {
 
 #[cfg(not(feature = "cuda"))]
 fn run_products(_: &BenchArgs) -> anyhow::Result<()> {
-    anyhow::bail!("--products times GPU kernels: this build has no CUDA (build with --features cuda)")
+    anyhow::bail!(
+        "--products times GPU kernels: this build has no CUDA (build with --features cuda)"
+    )
 }
 
 fn run_costs(a: &BenchArgs) -> anyhow::Result<()> {

@@ -7,7 +7,8 @@
 //! configured chain and tree, and half-size versions of them) keeps a running estimate of the
 //! tokens it emits per second, the best is used, and the others are tried again now and then
 //! (every 8 steps at first, backing off to every 128 while they keep losing), so that the
-//! estimates follow the text; each arm's first pull only warms it up, and `ar` is measured every
+//! estimates follow the text; each arm's first pull only warms it up, steps that met a pass
+//! shape new to the GPU's CUDA graphs are left out, and `ar` is measured every
 //! [`AR_PROBE_EVERY`] steps whatever leads, so that a one-off slow step cannot keep `auto` from
 //! plain decoding. A probe of a losing arm is a step run slower than it could be, and
 //! where drafting is dear (a GPU on which a drafter step costs most of a target step) one probe
@@ -18,7 +19,8 @@
 
 use super::settings::{Mode, Settings};
 
-/// Pulls of each arm before the estimates count (the first only warms it up).
+/// Pulls of each arm before the estimates count (the first only warms it up; steps that ran a
+/// pass of a shape new to the GPU's CUDA graphs do not count at all, see [`Planner::observe`]).
 const WARM_UP_PULLS: usize = 2;
 /// Weight of the newest step in an arm's running averages.
 const EMA: f64 = 0.25;
@@ -156,14 +158,21 @@ impl Planner {
         (arm, self.arms[arm].settings)
     }
 
-    /// What the step run with arm `arm` emitted and how long it took.
-    pub fn observe(&mut self, arm: usize, tokens: usize, seconds: f64) {
+    /// What the step run with arm `arm` emitted and how long it took; `cold` when it ran a
+    /// pass whose shape was new to the GPU's CUDA graphs (run eagerly or captured: a one-off
+    /// cost of several plain steps). A cold step is left out of the estimates: otherwise an arm
+    /// probed rarely, whose probes often meet a new shape (the context has grown into a wider
+    /// key table since), would look slow for good.
+    pub fn observe(&mut self, arm: usize, tokens: usize, seconds: f64, cold: bool) {
         let Some(a) = self.arms.get_mut(arm) else {
             return;
         };
         self.credit = (self.credit + PROBE_SHARE * seconds).min(0.0);
         if arm != self.best && arm != 0 && a.pulls >= WARM_UP_PULLS {
             self.credit -= seconds;
+        }
+        if cold {
+            return;
         }
         if a.pulls < WARM_UP_PULLS {
             // Warm-up pulls replace the estimate; the last of them is its start.
@@ -229,7 +238,7 @@ mod tests {
         for _ in 0..steps {
             let (arm, s) = p.choose();
             *count.entry(s.mode).or_insert(0) += 1;
-            p.observe(arm, tokens(&s), secs(&s));
+            p.observe(arm, tokens(&s), secs(&s), false);
         }
         count
     }
@@ -277,7 +286,7 @@ mod tests {
                 (3, 4.0)
             };
             *count.entry(s.mode).or_insert(0) += 1;
-            p.observe(arm, tokens, secs);
+            p.observe(arm, tokens, secs, false);
         }
         assert_eq!(p.rates()[0].0.mode, Mode::Ar);
         assert!(count[&Mode::Ar] > 800, "{count:?}");
@@ -316,7 +325,7 @@ mod tests {
             } else {
                 (2, 10.0)
             };
-            p.observe(arm, tokens, secs);
+            p.observe(arm, tokens, secs, false);
             if warm_up {
                 continue;
             }
@@ -345,7 +354,7 @@ mod tests {
                 Mode::Tree => (4, 4.04 * jitter),
                 _ => (2, 3.0 * jitter),
             };
-            p.observe(arm, tokens, secs);
+            p.observe(arm, tokens, secs, false);
             let now = p.arms[p.best].settings.mode;
             if now != last {
                 switches += 1;
@@ -355,13 +364,38 @@ mod tests {
         assert!(switches < 20, "{switches} switches");
     }
 
+    /// Probes of the chain always meet a new pass shape and run cold (ten times their time):
+    /// left out, they cannot make the chain look slower than `ar`.
+    #[test]
+    fn cold_steps_are_left_out() {
+        let mut p = planner();
+        let full = Settings::default().gamma;
+        let mut count = std::collections::HashMap::new();
+        let mut linear_pulls = 0;
+        for _ in 0..400 {
+            let (arm, s) = p.choose();
+            *count.entry(s.mode).or_insert(0) += 1;
+            let (tokens, secs, cold) = if s.mode == Mode::Linear && s.gamma == full {
+                linear_pulls += 1;
+                // The first pulls and every fifth one after them meet a new shape.
+                let cold = linear_pulls <= 2 || linear_pulls % 5 == 0;
+                (5, if cold { 20.0 } else { 2.0 }, cold)
+            } else {
+                (1, 1.0, false)
+            };
+            p.observe(arm, tokens, secs, cold);
+        }
+        assert_eq!(p.rates()[0].0.mode, Mode::Linear);
+        assert!(count[&Mode::Linear] > 300, "{count:?}");
+    }
+
     #[test]
     fn without_a_drafter_only_ar() {
         let mut p = Planner::new(&Settings::default(), false);
         for _ in 0..20 {
             let (arm, s) = p.choose();
             assert_eq!(s.mode, Mode::Ar);
-            p.observe(arm, 1, 1.0);
+            p.observe(arm, 1, 1.0, false);
         }
     }
 }

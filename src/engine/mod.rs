@@ -254,15 +254,23 @@ impl Engine {
         };
         let (arm, chosen) = planner.choose();
         let saved = std::mem::replace(&mut self.settings, chosen);
+        let cold_before = self.cold_passes();
         let ev = self.step_with_settings(remaining);
         self.settings = saved;
         if let Ok(ev) = &ev {
             // A step the drafter could not draft for ran as ar: ar's measurement.
             let arm = if ev.mode == Mode::Ar { 0 } else { arm };
-            planner.observe(arm, ev.emitted.len(), ev.times.total().as_secs_f64());
+            let cold = self.cold_passes() > cold_before;
+            planner.observe(arm, ev.emitted.len(), ev.times.total().as_secs_f64(), cold);
         }
         self.planner = Some(planner);
         ev
+    }
+
+    /// Passes of both models so far whose shape was new to their CUDA graphs (0 on the CPU).
+    fn cold_passes(&self) -> u64 {
+        let drafter = self.drafter.as_deref().and_then(|d| d.decoder());
+        self.target.cold_passes() + drafter.map_or(0, |d| d.cold_passes())
     }
 
     fn step_with_settings(&mut self, remaining: usize) -> Result<StepEvent> {

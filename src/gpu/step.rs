@@ -114,11 +114,11 @@ pub struct StepInput<'a> {
 }
 
 #[cfg(feature = "cuda")]
-pub use cuda::GpuStep;
+pub use cuda::bench_products;
 #[cfg(feature = "cuda")]
 pub(crate) use cuda::selftest_products;
 #[cfg(feature = "cuda")]
-pub use cuda::bench_products;
+pub use cuda::GpuStep;
 
 /// Without CUDA there is no step: [`GpuStep::new`] always declines.
 #[cfg(not(feature = "cuda"))]
@@ -142,6 +142,12 @@ impl GpuStep {
     /// No graphs without CUDA.
     pub fn graphs_on(&self) -> bool {
         false
+    }
+
+    /// Passes that did not replay a captured graph because their shape was new (see the CUDA
+    /// build): always 0 here.
+    pub fn cold_passes(&self) -> u64 {
+        0
     }
 }
 
@@ -354,6 +360,9 @@ mod cuda {
         graphs_on: bool,
         /// A capture failed: graphs stay off for this decoder.
         graphs_failed: bool,
+        /// Passes run eagerly on a shape's first sight or captured on its second (see
+        /// [`Self::cold_passes`]).
+        cold: u64,
         /// Q4_K / Q6_K products on tensor cores (`kernels/mmtc.cu`) rather than the dp4a kernel.
         tensor_cores: bool,
         _keep: Vec<Tensor>,
@@ -498,6 +507,7 @@ mod cuda {
                 seen: HashSet::new(),
                 graphs_on: graphs_allowed(),
                 graphs_failed: false,
+                cold: 0,
                 tensor_cores: tensor_cores_wanted(),
                 _keep: keep,
             })
@@ -542,7 +552,11 @@ mod cuda {
             };
             let graphable = n <= GRAPH_MAX_ROWS && input.hidden_layers.is_empty();
             // A shape runs eagerly the first time it is seen, from a graph after that.
-            if graphable && self.graphs_on && !self.seen.insert(key) {
+            let first_sight = graphable && self.graphs_on && self.seen.insert(key);
+            if first_sight || (graphable && self.graphs_on && !self.graphs.contains_key(&key)) {
+                self.cold += 1;
+            }
+            if graphable && self.graphs_on && !first_sight {
                 match self.replay(key, meta) {
                     Ok(t) => return Ok((t, vec![])),
                     Err(e) => {
@@ -590,6 +604,14 @@ mod cuda {
         /// Whether passes replay from CUDA graphs.
         pub fn graphs_on(&self) -> bool {
             self.graphs_on
+        }
+
+        /// Passes so far that did not replay a captured graph because their shape was new: run
+        /// eagerly on its first sight, captured on its second. Such a pass costs several
+        /// replayed ones, so a step that ran one says little about what the step costs from
+        /// then on (`auto` leaves it out of its estimates).
+        pub fn cold_passes(&self) -> u64 {
+            self.cold
         }
 
         /// Replay (capturing first if needed) the pass of shape `key`; its logits (`[m, vocab]`,
@@ -930,7 +952,7 @@ mod cuda {
         /// ([`mmtc_tiles`]), or `None` where `w` goes through the dp4a product: tensor cores
         /// off, a format without a tensor-core kernel, or rows not a multiple of 16.
         fn tensor_core_tiles(&self, w: &Mat, n: usize) -> Option<usize> {
-            if !self.tensor_cores || w.rows % 16 != 0 || w.cols % 256 != 0 {
+            if !self.tensor_cores || !w.rows.is_multiple_of(16) || !w.cols.is_multiple_of(256) {
                 return None;
             }
             let tiles = mmtc_tiles(n);
@@ -1107,10 +1129,14 @@ mod cuda {
                     };
                     launch()?;
                     stream
-                        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                        .begin_capture(
+                            sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+                        )
                         .map_err(driver)?;
                     let launched = (0..50).try_for_each(|_| launch());
-                    let graph = stream.end_capture(sys::CUgraphInstantiate_flags(0)).map_err(driver);
+                    let graph = stream
+                        .end_capture(sys::CUgraphInstantiate_flags(0))
+                        .map_err(driver);
                     launched?;
                     let graph = graph?.ok_or_else(|| Error::Device("empty CUDA graph".into()))?;
                     graph.launch().map_err(driver)?;
@@ -1192,7 +1218,10 @@ mod cuda {
             let w_host: Vec<f32> = (0..rows * cols).map(|_| rng.next() * 2.0 - 1.0).collect();
             let wt = Tensor::from_vec(w_host, (rows, cols), &device)?;
             let q = QTensor::quantize(&wt, dtype)?;
-            let w_deq = q.dequantize(&device)?.to_device(&Device::Cpu)?.to_vec2::<f32>()?;
+            let w_deq = q
+                .dequantize(&device)?
+                .to_device(&Device::Cpu)?
+                .to_vec2::<f32>()?;
             let w_ptr = q.device_ptr()? as u64;
             let max_n = 67usize;
             let yq = cols / 32;
@@ -1230,7 +1259,15 @@ mod cuda {
                 let out = stream.alloc_zeros::<f32>(n * rows).map_err(driver)?;
                 let y_at = y_ptr + (first * yq * Q8_BYTES) as u64;
                 let o = out.device_ptr(&stream).0;
-                launch_mmtc(&stream, &f, w_ptr, (rows, cols, tiles), (y_at, yq), (o, rows), n)?;
+                launch_mmtc(
+                    &stream,
+                    &f,
+                    w_ptr,
+                    (rows, cols, tiles),
+                    (y_at, yq),
+                    (o, rows),
+                    n,
+                )?;
                 stream.clone_dtoh(&out).map_err(driver)
             };
             let mut worst = 0f32;

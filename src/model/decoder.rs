@@ -297,6 +297,12 @@ impl Decoder {
         self.step.as_ref().is_some_and(|s| s.graphs_on())
     }
 
+    /// Passes so far whose shape was new to the GPU step's CUDA graphs (run eagerly or
+    /// captured; 0 without the GPU step): a step that ran one measured a one-off cost.
+    pub fn cold_passes(&self) -> u64 {
+        self.step.as_ref().map_or(0, |s| s.cold_passes())
+    }
+
     /// What runs the forward pass ("treespec GPU step", or candle's ops and why).
     pub fn runtime(&self) -> &str {
         &self.runtime
