@@ -19,6 +19,10 @@
 // operands: sixteen weight rows are the A operand (so a lane's C rows are the weight rows whose
 // scales it reads), eight activation rows the B operand.
 // CPU reference: treespec's quantised kernels (src/quant) through `treespec selftest`.
+//
+// Known, to fix before this becomes the default: the Q4_K min term multiplies the activation
+// block's stored half-precision sum of its floats, where the dp4a kernel sums the block's int8
+// values exactly; the logits sit about twice as far from the CPU's (BENCHMARKS.md section 15).
 #include <cuda_fp16.h>
 #include <stdint.h>
 

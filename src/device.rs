@@ -35,7 +35,7 @@ pub fn parse_device(spec: &str) -> Result<Device> {
 
 /// The compute capability this binary's GPU kernels were built for (`CUDA_COMPUTE_CAP` at build
 /// time, e.g. 90), when the build named one.
-fn built_for() -> Option<u32> {
+pub(crate) fn built_for() -> Option<u32> {
     option_env!("TREESPEC_CUDA_COMPUTE_CAP").and_then(|s| s.parse().ok())
 }
 

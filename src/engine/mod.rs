@@ -255,12 +255,19 @@ impl Engine {
         let (arm, chosen) = planner.choose();
         let saved = std::mem::replace(&mut self.settings, chosen);
         let cold_before = self.cold_passes();
+        // A drafter further behind than a round leaves it (other arms' steps, ar's above all,
+        // do not feed it) catches up in this step: a one-off cost, like a new graph shape.
+        let lag = self
+            .drafter
+            .as_deref()
+            .map_or(0, |d| self.seq.len().saturating_sub(d.len()));
+        let catching_up = chosen.mode != Mode::Ar && lag > 2 * chosen.gamma.max(chosen.depth) + 2;
         let ev = self.step_with_settings(remaining);
         self.settings = saved;
         if let Ok(ev) = &ev {
             // A step the drafter could not draft for ran as ar: ar's measurement.
             let arm = if ev.mode == Mode::Ar { 0 } else { arm };
-            let cold = self.cold_passes() > cold_before;
+            let cold = catching_up || self.cold_passes() > cold_before;
             planner.observe(arm, ev.emitted.len(), ev.times.total().as_secs_f64(), cold);
         }
         self.planner = Some(planner);

@@ -481,7 +481,9 @@ mod cuda {
             let norm = ptr(w.norm)?;
             let cos = ptr(w.cos)?;
             let sin = ptr(w.sin)?;
-            let f = load_funcs(dev, &layers, &lm_head, &embed).map_err(|e| e.to_string())?;
+            let tensor_cores = tensor_cores_wanted();
+            let f = load_funcs(dev, &layers, &lm_head, &embed, tensor_cores)
+                .map_err(|e| e.to_string())?;
             Ok(GpuStep {
                 dev: dev.clone(),
                 stream,
@@ -508,7 +510,7 @@ mod cuda {
                 graphs_on: graphs_allowed(),
                 graphs_failed: false,
                 cold: 0,
-                tensor_cores: tensor_cores_wanted(),
+                tensor_cores,
                 _keep: keep,
             })
         }
@@ -950,7 +952,8 @@ mod cuda {
 
         /// The 8-row tiles a block of the tensor-core product takes for `n` activation rows
         /// ([`mmtc_tiles`]), or `None` where `w` goes through the dp4a product: tensor cores
-        /// off, a format without a tensor-core kernel, or rows not a multiple of 16.
+        /// off, a format without a tensor-core kernel, rows not a multiple of 16 or a row length
+        /// not a multiple of 256.
         fn tensor_core_tiles(&self, w: &Mat, n: usize) -> Option<usize> {
             if !self.tensor_cores || !w.rows.is_multiple_of(16) || !w.cols.is_multiple_of(256) {
                 return None;
@@ -1171,6 +1174,9 @@ mod cuda {
         (dst, dst_stride): (u64, usize),
         n: usize,
     ) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
         let warps = mmtc_warps(cols);
         let shared = warps * (tiles * 8 * 16 * 4) as u32;
         if shared > 48 * 1024 {
@@ -1372,6 +1378,7 @@ mod cuda {
         layers: &[Layer],
         lm_head: &Mat,
         embed: &Embed,
+        tensor_cores: bool,
     ) -> Result<Funcs> {
         let step = |name: &str| -> Result<CudaFunction> {
             Ok(dev
@@ -1404,8 +1411,10 @@ mod cuda {
                 }
             }
         }
+        // Only when wanted: the int8 MMA needs sm_80, and a module that fails to load would
+        // take the whole step down on an older GPU.
         let mut mmtc = HashMap::new();
-        for tag in ["q4_k", "q6_k"] {
+        for tag in ["q4_k", "q6_k"].into_iter().filter(|_| tensor_cores) {
             for tiles in [1usize, 2, 4, 8] {
                 let f = dev
                     .get_or_load_custom_func(
