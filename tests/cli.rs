@@ -343,5 +343,9 @@ fn selftest_runs_the_kernel_checks() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(text.contains("top-k [9 x 151936] k=8: ok"), "{text}");
+    assert!(
+        text.contains("canary: candle's quantised product"),
+        "{text}"
+    );
     assert!(text.contains("every kernel matches"), "{text}");
 }

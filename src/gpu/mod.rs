@@ -20,6 +20,7 @@ use crate::error::Result;
 pub fn selftest(device: &candle_core::Device) -> Result<Vec<String>> {
     let mut rng = Uniform(0x9E37_79B9_7F4A_7C15);
     let mut report = vec![];
+    canary(device, &mut rng, &mut report)?;
     topk::selftest(device, &mut rng, &mut report)?;
     attention::selftest(device, &mut rng, &mut report)?;
     #[cfg(feature = "cuda")]
@@ -34,6 +35,43 @@ pub fn selftest(device: &candle_core::Device) -> Result<Vec<String>> {
         }
     }
     Ok(report)
+}
+
+/// candle's quantised product on `device` against the CPU's, on a small random Q4_0 matrix and
+/// four activation rows. candle builds its quantised GPU kernels as machine code for one
+/// architecture, and on another GPU they return garbage without an error: this launch catches
+/// that (the start-up check of `device::check_architecture` refuses such a GPU first; this is
+/// the second line of defence). Activations are quantised differently on the two sides (Q8_1,
+/// Q8_0), so the bound is loose: garbage is off by the size of the values.
+fn canary(device: &candle_core::Device, rng: &mut Uniform, report: &mut Vec<String>) -> Result<()> {
+    use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+    use candle_core::{Device, Module, Tensor};
+    let (rows, cols, n) = (64usize, 256usize, 4usize);
+    let w: Vec<f32> = (0..rows * cols).map(|_| rng.next() * 2.0 - 1.0).collect();
+    let x: Vec<f32> = (0..n * cols).map(|_| rng.next() * 2.0 - 1.0).collect();
+    let w = Tensor::from_vec(w, (rows, cols), &Device::Cpu)?;
+    let x = Tensor::from_vec(x, (n, cols), &Device::Cpu)?;
+    let product = |dev: &Device| -> Result<Tensor> {
+        let q = QTensor::quantize(&w.to_device(dev)?, GgmlDType::Q4_0)?;
+        let out = QMatMul::from_qtensor(q)?.forward(&x.to_device(dev)?)?;
+        Ok(out.to_device(&Device::Cpu)?)
+    };
+    let want = product(&Device::Cpu)?;
+    let got = product(device)?;
+    let scale = want.abs()?.max_all()?.to_scalar::<f32>()?;
+    let err = (&got - &want)?.abs()?.max_all()?.to_scalar::<f32>()?;
+    if err.is_nan() || err > 0.05 * scale {
+        return Err(crate::error::Error::Device(format!(
+            "candle's quantised product gives wrong values on this device (largest error {err:.3} \
+             against values up to {scale:.3}): this treespec was built for another GPU \
+             architecture (CUDA_COMPUTE_CAP)"
+        )));
+    }
+    report.push(format!(
+        "canary: candle's quantised product [Q4_0 {rows} x {cols}, {n} rows]: largest error {:.1e} of the largest value",
+        err / scale.max(f32::MIN_POSITIVE)
+    ));
+    Ok(())
 }
 
 /// A xorshift generator of uniform values in [0, 1) for the self-tests' inputs.
