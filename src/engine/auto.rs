@@ -173,25 +173,27 @@ impl Planner {
     /// What the step run with arm `arm` emitted and how long it took; `cold` when it paid a
     /// one-off cost: a pass whose shape was new to the GPU's CUDA graphs (run eagerly or
     /// captured), or a drafter catching up on many tokens other arms committed (`ar` steps do
-    /// not feed it). A cold step is left out of the estimates and charged no probe credit, and
-    /// the same arm runs again at once, warm (up to [`COLD_RETRIES`] times in a row; then the
-    /// step counts as it is). Otherwise an arm probed rarely, whose probes always pay such costs,
+    /// not feed it). A cold step is left out of the estimates (its time still counts against
+    /// the probe share) and the same arm runs again at once, warm (up to [`COLD_RETRIES`] times
+    /// in a row; then the step counts as it is). Otherwise an arm probed rarely, whose probes always pay such costs,
     /// would look slow for good (measured on the H200 before this rule: `auto` decoding most of
     /// a set plainly at 0.77x the chain's speed).
     pub fn observe(&mut self, arm: usize, tokens: usize, seconds: f64, cold: bool) {
         let Some(a) = self.arms.get_mut(arm) else {
             return;
         };
+        // Probe credit first: a cold probe's time counts against the probe share too, so that
+        // where every probe loses, probing (retries included) stays within that share.
+        self.credit = (self.credit + PROBE_SHARE * seconds).min(0.0);
+        if arm != self.best && arm != 0 && a.pulls >= WARM_UP_PULLS {
+            self.credit -= seconds;
+        }
         if cold && self.cold_run < COLD_RETRIES {
             self.cold_run += 1;
             self.retry = Some(arm);
             return;
         }
         self.cold_run = 0;
-        self.credit = (self.credit + PROBE_SHARE * seconds).min(0.0);
-        if arm != self.best && arm != 0 && a.pulls >= WARM_UP_PULLS {
-            self.credit -= seconds;
-        }
         if a.pulls < WARM_UP_PULLS {
             // Warm-up pulls replace the estimate; the last of them is its start.
             (a.tokens, a.seconds) = (tokens as f64, seconds);
