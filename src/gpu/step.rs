@@ -552,13 +552,13 @@ mod cuda {
                 width,
                 chunks,
             };
-            let graphable = n <= GRAPH_MAX_ROWS && input.hidden_layers.is_empty();
+            let graphed = self.graphs_on && n <= GRAPH_MAX_ROWS && input.hidden_layers.is_empty();
             // A shape runs eagerly the first time it is seen, from a graph after that.
-            let first_sight = graphable && self.graphs_on && self.seen.insert(key);
-            if first_sight || (graphable && self.graphs_on && !self.graphs.contains_key(&key)) {
+            let first_sight = graphed && self.seen.insert(key);
+            if graphed && (first_sight || !self.graphs.contains_key(&key)) {
                 self.cold += 1;
             }
-            if graphable && self.graphs_on && !first_sight {
+            if graphed && !first_sight {
                 match self.replay(key, meta) {
                     Ok(t) => return Ok((t, vec![])),
                     Err(e) => {
@@ -627,32 +627,18 @@ mod cuda {
                 if self.graphs.len() >= GRAPH_CACHE {
                     self.graphs.clear();
                 }
-                self.stream
-                    .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-                    .map_err(driver)?;
-                let mut none = vec![];
-                let launched =
-                    self.launch_all(key.n, key.m, key.chunks, meta, logits_ptr, &[], &mut none);
-                let graph = self
-                    .stream
-                    .end_capture(sys::CUgraphInstantiate_flags(0))
-                    .map_err(driver);
-                launched?;
-                let graph = graph?.ok_or_else(|| Error::Device("empty CUDA graph".into()))?;
+                let graph = capture(&self.stream, || {
+                    let mut none = vec![];
+                    self.launch_all(key.n, key.m, key.chunks, meta, logits_ptr, &[], &mut none)
+                })?;
                 if let Some(times) = profile_replays() {
                     // TREESPEC_STEP_PROFILE=N: the graph alone, N replays back to back.
-                    self.stream.synchronize().map_err(driver)?;
-                    let t0 = std::time::Instant::now();
-                    for _ in 0..times {
-                        graph.launch().map_err(driver)?;
-                    }
-                    self.stream.synchronize().map_err(driver)?;
                     eprintln!(
                         "treespec: graph of {} rows ({} logits rows, {} attention chunks): {:.1} us a replay on the GPU",
                         key.n,
                         key.m,
                         key.chunks,
-                        t0.elapsed().as_secs_f64() * 1e6 / times as f64
+                        replay_micros(&self.stream, &graph, times)?
                     );
                 }
                 self.graphs.insert(key, Graph(graph));
@@ -944,7 +930,7 @@ mod cuda {
             if let Some(tiles) = self.tensor_core_tiles(w, n) {
                 return self.matmul_tc(w, y, yq, dst, dst_stride, n, tiles);
             }
-            let ncols = if n == 1 { 1 } else { 4 };
+            let ncols = mmvq_ncols(n);
             let f = &self.f.mmvq[&(w.tag, ncols)];
             let shape = (w.rows, w.cols, ncols);
             launch_mmvq(&self.stream, f, w.ptr, shape, (y, yq), (dst, dst_stride), n)
@@ -1109,16 +1095,10 @@ mod cuda {
             let y_ptr = y.device_ptr(&stream).0;
             let dst = stream.alloc_zeros::<f32>(max_n * rows).map_err(driver)?;
             let d_ptr = dst.device_ptr(&stream).0;
-            let load = |name: String, module: &str, ptx: &'static str| -> Result<CudaFunction> {
-                Ok(dev
-                    .get_or_load_custom_func(&name, module, ptx)?
-                    .into_cuda_function())
-            };
             for n in [1usize, 4, 8, 16, 64] {
-                let ncols = if n == 1 { 1 } else { 4 };
-                let tiles = mmtc_tiles(n);
-                let mmvq = load(format!("mmvq_{tag}_x{ncols}"), "treespec_mmvq", MMVQ_PTX)?;
-                let mmtc = load(format!("mmtc_{tag}_t{tiles}"), "treespec_mmtc", MMTC_PTX)?;
+                let (ncols, tiles) = (mmvq_ncols(n), mmtc_tiles(n));
+                let mmvq = mmvq_func(dev, tag, ncols)?;
+                let mmtc = mmtc_func(dev, tag, tiles)?;
                 let mut times = [0f64; 2];
                 for (slot, time) in times.iter_mut().enumerate() {
                     let launch = || {
@@ -1131,25 +1111,9 @@ mod cuda {
                         }
                     };
                     launch()?;
-                    stream
-                        .begin_capture(
-                            sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-                        )
-                        .map_err(driver)?;
-                    let launched = (0..50).try_for_each(|_| launch());
-                    let graph = stream
-                        .end_capture(sys::CUgraphInstantiate_flags(0))
-                        .map_err(driver);
-                    launched?;
-                    let graph = graph?.ok_or_else(|| Error::Device("empty CUDA graph".into()))?;
+                    let graph = capture(&stream, || (0..50).try_for_each(|_| launch()))?;
                     graph.launch().map_err(driver)?;
-                    stream.synchronize().map_err(driver)?;
-                    let t0 = std::time::Instant::now();
-                    for _ in 0..5 {
-                        graph.launch().map_err(driver)?;
-                    }
-                    stream.synchronize().map_err(driver)?;
-                    *time = t0.elapsed().as_secs_f64() * 1e6 / 250.0;
+                    *time = replay_micros(&stream, &graph, 5)? / 50.0;
                 }
                 out.push_str(&format!(
                     "| {what} {tag} | {rows} x {cols} | {n} | {:.1} | {:.1} |\n",
@@ -1255,13 +1219,7 @@ mod cuda {
             let y_ptr = y.device_ptr(&stream).0;
             let run = |n: usize, first: usize| -> Result<Vec<f32>> {
                 let tiles = mmtc_tiles(n);
-                let f = dev
-                    .get_or_load_custom_func(
-                        &format!("mmtc_{tag}_t{tiles}"),
-                        "treespec_mmtc",
-                        MMTC_PTX,
-                    )?
-                    .into_cuda_function();
+                let f = mmtc_func(dev, tag, tiles)?;
                 let out = stream.alloc_zeros::<f32>(n * rows).map_err(driver)?;
                 let y_at = y_ptr + (first * yq * Q8_BYTES) as u64;
                 let o = out.device_ptr(&stream).0;
@@ -1310,6 +1268,58 @@ mod cuda {
             ));
         }
         Ok(())
+    }
+
+    /// Activation rows a launch of the dp4a product takes at a time: one for a one-row pass, else
+    /// chunks of four (`mmvq_<tag>_x<ncols>`).
+    fn mmvq_ncols(n: usize) -> usize {
+        if n == 1 {
+            1
+        } else {
+            4
+        }
+    }
+
+    /// The dp4a product kernel for weights of format `tag` taking `ncols` rows at a time.
+    fn mmvq_func(dev: &candle_core::CudaDevice, tag: &str, ncols: usize) -> Result<CudaFunction> {
+        let name = format!("mmvq_{tag}_x{ncols}");
+        Ok(dev
+            .get_or_load_custom_func(&name, "treespec_mmvq", MMVQ_PTX)?
+            .into_cuda_function())
+    }
+
+    /// The tensor-core product kernel for weights of format `tag` with `tiles` activation
+    /// tiles a block.
+    fn mmtc_func(dev: &candle_core::CudaDevice, tag: &str, tiles: usize) -> Result<CudaFunction> {
+        let name = format!("mmtc_{tag}_t{tiles}");
+        Ok(dev
+            .get_or_load_custom_func(&name, "treespec_mmtc", MMTC_PTX)?
+            .into_cuda_function())
+    }
+
+    /// The launches `launch` makes on `stream`, captured as a CUDA graph (capture ends even
+    /// when a launch fails).
+    fn capture(stream: &Arc<CudaStream>, launch: impl FnOnce() -> Result<()>) -> Result<CudaGraph> {
+        stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(driver)?;
+        let launched = launch();
+        let graph = stream
+            .end_capture(sys::CUgraphInstantiate_flags(0))
+            .map_err(driver);
+        launched?;
+        graph?.ok_or_else(|| Error::Device("empty CUDA graph".into()))
+    }
+
+    /// Microseconds a replay of `graph` takes on the GPU, over `times` replays back to back.
+    fn replay_micros(stream: &Arc<CudaStream>, graph: &CudaGraph, times: usize) -> Result<f64> {
+        stream.synchronize().map_err(driver)?;
+        let t0 = std::time::Instant::now();
+        for _ in 0..times {
+            graph.launch().map_err(driver)?;
+        }
+        stream.synchronize().map_err(driver)?;
+        Ok(t0.elapsed().as_secs_f64() * 1e6 / times as f64)
     }
 
     /// The 8-row activation tiles a block of the tensor-core product takes for `n` rows: 1, 2,
@@ -1400,14 +1410,7 @@ mod cuda {
             for ncols in [1usize, 4] {
                 if let std::collections::hash_map::Entry::Vacant(slot) = mmvq.entry((m.tag, ncols))
                 {
-                    let f = dev
-                        .get_or_load_custom_func(
-                            &format!("mmvq_{}_x{ncols}", m.tag),
-                            "treespec_mmvq",
-                            MMVQ_PTX,
-                        )?
-                        .into_cuda_function();
-                    slot.insert(f);
+                    slot.insert(mmvq_func(dev, m.tag, ncols)?);
                 }
             }
         }
@@ -1416,14 +1419,7 @@ mod cuda {
         let mut mmtc = HashMap::new();
         for tag in ["q4_k", "q6_k"].into_iter().filter(|_| tensor_cores) {
             for tiles in [1usize, 2, 4, 8] {
-                let f = dev
-                    .get_or_load_custom_func(
-                        &format!("mmtc_{tag}_t{tiles}"),
-                        "treespec_mmtc",
-                        MMTC_PTX,
-                    )?
-                    .into_cuda_function();
-                mmtc.insert((tag, tiles), f);
+                mmtc.insert((tag, tiles), mmtc_func(dev, tag, tiles)?);
             }
         }
         let get_rows = match embed {
