@@ -66,8 +66,19 @@ pub fn load_drafter(
             return Ok(Box::new(d));
         }
     }
-    let d = model::load(&path, opts)?;
+    let own = opts.drafter_device.as_ref().map(|device| LoadOptions {
+        device: device.clone(),
+        ..opts.clone()
+    });
+    let mut d = model::load(&path, own.as_ref().unwrap_or(opts))?;
     check_same_vocabulary(&target.name, &target.tokenizer, &d.name, &d.tokenizer)?;
+    if own
+        .as_ref()
+        .is_some_and(|o| o.device.is_cuda() && !o.device.same_device(&opts.device))
+    {
+        // Beside the target on a GPU it drafts while the target verifies: first in line.
+        d.decoder.set_high_priority();
+    }
     Ok(Box::new(CausalDrafter::new(d.decoder, d.name)))
 }
 

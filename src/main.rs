@@ -99,6 +99,10 @@ struct RuntimeArgs {
     /// Where to run: cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     device: String,
+    /// Where a causal-LM drafter runs: cpu, cuda or cuda:N (default: the target's device; on a
+    /// GPU on its own stream, drafting the next step while the target verifies this one).
+    #[arg(long)]
+    drafter_device: Option<String>,
     /// KV cache capacity in tokens.
     #[arg(long, default_value_t = 4096)]
     context: usize,
@@ -289,6 +293,9 @@ struct ChatArgs {
     /// Where to run: cpu, cuda or cuda:N.
     #[arg(long)]
     device: Option<String>,
+    /// Where a causal-LM drafter runs (default: the target's device; on a GPU its own stream).
+    #[arg(long)]
+    drafter_device: Option<String>,
     /// KV cache capacity in tokens.
     #[arg(long)]
     context: Option<usize>,
@@ -311,10 +318,18 @@ struct FetchArgs {
 
 impl RuntimeArgs {
     fn load_options(&self) -> anyhow::Result<LoadOptions> {
+        let device = device::parse_device(&self.device)?;
+        let drafter_device = match &self.drafter_device {
+            Some(spec) => Some(device::parse_device(spec)?),
+            // A second handle on the same GPU: its own stream.
+            None if device.is_cuda() => Some(device::parse_device(&self.device)?),
+            None => None,
+        };
         Ok(LoadOptions {
-            device: device::parse_device(&self.device)?,
+            device,
             exact: self.exact,
             context: self.context,
+            drafter_device,
         })
     }
 }
@@ -541,6 +556,7 @@ fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
     };
     let runtime = RuntimeArgs {
         device: pick(&a.device, &cfg.device, "cpu"),
+        drafter_device: a.drafter_device.clone(),
         context: a.context.or(cfg.context).unwrap_or(4096),
         exact: a.exact,
     };

@@ -8,7 +8,7 @@ mod common;
 use candle_core::{Device, Tensor};
 use std::collections::{BTreeSet, HashMap};
 use treespec::draft::CausalDrafter;
-use treespec::engine::{Engine, Mode, Settings, StopReason};
+use treespec::engine::{DraftAhead, Engine, Mode, Settings, StopReason};
 use treespec::model::config::Family;
 use treespec::model::decoder::{Batch, Decoder};
 use treespec::model::weights::WeightStore;
@@ -315,4 +315,52 @@ fn auto_keeps_its_measurements_across_mode_switches() {
     assert!(measured(&e) > 1, "auto forgot what it measured");
     e.set_settings(settings(Mode::Auto, 16, 4, 4)).unwrap();
     assert_eq!(measured(&e), 0, "new auto settings start afresh");
+}
+
+/// A drafter that drafts ahead during the verify pass (forced here on the CPU, where it runs
+/// after the pass) proposes step for step the chains and trees a drafter that does not proposes,
+/// keeps the chain it drafted ahead when the target takes a whole proposal, and changes no token.
+#[test]
+fn drafting_ahead_changes_no_proposal_and_no_token() {
+    for (mode, family, noise, seed) in [
+        (settings(Mode::Linear, 1, 1, 4), Family::Qwen2, 0.02, 3),
+        (settings(Mode::Linear, 1, 1, 7), Family::Llama, 0.1, 4),
+        (settings(Mode::Tree, 8, 4, 1), Family::Qwen2, 0.02, 5),
+        (
+            Settings {
+                min_chain_prob: 0.3,
+                ..settings(Mode::Linear, 1, 1, 6)
+            },
+            Family::Qwen3,
+            0.05,
+            6,
+        ),
+    ] {
+        let new = |ahead: DraftAhead| {
+            let (t, d) = pair(family, 61, seed, noise);
+            let d = Box::new(CausalDrafter::new(d, "drafter"));
+            let mut e = Engine::new(t, Some(d), BTreeSet::new(), mode, seed).unwrap();
+            e.set_draft_ahead(ahead);
+            e
+        };
+        let (mut plain, mut ahead) = (new(DraftAhead::Off), new(DraftAhead::Steps(3)));
+        let p = prompt(seed, 61);
+        plain.begin(&p).unwrap();
+        ahead.begin(&p).unwrap();
+        let mut kept = 0;
+        for step in 0..12 {
+            let (a, b) = (plain.step(200).unwrap(), ahead.step(200).unwrap());
+            assert_eq!(
+                a.tree.tokens, b.tree.tokens,
+                "{mode:?}: step {step} proposed otherwise"
+            );
+            assert_eq!(
+                a.emitted, b.emitted,
+                "{mode:?}: step {step} emitted otherwise"
+            );
+            let d = ahead.drafter().unwrap();
+            kept += usize::from(d.len() >= ahead.sequence().len());
+        }
+        assert!(kept > 0, "{mode:?}: no chain drafted ahead was kept");
+    }
 }

@@ -33,6 +33,16 @@ pub struct ChainStep {
     pub q: Option<Vec<(u32, f32)>>,
 }
 
+impl ChainStep {
+    /// The drafter's probability of the token taken (its top log-probability; 1 for a draw).
+    fn prob(&self) -> f64 {
+        self.top
+            .as_ref()
+            .and_then(|t| t.log_probs.first())
+            .map_or(1.0, |&lp| (lp as f64).exp())
+    }
+}
+
 /// A drafted chain, depth 1 first.
 #[derive(Debug, Clone, Default)]
 pub struct Chain {
@@ -57,23 +67,62 @@ impl Chain {
         pick: ChainPick,
         min_chain_prob: f32,
         rng: &mut impl Rng,
+        next: impl FnMut(u32) -> Result<Tensor>,
+    ) -> Result<Chain> {
+        if depth == 0 {
+            return Ok(Chain::default());
+        }
+        let step = pick_step(&first, pick, top_k, rng)?;
+        Chain { steps: vec![step] }.extend(depth, top_k, pick, min_chain_prob, rng, next)
+    }
+
+    /// Draft on after the last token (fed through `next`) until the chain holds `depth` tokens
+    /// or a greedy chain's probability falls below `min_chain_prob`.
+    pub fn extend(
+        mut self,
+        depth: usize,
+        top_k: usize,
+        pick: ChainPick,
+        min_chain_prob: f32,
+        rng: &mut impl Rng,
         mut next: impl FnMut(u32) -> Result<Tensor>,
     ) -> Result<Chain> {
-        let mut chain = Chain::default();
-        let mut logits = first;
-        let mut chain_prob = 1.0f64;
-        for d in 0..depth {
-            let (step, p) = pick_step(&logits, pick, top_k, rng)?;
-            chain_prob *= p;
-            let token = step.token;
-            chain.steps.push(step);
-            let confident = pick != ChainPick::Greedy || (chain_prob as f32) >= min_chain_prob;
-            if d + 1 >= depth || !confident {
+        while self.steps.len() < depth && self.confident(0, pick, min_chain_prob) {
+            let Some(last) = self.steps.last() else {
+                break;
+            };
+            let logits = next(last.token)?;
+            let step = pick_step(&logits, pick, top_k, rng)?;
+            self.steps.push(step);
+        }
+        Ok(self)
+    }
+
+    /// The drafter's own probability of the greedy chain's steps from `from` on (1 for a
+    /// sampled chain, whose steps carry no top-k).
+    fn prob(&self, from: usize) -> f64 {
+        self.steps.iter().skip(from).map(ChainStep::prob).product()
+    }
+
+    /// True while drafting on after the steps from `from` on is worth it: always for a sampled
+    /// chain, for a greedy one while their probability is at least `min_chain_prob`.
+    fn confident(&self, from: usize, pick: ChainPick, min_chain_prob: f32) -> bool {
+        pick != ChainPick::Greedy || self.prob(from) as f32 >= min_chain_prob
+    }
+
+    /// The longest prefix of at most `depth` steps that [`Chain::draft`] would have drafted: it
+    /// stops after the first step at which the chain is no longer confident.
+    fn cut(mut self, depth: usize, pick: ChainPick, min_chain_prob: f32) -> Chain {
+        let (mut keep, mut p) = (0, 1.0f64);
+        for step in self.steps.iter().take(depth) {
+            keep += 1;
+            p *= step.prob();
+            if pick == ChainPick::Greedy && (p as f32) < min_chain_prob {
                 break;
             }
-            logits = next(token)?;
         }
-        Ok(chain)
+        self.steps.truncate(keep);
+        self
     }
 
     /// The proposal this chain makes after `root` in a step of `mode`: per-depth distributions
@@ -97,43 +146,39 @@ impl Chain {
 }
 
 /// One depth of a chain from a `[1, vocab]` logits row: the token picked and, for a greedy pick,
-/// the `top_k` most probable tokens (read on the device where the row lives); with the
-/// probability of the token taken (1 for a draw).
+/// the `top_k` most probable tokens (read on the device where the row lives).
 fn pick_step(
     logits: &Tensor,
     pick: ChainPick,
     top_k: usize,
     rng: &mut impl Rng,
-) -> Result<(ChainStep, f64)> {
+) -> Result<ChainStep> {
     let _span = crate::profile::span("drafter top-k / draw", logits.device());
     Ok(match pick {
-        ChainPick::Greedy => {
-            let top = row_top_k(logits, top_k.max(1))?
-                .pop()
-                .ok_or_else(|| Error::InvalidArgument("no drafter logits".into()))?;
-            let p = top.log_probs.first().map_or(0.0, |&lp| (lp as f64).exp());
-            let token = top.tokens.first().copied().unwrap_or(0);
-            (
-                ChainStep {
-                    token,
-                    top: Some(top),
-                    q: None,
-                },
-                p,
-            )
-        }
+        ChainPick::Greedy => greedy_step(logits, top_k)?,
         ChainPick::Sample(params) => {
             let q = distribution(&logits.squeeze(0)?.to_vec1::<f32>()?, &params);
             let token = draw(&q, rng).unwrap_or(0);
-            (
-                ChainStep {
-                    token,
-                    top: None,
-                    q: Some(q),
-                },
-                1.0,
-            )
+            ChainStep {
+                token,
+                top: None,
+                q: Some(q),
+            }
         }
+    })
+}
+
+/// A greedy chain's step: the argmax and the `top_k` most probable tokens of a `[1, vocab]`
+/// logits row.
+fn greedy_step(logits: &Tensor, top_k: usize) -> Result<ChainStep> {
+    let top = row_top_k(logits, top_k.max(1))?
+        .pop()
+        .ok_or_else(|| Error::InvalidArgument("no drafter logits".into()))?;
+    let token = top.tokens.first().copied().unwrap_or(0);
+    Ok(ChainStep {
+        token,
+        top: Some(top),
+        q: None,
     })
 }
 
@@ -143,6 +188,57 @@ pub struct CausalDrafter {
     name: String,
     /// What the last proposal left in the cache, for [`Drafter::commit`].
     last: Fed,
+    /// The next step's chain, drafted ahead while the target verified the last one (the target
+    /// took the whole chain and its own next token was the drafter's).
+    pending: Option<Pending>,
+}
+
+/// A greedy chain as drafted, with what drafting it further needs.
+#[derive(Debug, Clone)]
+struct Drafted {
+    /// The chain: the proposed tokens, then any drafted ahead.
+    chain: Chain,
+    /// How many of its tokens were proposed.
+    proposed: usize,
+    /// The depth asked for.
+    depth: usize,
+    /// Tokens kept per depth.
+    top_k: usize,
+    /// The confidence stop.
+    min_chain_prob: f32,
+}
+
+/// A chain drafted ahead for the step after the committed sequence of `seq_len` tokens ending
+/// in `root`; the cache holds that sequence and all the chain's tokens but the last.
+#[derive(Debug, Clone)]
+struct Pending {
+    seq_len: usize,
+    root: u32,
+    chain: Chain,
+    top_k: usize,
+}
+
+impl Pending {
+    /// The chain drafted ahead that the step `c` leaves for the next one: there is one when
+    /// the step emitted a prefix of the chain, cut nowhere, and the chain goes on past it.
+    fn after(c: &Committed<'_>, d: Drafted) -> Option<Pending> {
+        let n = c.emitted.len();
+        let whole = n == c.accepted.len() && d.chain.steps.len() > n;
+        let follows = d
+            .chain
+            .steps
+            .iter()
+            .zip(c.emitted)
+            .all(|(s, &t)| s.token == t);
+        (whole && follows).then(|| Pending {
+            seq_len: c.before + n,
+            root: c.emitted[n - 1],
+            chain: Chain {
+                steps: d.chain.steps[n..].to_vec(),
+            },
+            top_k: d.top_k,
+        })
+    }
 }
 
 /// What the last proposal fed the drafter's cache beyond the committed sequence.
@@ -151,8 +247,8 @@ enum Fed {
     /// Nothing beyond it.
     #[default]
     Nothing,
-    /// A chain's tokens (all but the last fed).
-    Chain(Vec<u32>),
+    /// A chain's tokens (all but the last fed); greedy chains with what drafting ahead needs.
+    Chain(Vec<u32>, Option<Drafted>),
     /// A grown tree: the cache row of each node.
     Tree(Vec<Option<usize>>),
 }
@@ -164,6 +260,7 @@ impl CausalDrafter {
             model,
             name: name.into(),
             last: Fed::Nothing,
+            pending: None,
         }
     }
 
@@ -175,6 +272,7 @@ impl CausalDrafter {
     /// Bring the cache up to `seq` (whose prefix it must already hold) and return the logits for
     /// the token after it (`[1, vocab]`, on the model's device). The cache then holds all of `seq`.
     pub(super) fn sync(&mut self, seq: &[u32]) -> Result<Tensor> {
+        self.pending = None;
         let have = self.model.len().min(seq.len().saturating_sub(1));
         self.model.truncate(have);
         let rest = &seq[have..];
@@ -197,6 +295,7 @@ impl CausalDrafter {
     /// Read `seq` but its last token into the cache (the prompt, before the first step), so that
     /// the first draft feeds only the root.
     pub fn catch_up(&mut self, seq: &[u32]) -> Result<()> {
+        self.pending = None;
         let upto = seq.len().saturating_sub(1);
         let have = self.model.len().min(upto);
         self.model.truncate(have);
@@ -230,15 +329,74 @@ impl CausalDrafter {
         }
         let room = self.model.context().saturating_sub(seq.len());
         let depth = depth.min(room + 1);
+        if let Some(chain) = self.take_pending(seq, pick, top_k) {
+            // Drafted ahead: keep what the confidence stop keeps, draft on if it is short.
+            let chain = chain.cut(depth, pick, min_chain_prob);
+            self.model.truncate(seq.len() + chain.steps.len() - 1);
+            return chain.extend(depth, top_k, pick, min_chain_prob, rng, |token| {
+                self.step(token, "drafter step")
+            });
+        }
         let first = self.sync(seq)?;
         Chain::draft(first, depth, top_k, pick, min_chain_prob, rng, |token| {
-            let pos = self.model.len();
-            let _span = crate::profile::span("drafter step", self.model.device());
-            self.model
-                .forward(&Batch::causal(&[token], pos))?
-                .logits
-                .ok_or_else(|| Error::InvalidArgument("the drafter returned no logits".into()))
+            self.step(token, "drafter step")
         })
+    }
+
+    /// Feed one token after the cache and return the logits after it.
+    fn step(&mut self, token: u32, span: &'static str) -> Result<Tensor> {
+        let pos = self.model.len();
+        let _span = crate::profile::span(span, self.model.device());
+        self.model
+            .forward(&Batch::causal(&[token], pos))?
+            .logits
+            .ok_or_else(|| Error::InvalidArgument("the drafter returned no logits".into()))
+    }
+
+    /// The chain drafted ahead for this step, when it still follows `seq` and was drafted the way
+    /// this step asks (greedy, with as many tokens kept per depth); else forget it.
+    fn take_pending(&mut self, seq: &[u32], pick: ChainPick, top_k: usize) -> Option<Chain> {
+        let p = self.pending.take()?;
+        let fits = pick == ChainPick::Greedy
+            && p.top_k == top_k
+            && p.seq_len == seq.len()
+            && seq.last() == Some(&p.root)
+            && !p.chain.steps.is_empty()
+            && self.model.len() == seq.len() + p.chain.steps.len() - 1;
+        fits.then_some(p.chain)
+    }
+
+    /// While `busy` (the target still verifying the chain just proposed), draft on past its end:
+    /// first the token the drafter expects the target to add, then the next step's chain after
+    /// it, at most its depth and while confident. Only a greedy chain is drafted on, and only
+    /// one whose probability (the drafter's own) is at least `min_chain_prob`.
+    fn draft_on(&mut self, busy: &dyn Fn() -> bool, min_chain_prob: f32) -> Result<()> {
+        let Fed::Chain(tokens, Some(mut d)) = std::mem::take(&mut self.last) else {
+            return Ok(());
+        };
+        // Only a chain the target likely takes whole is worth drafting on from: elsewhere the
+        // drafted steps are thrown away, and running beside the target they slow its pass.
+        if (d.chain.prob(0) as f32) < min_chain_prob {
+            self.last = Fed::Chain(tokens, Some(d));
+            return Ok(());
+        }
+        let result = (|| {
+            while busy()
+                && d.chain.steps.len() < d.proposed + 1 + d.depth
+                && d.chain
+                    .confident(d.proposed + 1, ChainPick::Greedy, d.min_chain_prob)
+                && self.model.len() + 1 < self.model.context()
+            {
+                let Some(last) = d.chain.steps.last() else {
+                    break;
+                };
+                let logits = self.step(last.token, "drafter step ahead")?;
+                d.chain.steps.push(greedy_step(&logits, d.top_k)?);
+            }
+            Ok(())
+        })();
+        self.last = Fed::Chain(d.chain.tokens(), Some(d));
+        result
     }
 
     /// After a step that committed `emitted` after `seq_before`, keep the cache rows still valid:
@@ -270,6 +428,7 @@ impl Drafter for CausalDrafter {
     }
 
     fn truncate(&mut self, len: usize) {
+        self.pending = None;
         self.model.truncate(len.min(self.model.len()));
     }
 
@@ -303,15 +462,31 @@ impl Drafter for CausalDrafter {
             s.min_chain_prob,
             rng,
         )?;
-        self.last = Fed::Chain(chain.tokens());
+        let drafted = (req.chain_pick() == ChainPick::Greedy).then(|| Drafted {
+            chain: chain.clone(),
+            proposed: chain.steps.len(),
+            depth: req.depth(),
+            top_k: req.top_k(),
+            min_chain_prob: s.min_chain_prob,
+        });
+        self.last = Fed::Chain(chain.tokens(), drafted);
         Ok(chain.into_proposal(req.mode, root))
     }
 
+    fn draft_ahead(&mut self, busy: &dyn Fn() -> bool, min_chain_prob: f32) -> Result<()> {
+        self.draft_on(busy, min_chain_prob)
+    }
+
     fn commit(&mut self, c: &Committed<'_>) -> Result<()> {
+        self.pending = None;
         match std::mem::take(&mut self.last) {
             Fed::Tree(rows) => self.keep_path(c.before, &rows, c.accepted, c.emitted.len()),
-            Fed::Chain(chain) => {
-                self.rollback(c.before, &chain, c.emitted);
+            Fed::Chain(chain, drafted) => {
+                match drafted.and_then(|d| Pending::after(c, d)) {
+                    // The cache holds the new sequence and the pending chain but its last token.
+                    Some(p) => self.pending = Some(p),
+                    None => self.rollback(c.before, &chain, c.emitted),
+                }
                 Ok(())
             }
             Fed::Nothing => {

@@ -159,6 +159,14 @@ pub trait Drafter: Send {
         false
     }
 
+    /// Draft on past the proposal just made while `busy` says the target is still verifying it
+    /// (its own device or stream running beside the target's), for the next step to use when the
+    /// target takes the whole proposal; only after a proposal the drafter itself gives at least
+    /// `min_chain_prob`. Nothing by default.
+    fn draft_ahead(&mut self, _busy: &dyn Fn() -> bool, _min_chain_prob: f32) -> Result<()> {
+        Ok(())
+    }
+
     /// Whether it can draft at this point of an answer (`answer_len` tokens emitted so far).
     fn ready(&self, _seq_len: usize, _answer_len: usize) -> bool {
         true

@@ -74,6 +74,26 @@ fn canary(device: &candle_core::Device, rng: &mut Uniform, report: &mut Vec<Stri
     Ok(())
 }
 
+/// True while work queued on `device`'s stream is still running; false on the CPU, once the
+/// stream is idle, or if the driver cannot say.
+pub fn busy(device: &candle_core::Device) -> bool {
+    #[cfg(feature = "cuda")]
+    if let candle_core::Device::Cuda(dev) = device {
+        use cudarc::driver::sys;
+        // SAFETY: the stream handle belongs to the live device; a query only reads its state.
+        let r = unsafe { sys::cuStreamQuery(dev.cuda_stream().cu_stream()) };
+        return r == sys::CUresult::CUDA_ERROR_NOT_READY;
+    }
+    let _ = device;
+    false
+}
+
+/// Whether two devices run side by side: GPUs, or two streams of one GPU, that are not the same
+/// candle device (whose work would queue one after the other).
+pub fn side_by_side(a: &candle_core::Device, b: &candle_core::Device) -> bool {
+    a.is_cuda() && b.is_cuda() && !a.same_device(b)
+}
+
 /// A xorshift generator of uniform values in [0, 1) for the self-tests' inputs.
 pub(crate) struct Uniform(u64);
 

@@ -149,6 +149,11 @@ impl GpuStep {
     pub fn cold_passes(&self) -> u64 {
         0
     }
+
+    /// No streams without CUDA.
+    pub fn set_high_priority(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// A weight as the product kernel reads it.
@@ -191,8 +196,8 @@ mod cuda {
     use crate::model::weights::Embedding;
     use candle_core::Storage;
     use cudarc::driver::{
-        sys, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig,
-        PushKernelArg,
+        result, sys, CudaEvent, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr,
+        DevicePtrMut, LaunchConfig, PushKernelArg,
     };
     use std::collections::{HashMap, HashSet};
 
@@ -365,8 +370,23 @@ mod cuda {
         cold: u64,
         /// Q4_K / Q6_K products on tensor cores (`kernels/mmtc.cu`) rather than the dp4a kernel.
         tensor_cores: bool,
+        /// Where graphs replay when not on candle's stream (see [`GpuStep::set_high_priority`]).
+        replay_on: Option<ReplayStream>,
         _keep: Vec<Tensor>,
     }
+
+    /// A stream of its own that captured passes replay on, fenced to candle's stream by two
+    /// events: the replay starts after everything queued on candle's stream (the pass's
+    /// metadata, any cache compaction) and candle's later work waits for it.
+    struct ReplayStream {
+        stream: Arc<CudaStream>,
+        ready: CudaEvent,
+        done: CudaEvent,
+    }
+
+    // SAFETY: the events' raw handles are used by the decoder's owner, one thread at a time (as
+    // for [`Graph`]).
+    unsafe impl Send for ReplayStream {}
 
     impl GpuStep {
         /// Build the step over a decoder's weights, or say why it cannot run them.
@@ -511,6 +531,7 @@ mod cuda {
                 graphs_failed: false,
                 cold: 0,
                 tensor_cores,
+                replay_on: None,
                 _keep: keep,
             })
         }
@@ -608,6 +629,24 @@ mod cuda {
             self.graphs_on
         }
 
+        /// Replay captured passes on a stream of the GPU's highest priority: where another
+        /// model's work runs beside this one (a drafter drafting while the target verifies),
+        /// the GPU schedules this one's blocks first. (Eager passes stay on candle's stream.)
+        pub fn set_high_priority(&mut self) -> Result<()> {
+            if self.replay_on.is_some() {
+                return Ok(());
+            }
+            let ctx = self.stream.context();
+            let (_, greatest) = result::stream::get_priority_range().map_err(driver)?;
+            let flags = Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING);
+            self.replay_on = Some(ReplayStream {
+                stream: ctx.new_stream_with_priority(greatest).map_err(driver)?,
+                ready: ctx.new_event(flags).map_err(driver)?,
+                done: ctx.new_event(flags).map_err(driver)?,
+            });
+            Ok(())
+        }
+
         /// Passes so far that did not replay a captured graph because their shape was new: run
         /// eagerly on its first sight, captured on its second. Such a pass costs several
         /// replayed ones, so a step that ran one says little about what the step costs from
@@ -643,7 +682,20 @@ mod cuda {
                 }
                 self.graphs.insert(key, Graph(graph));
             }
-            self.graphs[&key].0.launch().map_err(driver)?;
+            let graph = &self.graphs[&key].0;
+            match &self.replay_on {
+                Some(r) => {
+                    r.ready.record(&self.stream).map_err(driver)?;
+                    r.stream.wait(&r.ready).map_err(driver)?;
+                    // SAFETY: the graph is alive (owned by self.graphs) and belongs to this
+                    // context, as does the stream.
+                    unsafe { result::graph::launch(graph.cu_graph_exec(), r.stream.cu_stream()) }
+                        .map_err(driver)?;
+                    r.done.record(&r.stream).map_err(driver)?;
+                    self.stream.wait(&r.done).map_err(driver)?;
+                }
+                None => graph.launch().map_err(driver)?,
+            }
             if key.m == 0 {
                 return Ok(None);
             }

@@ -208,6 +208,8 @@ pub struct Decoder {
     listed_attention: bool,
     /// The GPU decoder step (`gpu::step`), when it runs this model.
     step: Option<GpuStep>,
+    /// The GPU step replays its passes at the GPU's highest stream priority.
+    high_priority: bool,
     /// What runs the forward pass, for status lines and benchmarks.
     runtime: String,
 }
@@ -247,6 +249,7 @@ impl Decoder {
         let listed_attention = Visibility::listed_for(&cfg, &device);
         let mut decoder = Decoder {
             step: None,
+            high_priority: false,
             runtime: String::new(),
             listed_attention,
             cfg,
@@ -276,13 +279,29 @@ impl Decoder {
             "candle ops (batch invariance off)".into()
         } else {
             match GpuStep::new(&self.step_weights(), &self.device) {
-                Ok(step) => {
+                Ok(mut step) => {
+                    if self.high_priority {
+                        if let Err(e) = step.set_high_priority() {
+                            eprintln!("treespec: no high-priority GPU stream: {e}");
+                        }
+                    }
                     self.step = Some(step);
                     "treespec GPU step".into()
                 }
                 Err(why) => format!("candle ops ({why})"),
             }
         };
+    }
+
+    /// Give this model's GPU passes the GPU's highest stream priority (for a drafter that drafts
+    /// while the target verifies on the same GPU: its blocks are scheduled first).
+    pub fn set_high_priority(&mut self) {
+        self.high_priority = true;
+        if let Some(step) = self.step.as_mut() {
+            if let Err(e) = step.set_high_priority() {
+                eprintln!("treespec: no high-priority GPU stream: {e}");
+            }
+        }
     }
 
     /// Let the GPU step replay passes from CUDA graphs (the default) or launch them eagerly.

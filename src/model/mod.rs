@@ -31,6 +31,9 @@ pub struct LoadOptions {
     pub exact: bool,
     /// KV cache capacity in tokens (clamped to the model's trained context).
     pub context: usize,
+    /// Where a causal-LM drafter runs, when not on `device` (another GPU, or another stream of
+    /// the same GPU so that it drafts while the target verifies).
+    pub drafter_device: Option<Device>,
 }
 
 impl Default for LoadOptions {
@@ -39,6 +42,7 @@ impl Default for LoadOptions {
             device: Device::Cpu,
             exact: false,
             context: 4096,
+            drafter_device: None,
         }
     }
 }
