@@ -33,6 +33,16 @@ pub fn parse_device(spec: &str) -> Result<Device> {
     Ok(device)
 }
 
+/// A second handle on the GPU of `device`, with its own stream (work on it runs beside work on
+/// `device`'s); the CPU stays the CPU.
+pub fn another_stream(device: &Device) -> Result<Device> {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(dev) = device {
+        return parse_device(&format!("cuda:{}", dev.cuda_stream().context().ordinal()));
+    }
+    Ok(device.clone())
+}
+
 /// The compute capability this binary's GPU kernels were built for (`CUDA_COMPUTE_CAP` at build
 /// time, e.g. 90), when the build named one.
 pub(crate) fn built_for() -> Option<u32> {
@@ -94,8 +104,10 @@ fn tune(device: &Device) -> Result<()> {
         return Ok(());
     };
     let fail = |what: &str, e: result::DriverError| Error::Device(format!("{what}: {e:?}"));
-    // SAFETY: treespec issues all work for a device on its one stream (candle's default stream
-    // of that device), which is what turning event tracking off requires.
+    // SAFETY: treespec issues all work for a device handle on its one stream (candle's stream of
+    // that handle), which is what turning event tracking off requires; the one exception, graph
+    // replays on a decoder's high-priority stream (`gpu::step`), is fenced to it by events. A
+    // drafter on a second handle of the same GPU shares no buffers with the target.
     unsafe { dev.disable_event_tracking() };
     let ctx = dev.cuda_stream().context().clone();
     ctx.bind_to_thread()

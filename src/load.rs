@@ -36,7 +36,14 @@ pub fn load_drafter(
     opts: &LoadOptions,
 ) -> Result<Box<dyn Drafter>> {
     let (cfg, context) = (target.decoder.config(), target.decoder.context());
+    // A drafter that reads the target's hidden states runs where the target does.
+    let on_target = || {
+        if opts.drafter_device.is_some() {
+            eprintln!("treespec: --drafter-device applies to a causal-LM drafter; {spec} runs on the target's device");
+        }
+    };
     if spec == MTP_DRAFTER {
+        on_target();
         let head = model::load_mtp_head(&target.files, cfg, 0, opts, context)?;
         let name = format!("{} MTP head", target.name);
         return Ok(Box::new(MtpDrafter::new(head, cfg, name)));
@@ -44,6 +51,7 @@ pub fn load_drafter(
     let head_file = std::path::Path::new(spec);
     if head_file.is_file() && spec.ends_with(".safetensors") {
         // An MTP head trained for this target (`treespec train-drafter`).
+        on_target();
         let head = model::load_mimo_head(&[head_file.to_path_buf()], cfg, 0, opts, context)?;
         let name = head_file
             .file_name()
@@ -60,23 +68,26 @@ pub fn load_drafter(
                 reason: format!("config.json is not valid JSON: {e}"),
             })?;
         if crate::draft::dflash::is_dflash_config(&config) {
+            on_target();
             let context = target.decoder.context();
             let mut d = DFlashDrafter::load_dir(&dir, &opts.device, context, !opts.exact)?;
             d.set_name(ModelFiles::Checkpoint(dir).display_name());
             return Ok(Box::new(d));
         }
     }
-    let own = opts.drafter_device.as_ref().map(|device| LoadOptions {
-        device: device.clone(),
+    // Its own GPU, or its own stream of the target's: it drafts while the target verifies.
+    let device = match &opts.drafter_device {
+        Some(device) => device.clone(),
+        None => crate::device::another_stream(&opts.device)?,
+    };
+    let own = LoadOptions {
+        device,
         ..opts.clone()
-    });
-    let mut d = model::load(&path, own.as_ref().unwrap_or(opts))?;
+    };
+    let mut d = model::load(&path, &own)?;
     check_same_vocabulary(&target.name, &target.tokenizer, &d.name, &d.tokenizer)?;
-    if own
-        .as_ref()
-        .is_some_and(|o| o.device.is_cuda() && !o.device.same_device(&opts.device))
-    {
-        // Beside the target on a GPU it drafts while the target verifies: first in line.
+    if crate::gpu::side_by_side(&own.device, &opts.device) {
+        // Beside the target on its GPU: first in line.
         d.decoder.set_high_priority();
     }
     Ok(Box::new(CausalDrafter::new(d.decoder, d.name)))

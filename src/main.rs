@@ -318,15 +318,13 @@ struct FetchArgs {
 
 impl RuntimeArgs {
     fn load_options(&self) -> anyhow::Result<LoadOptions> {
-        let device = device::parse_device(&self.device)?;
-        let drafter_device = match &self.drafter_device {
-            Some(spec) => Some(device::parse_device(spec)?),
-            // A second handle on the same GPU: its own stream.
-            None if device.is_cuda() => Some(device::parse_device(&self.device)?),
-            None => None,
-        };
+        let drafter_device = self
+            .drafter_device
+            .as_deref()
+            .map(device::parse_device)
+            .transpose()?;
         Ok(LoadOptions {
-            device,
+            device: device::parse_device(&self.device)?,
             exact: self.exact,
             context: self.context,
             drafter_device,

@@ -33,6 +33,12 @@ pub struct ChainStep {
     pub q: Option<Vec<(u32, f32)>>,
 }
 
+/// The confidence stop, in one place: a sampled chain always goes on; a greedy one while its
+/// probability so far `p` (the drafter's own) is at least `min_chain_prob`.
+fn confident(p: f64, pick: ChainPick, min_chain_prob: f32) -> bool {
+    pick != ChainPick::Greedy || p as f32 >= min_chain_prob
+}
+
 impl ChainStep {
     /// The drafter's probability of the token taken (its top log-probability; 1 for a draw).
     fn prob(&self) -> f64 {
@@ -104,10 +110,9 @@ impl Chain {
         self.steps.iter().skip(from).map(ChainStep::prob).product()
     }
 
-    /// True while drafting on after the steps from `from` on is worth it: always for a sampled
-    /// chain, for a greedy one while their probability is at least `min_chain_prob`.
+    /// True while drafting on after the steps from `from` on is worth it (see [`confident`]).
     fn confident(&self, from: usize, pick: ChainPick, min_chain_prob: f32) -> bool {
-        pick != ChainPick::Greedy || self.prob(from) as f32 >= min_chain_prob
+        confident(self.prob(from), pick, min_chain_prob)
     }
 
     /// The longest prefix of at most `depth` steps that [`Chain::draft`] would have drafted: it
@@ -117,7 +122,7 @@ impl Chain {
         for step in self.steps.iter().take(depth) {
             keep += 1;
             p *= step.prob();
-            if pick == ChainPick::Greedy && (p as f32) < min_chain_prob {
+            if !confident(p, pick, min_chain_prob) {
                 break;
             }
         }
@@ -196,6 +201,8 @@ pub struct CausalDrafter {
 /// A greedy chain as drafted, with what drafting it further needs.
 #[derive(Debug, Clone)]
 struct Drafted {
+    /// Length of the committed sequence the chain follows.
+    seq_len: usize,
     /// The chain: the proposed tokens, then any drafted ahead.
     chain: Chain,
     /// How many of its tokens were proposed.
@@ -223,7 +230,8 @@ impl Pending {
     /// the step emitted a prefix of the chain, cut nowhere, and the chain goes on past it.
     fn after(c: &Committed<'_>, d: Drafted) -> Option<Pending> {
         let n = c.emitted.len();
-        let whole = n == c.accepted.len() && d.chain.steps.len() > n;
+        let root = *c.emitted.last()?;
+        let whole = n == c.accepted.len() && d.chain.steps.len() > n && c.before == d.seq_len;
         let follows = d
             .chain
             .steps
@@ -232,7 +240,7 @@ impl Pending {
             .all(|(s, &t)| s.token == t);
         (whole && follows).then(|| Pending {
             seq_len: c.before + n,
-            root: c.emitted[n - 1],
+            root,
             chain: Chain {
                 steps: d.chain.steps[n..].to_vec(),
             },
@@ -296,6 +304,7 @@ impl CausalDrafter {
     /// the first draft feeds only the root.
     pub fn catch_up(&mut self, seq: &[u32]) -> Result<()> {
         self.pending = None;
+        self.last = Fed::Nothing;
         let upto = seq.len().saturating_sub(1);
         let have = self.model.len().min(upto);
         self.model.truncate(have);
@@ -375,8 +384,11 @@ impl CausalDrafter {
             return Ok(());
         };
         // Only a chain the target likely takes whole is worth drafting on from: elsewhere the
-        // drafted steps are thrown away, and running beside the target they slow its pass.
-        if (d.chain.prob(0) as f32) < min_chain_prob {
+        // drafted steps are thrown away, and running beside the target they slow its pass. And
+        // only the chain of this step (the cache holding its sequence and all its tokens but the
+        // last), not one left by a step that failed before its commit.
+        let current = self.model.len() + 1 == d.seq_len + d.chain.steps.len();
+        if !current || !d.chain.confident(0, ChainPick::Greedy, min_chain_prob) {
             self.last = Fed::Chain(tokens, Some(d));
             return Ok(());
         }
@@ -429,6 +441,7 @@ impl Drafter for CausalDrafter {
 
     fn truncate(&mut self, len: usize) {
         self.pending = None;
+        self.last = Fed::Nothing;
         self.model.truncate(len.min(self.model.len()));
     }
 
@@ -463,6 +476,7 @@ impl Drafter for CausalDrafter {
             rng,
         )?;
         let drafted = (req.chain_pick() == ChainPick::Greedy).then(|| Drafted {
+            seq_len: req.seq.len(),
             chain: chain.clone(),
             proposed: chain.steps.len(),
             depth: req.depth(),

@@ -115,7 +115,8 @@ pub trait Drafter: Send {
     /// What kind of drafter it is, for display ("causal LM", "DFlash", ...).
     fn kind(&self) -> &'static str;
 
-    /// Positions of the committed sequence the drafter's state covers.
+    /// Positions its state covers: a prefix of the committed sequence, or beyond its end the
+    /// tokens of a chain drafted ahead (see [`Drafter::draft_ahead`]).
     fn len(&self) -> usize;
 
     /// True when its state covers nothing.

@@ -3,8 +3,10 @@
 //!
 //! Invariants between steps: `seq` holds every committed token (prompt and answer); the target's
 //! KV cache holds `seq[..len - 1]` (the last token, the root, is fed by the next step); the
-//! drafter's cache holds some prefix of `seq` shorter than `seq`. So the mode, budget, depth and
-//! temperature can change between any two steps without touching the caches.
+//! drafter's cache holds some prefix of `seq` shorter than `seq`, or, after a step whose whole
+//! chain the target took, `seq` and the next chain drafted ahead but its last token (which the
+//! drafter checks before using). So the mode, budget, depth and temperature can change between
+//! any two steps without touching the caches.
 
 pub mod auto;
 mod events;
@@ -452,21 +454,20 @@ impl Engine {
         let out = self.target.forward(&batch)?;
         // On a GPU the pass runs asynchronously: a drafter running beside the target drafts on
         // meanwhile; then wait for the pass, so that it is timed as verify.
-        if let (Some(d), ahead) = (self.drafter.as_deref_mut(), self.draft_ahead) {
+        let ahead = self.draft_ahead;
+        let drafter = self.drafter.as_deref_mut();
+        if let (true, Some(d)) = (ahead != DraftAhead::Off && tree.len() > 1, drafter) {
             let target = self.target.device();
-            let left = std::cell::Cell::new(0);
+            let steps = std::cell::Cell::new(0);
             let busy = || match ahead {
-                DraftAhead::Off => false,
-                DraftAhead::WhileTargetBusy => crate::gpu::busy(target),
                 DraftAhead::Steps(n) => {
-                    left.set(left.get() + 1);
-                    left.get() <= n
+                    steps.set(steps.get() + 1);
+                    steps.get() <= n
                 }
+                _ => crate::gpu::busy(target),
             };
             // (Profiling spans wait for their device: the drafter's steps carry their own.)
-            if ahead != DraftAhead::Off {
-                d.draft_ahead(&busy, ahead.min_chain_prob())?;
-            }
+            d.draft_ahead(&busy, ahead.min_chain_prob())?;
         }
         self.target.device().synchronize()?;
         Ok(out)

@@ -82,6 +82,15 @@ pub fn busy(device: &candle_core::Device) -> bool {
         use cudarc::driver::sys;
         // SAFETY: the stream handle belongs to the live device; a query only reads its state.
         let r = unsafe { sys::cuStreamQuery(dev.cuda_stream().cu_stream()) };
+        if !matches!(
+            r,
+            sys::CUresult::CUDA_SUCCESS | sys::CUresult::CUDA_ERROR_NOT_READY
+        ) {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                eprintln!("treespec: cannot query the GPU stream ({r:?}): not drafting ahead")
+            });
+        }
         return r == sys::CUresult::CUDA_ERROR_NOT_READY;
     }
     let _ = device;

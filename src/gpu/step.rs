@@ -384,10 +384,6 @@ mod cuda {
         done: CudaEvent,
     }
 
-    // SAFETY: the events' raw handles are used by the decoder's owner, one thread at a time (as
-    // for [`Graph`]).
-    unsafe impl Send for ReplayStream {}
-
     impl GpuStep {
         /// Build the step over a decoder's weights, or say why it cannot run them.
         pub fn new(w: &StepWeights, device: &Device) -> std::result::Result<Self, String> {

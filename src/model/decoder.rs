@@ -192,6 +192,15 @@ impl ForwardOutput {
     }
 }
 
+/// What runs a decoder whose GPU step is `step`, giving the step the GPU's highest stream
+/// priority first when `high_priority` (a failure to is said in the description, not fatal).
+fn step_runtime(step: &mut GpuStep, high_priority: bool) -> String {
+    match high_priority.then(|| step.set_high_priority()) {
+        Some(Err(e)) => format!("treespec GPU step (no high-priority stream: {e})"),
+        _ => "treespec GPU step".into(),
+    }
+}
+
 /// A loaded decoder with its KV cache.
 pub struct Decoder {
     cfg: ModelConfig,
@@ -280,13 +289,9 @@ impl Decoder {
         } else {
             match GpuStep::new(&self.step_weights(), &self.device) {
                 Ok(mut step) => {
-                    if self.high_priority {
-                        if let Err(e) = step.set_high_priority() {
-                            eprintln!("treespec: no high-priority GPU stream: {e}");
-                        }
-                    }
+                    let runtime = step_runtime(&mut step, self.high_priority);
                     self.step = Some(step);
-                    "treespec GPU step".into()
+                    runtime
                 }
                 Err(why) => format!("candle ops ({why})"),
             }
@@ -298,9 +303,7 @@ impl Decoder {
     pub fn set_high_priority(&mut self) {
         self.high_priority = true;
         if let Some(step) = self.step.as_mut() {
-            if let Err(e) = step.set_high_priority() {
-                eprintln!("treespec: no high-priority GPU stream: {e}");
-            }
+            self.runtime = step_runtime(step, true);
         }
     }
 

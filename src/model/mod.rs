@@ -31,8 +31,8 @@ pub struct LoadOptions {
     pub exact: bool,
     /// KV cache capacity in tokens (clamped to the model's trained context).
     pub context: usize,
-    /// Where a causal-LM drafter runs, when not on `device` (another GPU, or another stream of
-    /// the same GPU so that it drafts while the target verifies).
+    /// Where a causal-LM drafter runs (default: a stream of its own on `device`'s GPU, so that
+    /// it drafts while the target verifies; `device` itself on the CPU).
     pub drafter_device: Option<Device>,
 }
 
