@@ -11,6 +11,8 @@ T="$S/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 D="$S/qwen2.5-coder-0.5b-instruct-awq.gguf"
 M="$S/SmolLM2-135M-Instruct.Q4_1.gguf"
 prompt="Write a Python function that checks whether a number is prime."
+# DRAFTER_DEVICE=cuda:1 runs the drafter on a second GPU (the two-GPU machine kind) in modes/profile.
+DD=(${DRAFTER_DEVICE:+--drafter-device "$DRAFTER_DEVICE"})
 rate() { sed -n 's/.*decode [0-9]* tokens at \([0-9.]*\) tok\/s.*/\1/p'; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
 for what in "${@:-ar costs modes variance}"; do
@@ -48,14 +50,14 @@ for what in "${@:-ar costs modes variance}"; do
   costs)
     "$B" bench --device cuda --costs --target "$T" --drafter "$D" 2>&1 | tee "$OUT/gpu-costs.md" | tail -25 ;;
   modes)
-    "$B" bench --device cuda --target "$T" --drafter "$D" --limit "${LIMIT:-6}" --max-tokens 128 \
+    "$B" bench --device cuda "${DD[@]}" --target "$T" --drafter "$D" --limit "${LIMIT:-6}" --max-tokens 128 \
       --modes "${MODES:-ar,linear,tree,linear:6@0,tree:32x6@0}" --json "$OUT/gpu-modes.json" \
       > "$OUT/gpu-modes.log" 2>&1 || { tail -40 "$OUT/gpu-modes.log"; exit 1; }
     sed -n '/^settings:/,$p' "$OUT/gpu-modes.log" ;;
   profile)
     # Where a round's time goes, span by span (each span waits for the GPU at both ends): one
     # mode at a time, MODE (default linear), LIMIT prompts of each set.
-    TREESPEC_PROFILE=1 "$B" bench --device cuda --target "$T" --drafter "$D" --limit "${LIMIT:-5}" \
+    TREESPEC_PROFILE=1 "$B" bench --device cuda "${DD[@]}" --target "$T" --drafter "$D" --limit "${LIMIT:-5}" \
       --max-tokens 128 --modes "${MODE:-linear}" > "$OUT/gpu-profile.log" 2>&1 || true
     grep '^profile' "$OUT/gpu-profile.log" ;;
   variance)
