@@ -19,10 +19,9 @@
 // operands: sixteen weight rows are the A operand (so a lane's C rows are the weight rows whose
 // scales it reads), eight activation rows the B operand.
 // CPU reference: treespec's quantised kernels (src/quant) through `treespec selftest`.
-//
-// Known, to fix before this becomes the default: the Q4_K min term multiplies the activation
-// block's stored half-precision sum of its floats, where the dp4a kernel sums the block's int8
-// values exactly; the logits sit about twice as far from the CPU's (BENCHMARKS.md section 15).
+// The Q4_K min term takes the exact integer sum of each activation block, as the dp4a kernel
+// does (it took the block's stored half-precision sum until 2026-12-01, which put the logits
+// twice as far from the CPU's; BENCHMARKS.md sections 15-16).
 #include <cuda_fp16.h>
 #include <stdint.h>
 
@@ -205,17 +204,25 @@ static __device__ void mmtc_q4_k(const uint8_t *__restrict__ vx, const uint8_t *
             b[1] = act_word(yg + 36 * h, tg < n, 4 + t);
             dsg = act_ds(yg + 36 * h, tg < n);
           }
-          // (d, sum) of activation rows 2t and 2t + 1, from the lanes whose B column they are.
-          const float2 ds[2] = {__half22float2(shfl_half2(dsg, 8 * t)),
-                                __half22float2(shfl_half2(dsg, 8 * t + 4))};
+          // The exact sum of column g's 32 int8 activations (for the min term, as the dp4a
+          // kernel takes it; the block's stored half sum of floats is ~1e-3 off): this lane's 8,
+          // then the four lanes of the column.
+          int s8 = __dp4a(b[0], 0x01010101, __dp4a(b[1], 0x01010101, 0));
+          s8 += __shfl_xor_sync(FULL_MASK, s8, 1);
+          s8 += __shfl_xor_sync(FULL_MASK, s8, 2);
+          // d and that sum of activation rows 2t and 2t + 1, from the lanes whose B column they are.
+          const float d8[2] = {__low2float(shfl_half2(dsg, 8 * t)),
+                               __low2float(shfl_half2(dsg, 8 * t + 4))};
+          const int sum8[2] = {__shfl_sync(FULL_MASK, s8, 8 * t),
+                               __shfl_sync(FULL_MASK, s8, 8 * t + 4)};
           int c[4];
           mma_k32(c, h == 0 ? a_lo : a_hi, b);
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const float2 d8 = ds[e & 1];
             const int r = e >> 1;
-            const float v = __fmul_rn(d8.x, (float)c[e]);
-            const float term = __fsub_rn(__fmul_rn(dl[r][h], v), __fmul_rn(ml[r][h], d8.y));
+            const float v = __fmul_rn(d8[e & 1], (float)c[e]);
+            const float m = __fmul_rn(d8[e & 1], (float)sum8[e & 1]);
+            const float term = __fsub_rn(__fmul_rn(dl[r][h], v), __fmul_rn(ml[r][h], m));
             acc[T][e] = __fadd_rn(acc[T][e], term);
           }
         }
