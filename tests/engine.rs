@@ -347,7 +347,7 @@ fn drafting_ahead_changes_no_proposal_and_no_token() {
         let p = prompt(seed, 61);
         plain.begin(&p).unwrap();
         ahead.begin(&p).unwrap();
-        let mut kept = 0;
+        let (mut kept, mut ahead_used) = (0, 0);
         for step in 0..16 {
             if step == 8 {
                 // Other settings mid-answer (as auto's arms and the mode key make): a chain
@@ -370,7 +370,14 @@ fn drafting_ahead_changes_no_proposal_and_no_token() {
             );
             let d = ahead.drafter().unwrap();
             kept += usize::from(d.len() >= ahead.sequence().len());
+            // A chain kept at the end of a step is what the next step proposes first.
+            assert!(b.drafted_ahead <= b.tree.max_depth());
+            ahead_used += b.drafted_ahead;
         }
         assert!(kept > 0, "{mode:?}: no chain drafted ahead was kept");
+        assert!(
+            ahead_used > 0,
+            "{mode:?}: no step proposed tokens drafted ahead"
+        );
     }
 }

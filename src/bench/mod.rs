@@ -61,6 +61,9 @@ pub struct ModeResult {
     pub speedup: f64,
     /// Tokens per target pass.
     pub tau: f64,
+    /// Share of the drafted depth drafted before its step began (mostly while the target
+    /// verified the step before).
+    pub drafted_ahead: f64,
     /// Fraction of steps whose accepted path reached depth d (d = 1, 2, ...), among steps that
     /// drafted that deep.
     pub acceptance_by_depth: Vec<f64>,
@@ -241,6 +244,7 @@ pub fn run(
                     tokens_per_sec: tps,
                     speedup: tps / ar_tps.max(1e-9),
                     tau: a.stats.tau(),
+                    drafted_ahead: a.stats.ahead_share().unwrap_or(0.0),
                     acceptance_by_depth: a
                         .reached
                         .iter()
@@ -302,9 +306,11 @@ pub fn markdown(r: &BenchReport) -> String {
     for set in &r.sets {
         s.push_str(&format!("\n### {} ({} prompts)\n\n", set.name, set.prompts));
         s.push_str(
-            "| mode | tok/s | speedup vs ar | tau | accepted at depth 1/2/3/4/5/6 | draft | build | verify | walk | commit | = ar |\n",
+            "| mode | tok/s | speedup vs ar | tau | drafted ahead | accepted at depth 1/2/3/4/5/6 | draft | build | verify | walk | commit | = ar |\n",
         );
-        s.push_str("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |\n");
+        s.push_str(
+            "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |\n",
+        );
         for m in &set.modes {
             let acc = if m.acceptance_by_depth.is_empty() {
                 "-".to_string()
@@ -324,12 +330,18 @@ pub fn markdown(r: &BenchReport) -> String {
                     m.matches_ar, set.prompts, d.prompt, d.position
                 ),
             };
+            let ahead = if m.mode == Mode::Ar {
+                "-".to_string()
+            } else {
+                format!("{:.0}%", 100.0 * m.drafted_ahead)
+            };
             s.push_str(&format!(
-                "| {} | {:.2} | {:.2}x | {:.2} | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {:.2} | {:.2}x | {:.2} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 m.label,
                 m.tokens_per_sec,
                 m.speedup,
                 m.tau,
+                ahead,
                 acc,
                 pct[0],
                 pct[1],

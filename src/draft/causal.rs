@@ -196,6 +196,8 @@ pub struct CausalDrafter {
     /// The next step's chain, drafted ahead while the target verified the last one (the target
     /// took the whole chain and its own next token was the drafter's).
     pending: Option<Pending>,
+    /// Tokens of the last proposal that came from a chain drafted ahead.
+    ahead_used: usize,
 }
 
 /// A greedy chain as drafted, with what drafting it further needs.
@@ -269,6 +271,7 @@ impl CausalDrafter {
             name: name.into(),
             last: Fed::Nothing,
             pending: None,
+            ahead_used: 0,
         }
     }
 
@@ -341,6 +344,7 @@ impl CausalDrafter {
         if let Some(chain) = self.take_pending(seq, pick, top_k) {
             // Drafted ahead: keep what the confidence stop keeps, draft on if it is short.
             let chain = chain.cut(depth, pick, min_chain_prob);
+            self.ahead_used = chain.steps.len();
             self.model.truncate(seq.len() + chain.steps.len() - 1);
             return chain.extend(depth, top_k, pick, min_chain_prob, rng, |token| {
                 self.step(token, "drafter step")
@@ -454,6 +458,7 @@ impl Drafter for CausalDrafter {
     }
 
     fn propose(&mut self, req: &DraftRequest<'_>, rng: &mut StdRng) -> Result<Proposal> {
+        self.ahead_used = 0;
         let s = req.settings;
         let root = *req.seq.last().unwrap_or(&0);
         if req.mode == Mode::Tree && s.expand > 0 {
@@ -489,6 +494,10 @@ impl Drafter for CausalDrafter {
 
     fn draft_ahead(&mut self, busy: &dyn Fn() -> bool, min_chain_prob: f32) -> Result<()> {
         self.draft_on(busy, min_chain_prob)
+    }
+
+    fn drafted_ahead(&self) -> usize {
+        self.ahead_used
     }
 
     fn commit(&mut self, c: &Committed<'_>) -> Result<()> {

@@ -168,6 +168,12 @@ pub trait Drafter: Send {
         Ok(())
     }
 
+    /// How many tokens of its last proposal it had drafted before that step began (while the
+    /// target verified the step before, or as its chain's unverified tail); 0 by default.
+    fn drafted_ahead(&self) -> usize {
+        0
+    }
+
     /// Whether it can draft at this point of an answer (`answer_len` tokens emitted so far).
     fn ready(&self, _seq_len: usize, _answer_len: usize) -> bool {
         true

@@ -99,6 +99,10 @@ pub struct StepEvent {
     pub emitted: Vec<u32>,
     /// The target's own token after the accepted path (before any cut).
     pub next: u32,
+    /// Drafted tokens of this step that the drafter had drafted before the step began: while
+    /// the target verified the previous step (see [`crate::draft::Drafter::draft_ahead`]), or as
+    /// the part of the previous step's chain its tree left out.
+    pub drafted_ahead: usize,
     /// Time per stage.
     pub times: StageTimes,
     /// Set when the answer ended with this step.

@@ -348,6 +348,7 @@ impl Engine {
                 accepted: vec![0],
                 emitted: vec![],
                 next: root,
+                drafted_ahead: 0,
                 times: StageTimes::default(),
                 finished: Some(why),
             });
@@ -357,6 +358,10 @@ impl Engine {
         let t = Instant::now();
         let span = crate::profile::span("draft (all of it)", self.target.device());
         let (mode, proposal, cap) = self.draft(remaining, room)?;
+        let drafted_ahead = match (&proposal, self.drafter.as_deref()) {
+            (Some(_), Some(d)) => d.drafted_ahead(),
+            _ => 0,
+        };
         drop(span);
         times.draft = t.elapsed();
 
@@ -395,6 +400,8 @@ impl Engine {
 
         Ok(StepEvent {
             mode,
+            // (A tree may use fewer depths than the drafter's chain offered.)
+            drafted_ahead: drafted_ahead.min(tree.max_depth()),
             tree,
             accepted,
             emitted,

@@ -22,6 +22,10 @@ pub struct AnswerStats {
     /// Drafted tokens accepted, summed.
     #[serde(default)]
     pub accepted: usize,
+    /// Drafted tokens that were drafted before their step began, summed (see
+    /// [`StepEvent::drafted_ahead`]).
+    #[serde(default)]
+    pub ahead: usize,
     /// Time of the decode steps (the prompt not included).
     #[serde(rename = "decode_ms", with = "millis")]
     pub decode: Duration,
@@ -34,6 +38,7 @@ impl AnswerStats {
         self.steps += 1;
         self.offered += ev.tree.max_depth();
         self.accepted += ev.accepted_drafts();
+        self.ahead += ev.drafted_ahead;
     }
 
     /// Add another answer's counts.
@@ -43,6 +48,7 @@ impl AnswerStats {
         self.steps += o.steps;
         self.offered += o.offered;
         self.accepted += o.accepted;
+        self.ahead += o.ahead;
         self.decode += o.decode;
     }
 
@@ -64,6 +70,12 @@ impl AnswerStats {
     /// Accepted drafted tokens over drafted depth offered (`None` when nothing was drafted).
     pub fn acceptance(&self) -> Option<f64> {
         (self.offered > 0).then(|| self.accepted as f64 / self.offered as f64)
+    }
+
+    /// Share of the drafted depth that was drafted before its step began (`None` before
+    /// anything was drafted).
+    pub fn ahead_share(&self) -> Option<f64> {
+        (self.offered > 0).then(|| self.ahead as f64 / self.offered as f64)
     }
 }
 
@@ -99,6 +111,8 @@ mod tests {
         assert_eq!(s.tokens_per_sec(), 20.0);
         assert_eq!(s.tau(), 3.0);
         assert_eq!(s.acceptance(), Some(0.5));
+        assert_eq!(s.ahead_share(), Some(0.0));
+        assert_eq!(AnswerStats { ahead: 10, ..s }.ahead_share(), Some(0.25));
         assert_eq!(AnswerStats::default().tokens_per_sec(), 0.0);
         assert_eq!(AnswerStats::default().acceptance(), None);
     }

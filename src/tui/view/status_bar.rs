@@ -65,6 +65,15 @@ pub fn status_spans(app: &App) -> Vec<Span<'static>> {
         },
         t.style(StyleKey::Status),
     ));
+    if let Some(share) = st.ahead_share().filter(|_| st.ahead > 0) {
+        // How much of the draft the drafter had ready before its step began (on a GPU it drafts
+        // while the target verifies).
+        spans.push(sep());
+        spans.push(Span::styled(
+            format!("ahead {:.0}%", share * 100.0),
+            t.style(StyleKey::Status),
+        ));
+    }
     spans.push(sep());
     spans.push(Span::styled(
         format!("target {}", truncate(&info.target, 28)),
