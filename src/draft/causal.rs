@@ -230,7 +230,7 @@ struct Pending {
 impl Pending {
     /// The chain drafted ahead that the step `c` leaves for the next one: there is one when
     /// the step emitted a prefix of the chain, cut nowhere, and the chain goes on past it.
-    fn after(c: &Committed<'_>, d: Drafted) -> Option<Pending> {
+    fn after(c: &Committed<'_>, d: &Drafted) -> Option<Pending> {
         let n = c.emitted.len();
         let root = *c.emitted.last()?;
         let whole = n == c.accepted.len() && d.chain.steps.len() > n && c.before == d.seq_len;
@@ -257,8 +257,10 @@ enum Fed {
     /// Nothing beyond it.
     #[default]
     Nothing,
-    /// A chain's tokens (all but the last fed); greedy chains with what drafting ahead needs.
-    Chain(Vec<u32>, Option<Drafted>),
+    /// A sampled chain's tokens (all but the last fed).
+    Chain(Vec<u32>),
+    /// A greedy chain (all but its last token fed), with what drafting ahead needs.
+    Greedy(Drafted),
     /// A grown tree: the cache row of each node.
     Tree(Vec<Option<usize>>),
 }
@@ -384,7 +386,7 @@ impl CausalDrafter {
     /// it, at most its depth and while confident. Only a greedy chain is drafted on, and only
     /// one whose probability (the drafter's own) is at least `min_chain_prob`.
     fn draft_on(&mut self, busy: &dyn Fn() -> bool, min_chain_prob: f32) -> Result<()> {
-        let Fed::Chain(tokens, Some(mut d)) = std::mem::take(&mut self.last) else {
+        let Fed::Greedy(mut d) = std::mem::take(&mut self.last) else {
             return Ok(());
         };
         // Only a chain the target likely takes whole is worth drafting on from: elsewhere the
@@ -393,7 +395,7 @@ impl CausalDrafter {
         // last), not one left by a step that failed before its commit.
         let current = self.model.len() + 1 == d.seq_len + d.chain.steps.len();
         if !current || !d.chain.confident(0, ChainPick::Greedy, min_chain_prob) {
-            self.last = Fed::Chain(tokens, Some(d));
+            self.last = Fed::Greedy(d);
             return Ok(());
         }
         let result = (|| {
@@ -411,7 +413,7 @@ impl CausalDrafter {
             }
             Ok(())
         })();
-        self.last = Fed::Chain(d.chain.tokens(), Some(d));
+        self.last = Fed::Greedy(d);
         result
     }
 
@@ -480,15 +482,18 @@ impl Drafter for CausalDrafter {
             s.min_chain_prob,
             rng,
         )?;
-        let drafted = (req.chain_pick() == ChainPick::Greedy).then(|| Drafted {
-            seq_len: req.seq.len(),
-            chain: chain.clone(),
-            proposed: chain.steps.len(),
-            depth: req.depth(),
-            top_k: req.top_k(),
-            min_chain_prob: s.min_chain_prob,
-        });
-        self.last = Fed::Chain(chain.tokens(), drafted);
+        self.last = if req.chain_pick() == ChainPick::Greedy {
+            Fed::Greedy(Drafted {
+                seq_len: req.seq.len(),
+                chain: chain.clone(),
+                proposed: chain.steps.len(),
+                depth: req.depth(),
+                top_k: req.top_k(),
+                min_chain_prob: s.min_chain_prob,
+            })
+        } else {
+            Fed::Chain(chain.tokens())
+        };
         Ok(chain.into_proposal(req.mode, root))
     }
 
@@ -504,11 +509,15 @@ impl Drafter for CausalDrafter {
         self.pending = None;
         match std::mem::take(&mut self.last) {
             Fed::Tree(rows) => self.keep_path(c.before, &rows, c.accepted, c.emitted.len()),
-            Fed::Chain(chain, drafted) => {
-                match drafted.and_then(|d| Pending::after(c, d)) {
+            Fed::Chain(chain) => {
+                self.rollback(c.before, &chain, c.emitted);
+                Ok(())
+            }
+            Fed::Greedy(d) => {
+                match Pending::after(c, &d) {
                     // The cache holds the new sequence and the pending chain but its last token.
                     Some(p) => self.pending = Some(p),
-                    None => self.rollback(c.before, &chain, c.emitted),
+                    None => self.rollback(c.before, &d.chain.tokens(), c.emitted),
                 }
                 Ok(())
             }
