@@ -1,6 +1,7 @@
 // Tensor-core products of GGUF Q4_K / Q6_K weight matrices with Q8_1 activation rows: one kernel
-// for every row count, from the one-row decoding step to a 64-row verify pass (more rows: more
-// blocks along the grid's y), whose cost stays nearly flat with the row count.
+// for every row count of a verify pass, up to 64 rows (more rows: more blocks along the grid's
+// y), whose cost stays nearly flat with the row count; and a one-row kernel on dp4a for the
+// decoding step that computes a row bit for bit as they do.
 //
 // Batch invariance (a row's result never depends on how many rows the launch holds) by
 // construction: integer sums are exact, so the int8 `mma.sync` sums of a 32-value (Q4_K) or
@@ -10,8 +11,8 @@
 // explicit round-to-nearest operations so that the compiler contracts nothing differently in
 // the instantiations for one to eight 8-row tiles; and the W warps' partials are summed in warp
 // order. W depends only on the row length. So `mmtc_<type>_t1` (up to 8 rows) computes a row
-// exactly as `mmtc_<type>_t8` (up to 64) does, and the one-row decoding step uses the same
-// kernel.
+// exactly as `mmtc_<type>_t8` (up to 64) does, and `mmtc_<type>_row` (one row, no tensor cores:
+// an MMA over one activation row wastes seven eighths of it) follows the same order.
 //
 // Layouts (ggml): block_q8_1 {half d, half sum; int8 qs[32]} (36 bytes), block_q4_K {half d,
 // half dmin; u8 scales[12]; u8 qs[128]} (144 bytes), block_q6_K {u8 ql[128]; u8 qh[64]; i8
@@ -59,6 +60,51 @@ static __device__ __forceinline__ int scale_byte(const int w[3], int i) {
 static __device__ __forceinline__ int load_int_a2(const uint8_t *p) {
   const uint16_t *p16 = (const uint16_t *)p;
   return (int)((uint32_t)p16[0] | ((uint32_t)p16[1] << 16));
+}
+
+// The float rules both kernels of this file share, so that the one-row kernel below rounds
+// exactly as the tile kernels do (each operation rounded as written, nothing contracted).
+
+// Row r's (d * scale, dmin * min) of Q4_K sub-block `is` (0..7), ggml's get_scale_min_k4.
+static __device__ __forceinline__ void q4k_scale_min(const int sc[3], half2 dmh, int is,
+                                                     float *dl, float *ml) {
+  const float2 dm = __half22float2(dmh);
+  int s, m;
+  if (is < 4) {
+    s = scale_byte(sc, is) & 63;
+    m = scale_byte(sc, is + 4) & 63;
+  } else {
+    s = (scale_byte(sc, is + 4) & 0xF) | ((scale_byte(sc, is - 4) >> 6) << 4);
+    m = (scale_byte(sc, is + 4) >> 4) | ((scale_byte(sc, is) >> 6) << 4);
+  }
+  *dl = __fmul_rn(dm.x, (float)s);
+  *ml = __fmul_rn(dm.y, (float)m);
+}
+
+// A Q4_K sub-block's term: (d_r * sc) * (d8 * isum) - (dmin_r * m) * (d8 * sum8).
+static __device__ __forceinline__ float q4k_term(float dl, float ml, float d8, int isum,
+                                                 int sum8) {
+  const float v = __fmul_rn(d8, (float)isum);
+  const float m = __fmul_rn(d8, (float)sum8);
+  return __fsub_rn(__fmul_rn(dl, v), __fmul_rn(ml, m));
+}
+
+// Q6_K: group scale `byte` (0..7) of the eight loaded as two words, times d.
+static __device__ __forceinline__ float q6k_scale(const int scw[2], float d, int byte) {
+  const int8_t s = (int8_t)((scw[byte >> 2] >> (8 * (byte & 3))) & 0xFF);
+  return __fmul_rn(d, (float)s);
+}
+
+// Q6_K part p's four values (bytes of one word) from the `ql` words and the `qh` word, minus 32.
+static __device__ __forceinline__ int q6k_values(int ql0, int ql1, int qh, int p) {
+  const int lo = ((p & 1) ? ql1 : ql0) >> (4 * (p >> 1));
+  const int v = (lo & 0x0F0F0F0F) | (((qh >> (2 * p)) & 0x03030303) << 4);
+  return __vsubss4(v, 0x20202020);
+}
+
+// A Q6_K group's term: (d_r * sc) * (d8 * isum).
+static __device__ __forceinline__ float q6k_term(float dsc, float d8, int isum) {
+  return __fmul_rn(dsc, __fmul_rn(d8, (float)isum));
 }
 
 // Sum the W warps' partials in warp order and store the live activation rows. `red` holds
@@ -170,21 +216,8 @@ static __device__ void mmtc_q4_k(const uint8_t *__restrict__ vx, const uint8_t *
       float dl[2][2], ml[2][2];  // [row g / g + 8][sub-block]
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const float2 dm = __half22float2(dmh[i][r]);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int is = 2 * j + h;
-          int s, m;
-          if (is < 4) {
-            s = scale_byte(sc[i][r], is) & 63;
-            m = scale_byte(sc[i][r], is + 4) & 63;
-          } else {
-            s = (scale_byte(sc[i][r], is + 4) & 0xF) | ((scale_byte(sc[i][r], is - 4) >> 6) << 4);
-            m = (scale_byte(sc[i][r], is + 4) >> 4) | ((scale_byte(sc[i][r], is) >> 6) << 4);
-          }
-          dl[r][h] = __fmul_rn(dm.x, (float)s);
-          ml[r][h] = __fmul_rn(dm.y, (float)m);
-        }
+        for (int h = 0; h < 2; ++h) q4k_scale_min(sc[i][r], dmh[i][r], 2 * j + h, &dl[r][h], &ml[r][h]);
       }
       const int kb = sb * 8 + 2 * j;  // the Q8_1 block of sub-block 2j
 #pragma unroll
@@ -220,9 +253,7 @@ static __device__ void mmtc_q4_k(const uint8_t *__restrict__ vx, const uint8_t *
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int r = e >> 1;
-            const float v = __fmul_rn(d8[e & 1], (float)c[e]);
-            const float m = __fmul_rn(d8[e & 1], (float)sum8[e & 1]);
-            const float term = __fsub_rn(__fmul_rn(dl[r][h], v), __fmul_rn(ml[r][h], m));
+            const float term = q4k_term(dl[r][h], ml[r][h], d8[e & 1], c[e], sum8[e & 1]);
             acc[T][e] = __fadd_rn(acc[T][e], term);
           }
         }
@@ -301,13 +332,9 @@ static __device__ void mmtc_q6_k(const uint8_t *__restrict__ vx, const uint8_t *
         const float d = __half2float(__ushort_as_half(dh[i][r]));
 #pragma unroll
         for (int p = 0; p < 4; ++p) {
-          const int lo = ((p & 1) ? ql1[i][r] : ql0[i][r]) >> (4 * (p >> 1));
-          const int v = (lo & 0x0F0F0F0F) | (((qhw[i][r] >> (2 * p)) & 0x03030303) << 4);
-          a[p][r] = __vsubss4(v, 0x20202020);
+          a[p][r] = q6k_values(ql0[i][r], ql1[i][r], qhw[i][r], p);
           // scale 8hh + 2p + l: byte 2p + l of the eight loaded
-          const int byte = 2 * p + l;
-          const int8_t s = (int8_t)((scw[i][r][byte >> 2] >> (8 * (byte & 3))) & 0xFF);
-          dsc[p][r] = __fmul_rn(d, (float)s);
+          dsc[p][r] = q6k_scale(scw[i][r], d, 2 * p + l);
         }
       }
 #pragma unroll
@@ -343,16 +370,235 @@ static __device__ void mmtc_q6_k(const uint8_t *__restrict__ vx, const uint8_t *
           int c[4];
           mma_k16(c, a[p], b);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float v = __fmul_rn(d8[e & 1], (float)c[e]);
-            acc[T][e] = __fadd_rn(acc[T][e], __fmul_rn(dsc[p][e >> 1], v));
-          }
+          for (int e = 0; e < 4; ++e)
+            acc[T][e] = __fadd_rn(acc[T][e], q6k_term(dsc[p][e >> 1], d8[e & 1], c[e]));
         }
       }
     }
   }
   store_rows<NT>(acc, red, dst, row0, tok0, n, stride_col_dst);
 }
+
+// One activation row without tensor cores: the decoding step's product, each weight row computed
+// bit for bit as the tile kernels above compute it. One lane stands for a tile kernel's warp:
+// lane (w, r) of a block takes weight row r's units w, w + W, ... (W = blockDim.x, the tile
+// kernels' warp count for this row length), each unit whole, so no lane waits on another. Its
+// integer sums are exact, as the MMA's are; its float terms are the functions above in the same
+// order; a row's W partials are summed in split order, as `store_rows` sums its warps. Block
+// (W, R): R weight rows, W * R <= 256. The activation row is staged in shared memory first, 48
+// bytes a Q8_1 block (the 32 values as two int4, then d and the exact sum of the values), so that
+// a lane reads a block in three 16-byte loads.
+
+// Units a lane of the one-row kernels loads before it computes on them (the loads of a batch
+// in flight together; the units still accumulate in order): four, which is every unit of a row
+// shorter than 4096 values (`mmtc_warps`); twelve in the `_long` kernels for longer rows.
+#define ROW_UNITS 4
+#define ROW_UNITS_LONG 12
+
+// 16 bytes at a 2-byte-aligned address as four words: five aligned loads and funnel shifts
+// (Q6_K blocks are 210 bytes, so a block's words sit at either alignment). Reads up to two
+// bytes before and after the 16, which the callers' Q6_K blocks hold.
+static __device__ __forceinline__ void load16_a2(const uint8_t *p, int out[4]) {
+  const uintptr_t a = (uintptr_t)p;
+  const uint32_t *base = (const uint32_t *)(a & ~(uintptr_t)3);
+  const int shift = (int)(a & 2) * 8;
+  uint32_t w[5];
+#pragma unroll
+  for (int k = 0; k < 5; ++k) w[k] = base[k];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) out[k] = (int)__funnelshift_r(w[k], w[k + 1], shift);
+}
+
+// Stage the activation row `vy` (`nblk` Q8_1 blocks) in `act` (3 int4 a block).
+static __device__ __forceinline__ void stage_row(const uint8_t *vy, int nblk, int4 *act) {
+  const int tid = threadIdx.x + blockDim.x * threadIdx.y, nthreads = blockDim.x * blockDim.y;
+  for (int b = tid; b < nblk; b += nthreads) {
+    const uint8_t *y = vy + (size_t)b * 36;
+    int q[8], s8 = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      q[i] = act_word(y, true, i);
+      s8 = __dp4a(q[i], 0x01010101, s8);
+    }
+    act[3 * b] = make_int4(q[0], q[1], q[2], q[3]);
+    act[3 * b + 1] = make_int4(q[4], q[5], q[6], q[7]);
+    act[3 * b + 2] = make_int4(__float_as_int(__low2float(act_ds(y, true))), s8, 0, 0);
+  }
+  __syncthreads();
+}
+
+// Store lane (w, r)'s partial; sum each row's W partials in split order into dst.
+static __device__ __forceinline__ void store_row(float acc, float *dst, int nrows) {
+  __shared__ float red[256];
+  const int W = blockDim.x, R = blockDim.y;
+  red[threadIdx.y * W + threadIdx.x] = acc;
+  __syncthreads();
+  const int tid = threadIdx.x + W * threadIdx.y;
+  const int row = blockIdx.x * R + tid;
+  if (tid < R && row < nrows) {
+    float s = red[tid * W];
+    for (int ww = 1; ww < W; ++ww) s = __fadd_rn(s, red[tid * W + ww]);
+    dst[row] = s;
+  }
+}
+
+// The dot product of eight words of values with eight words of activations, exact.
+static __device__ __forceinline__ int dot8(const int v[8], int4 y0, int4 y1) {
+  int s = __dp4a(v[0], y0.x, 0);
+  s = __dp4a(v[1], y0.y, s);
+  s = __dp4a(v[2], y0.z, s);
+  s = __dp4a(v[3], y0.w, s);
+  s = __dp4a(v[4], y1.x, s);
+  s = __dp4a(v[5], y1.y, s);
+  s = __dp4a(v[6], y1.z, s);
+  return __dp4a(v[7], y1.w, s);
+}
+
+// The activation row as the one-row kernels read it, staged in shared memory by `stage_row`.
+// (Read word by word from the Q8_1 blocks in global memory instead, with no staging and no
+// barrier, the 1.5B's small products took longer: 4.1 us against 2.9 for q and o, 3.9 against
+// 2.5 for k and v.)
+struct StagedRow {
+  const int4 *act;
+  __device__ __forceinline__ int4 q(int kb, int half) const { return act[3 * kb + half]; }
+  __device__ __forceinline__ float d(int kb) const { return __int_as_float(act[3 * kb + 2].x); }
+  __device__ __forceinline__ int s8(int kb) const { return act[3 * kb + 2].y; }
+};
+
+// A batch of U of a Q4_K row's units as one lane loads them: the super-block header (dm, scales[12])
+// and the unit's 32 bytes of nibbles.
+template <int U>
+struct Q4kUnits {
+  int4 hdr[U], q[U][2];
+
+  __device__ __forceinline__ void load(const uint8_t *wrow, int u0, int W, int units) {
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int u = u0 + i * W;
+      if (u < units) {
+        const int4 *blk = (const int4 *)(wrow + (size_t)(u >> 2) * 144);
+        hdr[i] = blk[0];
+        q[i][0] = blk[1 + 2 * (u & 3)];
+        q[i][1] = blk[2 + 2 * (u & 3)];
+      }
+    }
+  }
+
+  __device__ __forceinline__ float sum(float acc, const StagedRow &act, int u0, int W,
+                                       int units) const {
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int u = u0 + i * W;
+      if (u >= units) break;
+      const int sc[3] = {hdr[i].y, hdr[i].z, hdr[i].w};
+      const half2 dmh = *(const half2 *)&hdr[i].x;
+      const int words[8] = {q[i][0].x, q[i][0].y, q[i][0].z, q[i][0].w,
+                            q[i][1].x, q[i][1].y, q[i][1].z, q[i][1].w};
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float dl, ml;
+        q4k_scale_min(sc, dmh, 2 * (u & 3) + h, &dl, &ml);
+        int v[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) v[k] = (words[k] >> (4 * h)) & 0x0F0F0F0F;
+        const int kb = (u >> 2) * 8 + 2 * (u & 3) + h;
+        const int4 y0 = act.q(kb, 0), y1 = act.q(kb, 1);
+        const int isum = dot8(v, y0, y1);
+        acc = __fadd_rn(acc, q4k_term(dl, ml, act.d(kb), isum, act.s8(kb)));
+      }
+    }
+    return acc;
+  }
+};
+
+// A batch of U of a Q6_K row's units as one lane loads them: the unit's `ql` words (for the low and
+// the high nibbles), `qh` words, its eight scales and d.
+template <int U>
+struct Q6kUnits {
+  int ql0[U][4], ql1[U][4], qh[U][4], scw[U][2];
+  uint16_t dh[U];
+
+  __device__ __forceinline__ void load(const uint8_t *wrow, int u0, int W, int units) {
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int u = u0 + i * W;
+      if (u < units) {
+        const int hh = (u >> 1) & 1, l = u & 1;
+        const uint8_t *blk = wrow + (size_t)(u >> 2) * 210;
+        load16_a2(blk + 64 * hh + 16 * l, ql0[i]);
+        load16_a2(blk + 64 * hh + 32 + 16 * l, ql1[i]);
+        load16_a2(blk + 128 + 32 * hh + 16 * l, qh[i]);
+        scw[i][0] = load_int_a2(blk + 192 + 8 * hh);  // scales 8hh .. 8hh + 7
+        scw[i][1] = load_int_a2(blk + 196 + 8 * hh);
+        dh[i] = *(const uint16_t *)(blk + 208);
+      }
+    }
+  }
+
+  __device__ __forceinline__ float sum(float acc, const StagedRow &act, int u0, int W,
+                                       int units) const {
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int u = u0 + i * W;
+      if (u >= units) break;
+      const int hh = (u >> 1) & 1, l = u & 1;
+      const float d = __half2float(__ushort_as_half(dh[i]));
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        const int kb = (u >> 2) * 8 + 4 * hh + p;
+        const int4 y = act.q(kb, l);  // values 16l .. 16l + 15 of the block
+        int isum = __dp4a(q6k_values(ql0[i][0], ql1[i][0], qh[i][0], p), y.x, 0);
+        isum = __dp4a(q6k_values(ql0[i][1], ql1[i][1], qh[i][1], p), y.y, isum);
+        isum = __dp4a(q6k_values(ql0[i][2], ql1[i][2], qh[i][2], p), y.z, isum);
+        isum = __dp4a(q6k_values(ql0[i][3], ql1[i][3], qh[i][3], p), y.w, isum);
+        acc = __fadd_rn(acc, q6k_term(q6k_scale(scw[i], d, 2 * p + l), act.d(kb), isum));
+      }
+    }
+    return acc;
+  }
+};
+
+// The one-row product with `Units` (Q4kUnits / Q6kUnits of U units, `bytes` a super-block): the first
+// batch of weights is loaded before the activations are staged, so that the two loads overlap.
+template <typename Units, int bytes, int U>
+static __device__ __forceinline__ void mmtc_row(const uint8_t *vx, const uint8_t *vy,
+                                                float *dst, int ncols_x, int nrows) {
+  extern __shared__ int4 staged[];
+  const int w = threadIdx.x, W = blockDim.x;
+  const int row = blockIdx.x * blockDim.y + threadIdx.y;
+  const int nsb = ncols_x / 256, units = nsb * 4;
+  const bool live = row < nrows;
+  const uint8_t *wrow = vx + (size_t)(live ? row : 0) * nsb * bytes;
+  Units batch;
+  if (live) batch.load(wrow, w, W, units);
+  stage_row(vy, ncols_x / 32, staged);
+  const StagedRow act{staged};
+  float acc = 0.0f;
+  if (live) {
+    for (int u0 = w;;) {
+      acc = batch.sum(acc, act, u0, W, units);
+      u0 += U * W;
+      if (u0 >= units) break;
+      batch.load(wrow, u0, W, units);
+    }
+  }
+  store_row(acc, dst, nrows);
+}
+
+// Entry points: grid (ceil(rows / R)), block (W, R), dynamic shared memory 48 bytes a Q8_1 block
+// of the activation row. dst[r] = W[r] . y.
+#define TREESPEC_MMTC_ROW(tag, Units, bytes, name, units)                                      \
+  extern "C" __global__ void __launch_bounds__(256) mmtc_##tag##_##name(                      \
+      const void *__restrict__ vx, const void *__restrict__ vy, float *__restrict__ dst,       \
+      const int ncols_x, const int nrows) {                                                    \
+    mmtc_row<Units<units>, bytes, units>((const uint8_t *)vx, (const uint8_t *)vy, dst,        \
+                                         ncols_x, nrows);                                      \
+  }
+
+TREESPEC_MMTC_ROW(q4_k, Q4kUnits, 144, row, ROW_UNITS)
+TREESPEC_MMTC_ROW(q4_k, Q4kUnits, 144, row_long, ROW_UNITS_LONG)
+TREESPEC_MMTC_ROW(q6_k, Q6kUnits, 210, row, ROW_UNITS)
+TREESPEC_MMTC_ROW(q6_k, Q6kUnits, 210, row_long, ROW_UNITS_LONG)
 
 // Entry points: grid (rows / 16, ceil(n / (8 * NT))), block (32, W), dynamic shared memory W *
 // NT * 8 * 16 floats. dst[c * stride_col_dst + r] = W[r] . y[c] for the n activation rows c.

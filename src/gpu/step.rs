@@ -120,6 +120,19 @@ pub(crate) use cuda::selftest_products;
 #[cfg(feature = "cuda")]
 pub use cuda::GpuStep;
 
+/// Whether a model's Q4_K / Q6_K products run on tensor cores (`kernels/mmtc.cu`, GPUs from
+/// sm_80 on): a target's do (its verify passes cost nearly the same for 1 to 16 rows, and its
+/// one-row steps take a dp4a kernel that sums in the same order), a drafter's do not (its passes
+/// are mostly one row, where candle's dp4a kernel is a little faster). `TREESPEC_TENSOR_CORES=1`
+/// or `=0` sets both.
+pub fn tensor_cores_for(drafter: bool) -> bool {
+    match std::env::var("TREESPEC_TENSOR_CORES").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => !drafter,
+    }
+}
+
 /// Without CUDA there is no step: [`GpuStep::new`] always declines.
 #[cfg(not(feature = "cuda"))]
 pub struct GpuStep;
@@ -153,6 +166,11 @@ impl GpuStep {
     /// No streams without CUDA.
     pub fn set_high_priority(&mut self) -> Result<()> {
         Ok(())
+    }
+
+    /// No tensor cores without CUDA: always `false`.
+    pub fn set_tensor_cores(&mut self, _on: bool) -> bool {
+        false
     }
 }
 
@@ -284,8 +302,8 @@ mod cuda {
         att_chunk: CudaFunction,
         att_combine: CudaFunction,
         mmvq: HashMap<(&'static str, usize), CudaFunction>,
-        /// Tensor-core products (`kernels/mmtc.cu`) by (format, 8-row activation tiles a block).
-        mmtc: HashMap<(&'static str, usize), CudaFunction>,
+        /// Tensor-core products (`kernels/mmtc.cu`) by (format, kernel).
+        mmtc: HashMap<(&'static str, Mmtc), CudaFunction>,
         get_rows: Option<CudaFunction>,
     }
 
@@ -497,8 +515,13 @@ mod cuda {
             let norm = ptr(w.norm)?;
             let cos = ptr(w.cos)?;
             let sin = ptr(w.sin)?;
-            let tensor_cores = tensor_cores_wanted();
-            let f = load_funcs(dev, &layers, &lm_head, &embed, tensor_cores)
+            // The int8 MMA needs sm_80: on an older GPU the module is not loaded at all (one that
+            // failed to load would take the whole step down).
+            let (major, _) = stream
+                .context()
+                .compute_capability()
+                .map_err(|e| e.to_string())?;
+            let f = load_funcs(dev, &layers, &lm_head, &embed, major >= 8)
                 .map_err(|e| e.to_string())?;
             Ok(GpuStep {
                 dev: dev.clone(),
@@ -526,7 +549,7 @@ mod cuda {
                 graphs_on: graphs_allowed(),
                 graphs_failed: false,
                 cold: 0,
-                tensor_cores,
+                tensor_cores: false,
                 replay_on: None,
                 _keep: keep,
             })
@@ -623,6 +646,21 @@ mod cuda {
         /// Whether passes replay from CUDA graphs.
         pub fn graphs_on(&self) -> bool {
             self.graphs_on
+        }
+
+        /// Run Q4_K / Q6_K products on tensor cores (`kernels/mmtc.cu`, see
+        /// [`super::tensor_cores_for`]) or on the dp4a kernel; captured graphs are dropped.
+        /// Returns whether any now runs on tensor cores (none on a GPU older than sm_80, none
+        /// where no weight has a format and shape [`launch_mmtc`] takes).
+        pub fn set_tensor_cores(&mut self, on: bool) -> bool {
+            let mut mats = weights(&self.layers, &self.lm_head);
+            let on = on && mats.any(|w| self.has_tensor_core_kernel(w));
+            if on != self.tensor_cores {
+                self.tensor_cores = on;
+                self.graphs.clear();
+                self.seen.clear();
+            }
+            on
         }
 
         /// Replay captured passes on a stream of the GPU's highest priority: where another
@@ -975,8 +1013,8 @@ mod cuda {
             dst_stride: usize,
             n: usize,
         ) -> Result<()> {
-            if let Some(tiles) = self.tensor_core_tiles(w, n) {
-                return self.matmul_tc(w, y, yq, dst, dst_stride, n, tiles);
+            if let Some(kernel) = self.tensor_core_kernel(w, n) {
+                return self.matmul_tc(w, y, yq, dst, dst_stride, n, kernel);
             }
             let ncols = mmvq_ncols(n);
             let f = &self.f.mmvq[&(w.tag, ncols)];
@@ -984,16 +1022,19 @@ mod cuda {
             launch_mmvq(&self.stream, f, w.ptr, shape, (y, yq), (dst, dst_stride), n)
         }
 
-        /// The 8-row tiles a block of the tensor-core product takes for `n` activation rows
-        /// ([`mmtc_tiles`]), or `None` where `w` goes through the dp4a product: tensor cores
+        /// The tensor-core product's kernel for `n` activation rows of `w` ([`mmtc_kernel`]),
+        /// or `None` where `w` goes through the dp4a product: tensor cores
         /// off, a format without a tensor-core kernel, rows not a multiple of 16 or a row length
         /// not a multiple of 256.
-        fn tensor_core_tiles(&self, w: &Mat, n: usize) -> Option<usize> {
-            if !self.tensor_cores || !w.rows.is_multiple_of(16) || !w.cols.is_multiple_of(256) {
-                return None;
-            }
-            let tiles = mmtc_tiles(n);
-            self.f.mmtc.contains_key(&(w.tag, tiles)).then_some(tiles)
+        fn tensor_core_kernel(&self, w: &Mat, n: usize) -> Option<Mmtc> {
+            (self.tensor_cores && self.has_tensor_core_kernel(w)).then(|| mmtc_kernel(n, w.cols))
+        }
+
+        /// Whether `w` has a tensor-core product: its format one with a kernel (loaded), rows a
+        /// multiple of 16, a row length a multiple of 256.
+        fn has_tensor_core_kernel(&self, w: &Mat) -> bool {
+            let shape_fits = w.rows.is_multiple_of(16) && w.cols.is_multiple_of(256);
+            shape_fits && self.f.mmtc.contains_key(&(w.tag, Mmtc::Row))
         }
 
         /// [`Self::matmul`] on tensor cores ([`launch_mmtc`]).
@@ -1006,10 +1047,10 @@ mod cuda {
             dst: u64,
             dst_stride: usize,
             n: usize,
-            tiles: usize,
+            kernel: Mmtc,
         ) -> Result<()> {
-            let f = &self.f.mmtc[&(w.tag, tiles)];
-            let shape = (w.rows, w.cols, tiles);
+            let f = &self.f.mmtc[&(w.tag, kernel)];
+            let shape = (w.rows, w.cols, kernel);
             launch_mmtc(&self.stream, f, w.ptr, shape, (y, yq), (dst, dst_stride), n)
         }
 
@@ -1118,7 +1159,7 @@ mod cuda {
         let mut rng = crate::gpu::Uniform(0x2545_F491_4F6C_DD1D);
         let max_n = 64usize;
         let mut out = String::from(
-            "| matrix | rows x cols | n | dp4a us | tensor cores us |\n| --- | --- | ---: | ---: | ---: |\n",
+            "| matrix | rows x cols | n | dp4a us | tensor cores us | one-row tile kernel us |\n| --- | --- | ---: | ---: | ---: | ---: |\n",
         );
         for (what, dtype, tag, rows, cols) in [
             ("q, o", GgmlDType::Q4K, "q4_k", 1536usize, 1536usize),
@@ -1144,28 +1185,41 @@ mod cuda {
             let dst = stream.alloc_zeros::<f32>(max_n * rows).map_err(driver)?;
             let d_ptr = dst.device_ptr(&stream).0;
             for n in [1usize, 4, 8, 16, 64] {
-                let (ncols, tiles) = (mmvq_ncols(n), mmtc_tiles(n));
+                let ncols = mmvq_ncols(n);
                 let mmvq = mmvq_func(dev, tag, ncols)?;
-                let mmtc = mmtc_func(dev, tag, tiles)?;
-                let mut times = [0f64; 2];
+                // The tile counts the runtime takes, and for one row the 8-row tile kernel too.
+                let tc_kernels = [
+                    Some(mmtc_kernel(n, cols)),
+                    (n == 1).then_some(Mmtc::Tiles(1)),
+                ];
+                let mut times = [None; 3];
                 for (slot, time) in times.iter_mut().enumerate() {
-                    let launch = || {
-                        if slot == 0 {
+                    let kernel = match slot {
+                        0 => None,
+                        _ => match tc_kernels[slot - 1] {
+                            Some(t) => Some(t),
+                            None => continue,
+                        },
+                    };
+                    let mmtc = kernel.map(|k| mmtc_func(dev, tag, k)).transpose()?;
+                    let launch = || match (&mmtc, kernel) {
+                        (Some(f), Some(t)) => {
+                            let shape = (rows, cols, t);
+                            launch_mmtc(&stream, f, w_ptr, shape, (y_ptr, yq), (d_ptr, rows), n)
+                        }
+                        _ => {
                             let shape = (rows, cols, ncols);
                             launch_mmvq(&stream, &mmvq, w_ptr, shape, (y_ptr, yq), (d_ptr, rows), n)
-                        } else {
-                            let shape = (rows, cols, tiles);
-                            launch_mmtc(&stream, &mmtc, w_ptr, shape, (y_ptr, yq), (d_ptr, rows), n)
                         }
                     };
                     launch()?;
                     let graph = capture(&stream, || (0..50).try_for_each(|_| launch()))?;
                     graph.launch().map_err(driver)?;
-                    *time = replay_micros(&stream, &graph, 5)? / 50.0;
+                    *time = Some(replay_micros(&stream, &graph, 5)? / 50.0);
                 }
+                let [dp4a, tc, tile] = times.map(|t| t.map_or("-".into(), |t| format!("{t:.1}")));
                 out.push_str(&format!(
-                    "| {what} {tag} | {rows} x {cols} | {n} | {:.1} | {:.1} |\n",
-                    times[0], times[1]
+                    "| {what} {tag} | {rows} x {cols} | {n} | {dp4a} | {tc} | {tile} |\n"
                 ));
             }
         }
@@ -1174,14 +1228,15 @@ mod cuda {
 
     /// The tensor-core product (`kernels/mmtc.cu`) of a `rows x cols` weight at `w` (rows a
     /// multiple of 16, cols of 256) with `n` Q8_1 activation rows (`yq` blocks apart), into `n`
-    /// rows of `dst` (`dst_stride` floats apart): blocks of 16 weight rows by `8 * tiles`
-    /// activation rows, a row's 64-value units spread over [`mmtc_warps`] warps, which depends
-    /// only on the row length (so a row's sum order never depends on `n`).
+    /// rows of `dst` (`dst_stride` floats apart) with `kernel`: blocks of 16 weight rows by
+    /// `8 * tiles` activation rows, a row's 64-value units spread over [`mmtc_warps`] warps,
+    /// which depends only on the row length (so a row's sum order never depends on `n`); one
+    /// row goes to [`launch_mmtc_row`].
     fn launch_mmtc(
         stream: &Arc<CudaStream>,
         f: &CudaFunction,
         w: u64,
-        (rows, cols, tiles): (usize, usize, usize),
+        (rows, cols, kernel): (usize, usize, Mmtc),
         (y, yq): (u64, usize),
         (dst, dst_stride): (u64, usize),
         n: usize,
@@ -1190,6 +1245,9 @@ mod cuda {
             return Ok(());
         }
         let warps = mmtc_warps(cols);
+        let Mmtc::Tiles(tiles) = kernel else {
+            return launch_mmtc_row(stream, f, w, (rows, cols, warps), y, dst);
+        };
         let shared = warps * (tiles * 8 * 16 * 4) as u32;
         if shared > 48 * 1024 {
             // Past the default limit on dynamic shared memory (the H200 allows 227 KiB a block).
@@ -1213,6 +1271,41 @@ mod cuda {
         // SAFETY: the weight holds rows x cols (rows a multiple of 16, cols of 256), y holds n
         // activation rows of yq Q8_1 blocks (only rows below n are read), dst n rows of
         // dst_stride (only rows below n are written).
+        unsafe { b.launch(cfg) }.map_err(driver)?;
+        Ok(())
+    }
+
+    /// The one-row kernel (`mmtc_<tag>_row`): blocks of `warps x r` lanes, a lane for each of a
+    /// weight row's `warps` splits, `r` weight rows a block, the activation row staged in each
+    /// block's shared memory (48 bytes a Q8_1 block).
+    fn launch_mmtc_row(
+        stream: &Arc<CudaStream>,
+        f: &CudaFunction,
+        w: u64,
+        (rows, cols, warps): (usize, usize, u32),
+        y: u64,
+        dst: u64,
+    ) -> Result<()> {
+        // Rows a block: enough blocks to spread a matrix over every SM (~256 blocks), at least
+        // 64 lanes to stage the activations, at most 256 lanes.
+        let per_block = (rows / 256)
+            .max(64usize.div_ceil(warps as usize))
+            .min((256 / warps) as usize) as u32;
+        let shared = (cols / 32 * 48) as u32;
+        if shared > 48 * 1024 {
+            let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+            f.set_attribute(attr, shared as i32).map_err(driver)?;
+        }
+        let mut b = stream.launch_builder(f);
+        let (cols_i, rows_i) = (cols as i32, rows as i32);
+        b.arg(&w).arg(&y).arg(&dst).arg(&cols_i).arg(&rows_i);
+        let cfg = LaunchConfig {
+            grid_dim: (rows.div_ceil(per_block as usize) as u32, 1, 1),
+            block_dim: (warps, per_block, 1),
+            shared_mem_bytes: shared,
+        };
+        // SAFETY: the weight holds rows x cols (cols a multiple of 256), y one activation row of
+        // cols / 32 Q8_1 blocks, dst rows floats (only rows below `rows` are written).
         unsafe { b.launch(cfg) }.map_err(driver)?;
         Ok(())
     }
@@ -1265,9 +1358,8 @@ mod cuda {
             }
             let y = stream.clone_htod(&bytes).map_err(driver)?;
             let y_ptr = y.device_ptr(&stream).0;
-            let run = |n: usize, first: usize| -> Result<Vec<f32>> {
-                let tiles = mmtc_tiles(n);
-                let f = mmtc_func(dev, tag, tiles)?;
+            let run = |n: usize, first: usize, kernel: Mmtc| -> Result<Vec<f32>> {
+                let f = mmtc_func(dev, tag, kernel)?;
                 let out = stream.alloc_zeros::<f32>(n * rows).map_err(driver)?;
                 let y_at = y_ptr + (first * yq * Q8_BYTES) as u64;
                 let o = out.device_ptr(&stream).0;
@@ -1275,7 +1367,7 @@ mod cuda {
                     &stream,
                     &f,
                     w_ptr,
-                    (rows, cols, tiles),
+                    (rows, cols, kernel),
                     (y_at, yq),
                     (o, rows),
                     n,
@@ -1283,15 +1375,20 @@ mod cuda {
                 stream.clone_dtoh(&out).map_err(driver)
             };
             let mut worst = 0f32;
+            // One row through a tile kernel as well as through the one-row kernel.
+            let mut launches = vec![(1usize, Mmtc::Tiles(1))];
             for n in [1usize, 3, 8, 9, 16, 17, 40, 64, max_n] {
-                let got = run(n, 0)?;
+                launches.push((n, mmtc_kernel(n, cols)));
+            }
+            for (n, kernel) in launches {
+                let got = run(n, 0, kernel)?;
                 for c in 0..n {
-                    let alone = run(1, c)?;
+                    let alone = run(1, c, mmtc_kernel(1, cols))?;
                     for r in 0..rows {
                         let g = got[c * rows + r];
                         if g.to_bits() != alone[r].to_bits() {
                             return Err(Error::Device(format!(
-                                "tensor-core product {tag} [{rows} x {cols}]: row {c} of a {n}-row launch differs from its one-row launch ({g} vs {})",
+                                "tensor-core product {tag} [{rows} x {cols}]: row {c} of a {n}-row launch ({kernel:?}) differs from its one-row launch ({g} vs {})",
                                 alone[r]
                             )));
                         }
@@ -1312,7 +1409,7 @@ mod cuda {
                 }
             }
             report.push(format!(
-                "tensor-core product {tag} [{rows} x {cols}], 1-67 rows: largest error {worst:.1e} of the absolute sum, rows batch-invariant"
+                "tensor-core product {tag} [{rows} x {cols}], 1-67 rows: largest error {worst:.1e} of the absolute sum, rows batch-invariant and equal to the one-row kernel's"
             ));
         }
         Ok(())
@@ -1336,10 +1433,13 @@ mod cuda {
             .into_cuda_function())
     }
 
-    /// The tensor-core product kernel for weights of format `tag` with `tiles` activation
-    /// tiles a block.
-    fn mmtc_func(dev: &candle_core::CudaDevice, tag: &str, tiles: usize) -> Result<CudaFunction> {
-        let name = format!("mmtc_{tag}_t{tiles}");
+    /// The tensor-core product kernel `kernel` for weights of format `tag`.
+    fn mmtc_func(dev: &candle_core::CudaDevice, tag: &str, kernel: Mmtc) -> Result<CudaFunction> {
+        let name = match kernel {
+            Mmtc::Row => format!("mmtc_{tag}_row"),
+            Mmtc::RowLong => format!("mmtc_{tag}_row_long"),
+            Mmtc::Tiles(tiles) => format!("mmtc_{tag}_t{tiles}"),
+        };
         Ok(dev
             .get_or_load_custom_func(&name, "treespec_mmtc", MMTC_PTX)?
             .into_cuda_function())
@@ -1370,14 +1470,29 @@ mod cuda {
         Ok(t0.elapsed().as_secs_f64() * 1e6 / times as f64)
     }
 
-    /// The 8-row activation tiles a block of the tensor-core product takes for `n` rows: 1, 2,
-    /// 4 or 8 (more rows: more blocks along the grid's y).
-    fn mmtc_tiles(n: usize) -> usize {
+    /// A kernel of `kernels/mmtc.cu`: every one computes a row bit for bit as the others do.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    enum Mmtc {
+        /// One activation row on dp4a (`mmtc_<tag>_row`): the same integer sums and the same
+        /// float order as the tile kernels, at the dp4a kernel's speed or better.
+        Row,
+        /// [`Mmtc::Row`] for rows of more than 4096 values (`_row_long`: a lane's more than
+        /// four units loaded in one batch).
+        RowLong,
+        /// Tensor cores, blocks of 16 weight rows by this many 8-row activation tiles (1, 2, 4
+        /// or 8; more rows: more blocks along the grid's y).
+        Tiles(usize),
+    }
+
+    /// The kernel for `n` activation rows of a weight with rows of `cols` values.
+    fn mmtc_kernel(n: usize, cols: usize) -> Mmtc {
         match n {
-            0..=8 => 1,
-            9..=16 => 2,
-            17..=32 => 4,
-            _ => 8,
+            0..=1 if cols / 64 > 4 * mmtc_warps(cols) as usize => Mmtc::RowLong,
+            0..=1 => Mmtc::Row,
+            2..=8 => Mmtc::Tiles(1),
+            9..=16 => Mmtc::Tiles(2),
+            17..=32 => Mmtc::Tiles(4),
+            _ => Mmtc::Tiles(8),
         }
     }
 
@@ -1386,13 +1501,6 @@ mod cuda {
     /// at most 16 warps. A function of the row length alone (batch invariance).
     fn mmtc_warps(cols: usize) -> u32 {
         ((cols / 64).div_ceil(4)).clamp(1, 16) as u32
-    }
-
-    /// Tensor-core products when `TREESPEC_TENSOR_CORES=1`. Off by default: on the H200 their
-    /// one-row launch is still slower than the dp4a kernel's, so plain decoding loses more than
-    /// verify passes gain except on the most predictable text (BENCHMARKS.md section 15).
-    fn tensor_cores_wanted() -> bool {
-        std::env::var("TREESPEC_TENSOR_CORES").as_deref() == Ok("1")
     }
 
     /// Graphs unless `TREESPEC_CUDA_GRAPHS=0`.
@@ -1431,6 +1539,20 @@ mod cuda {
         })
     }
 
+    /// Every weight matrix of the step's products.
+    fn weights<'a>(layers: &'a [Layer], lm_head: &'a Mat) -> impl Iterator<Item = &'a Mat> {
+        layers
+            .iter()
+            .flat_map(|l| {
+                l.qkv
+                    .iter()
+                    .map(|(m, _)| m)
+                    .chain(l.gate_up.iter().map(|(m, _)| m))
+                    .chain([&l.o, &l.down])
+            })
+            .chain([lm_head])
+    }
+
     fn load_funcs(
         dev: &candle_core::CudaDevice,
         layers: &[Layer],
@@ -1444,17 +1566,7 @@ mod cuda {
                 .into_cuda_function())
         };
         let mut mmvq = HashMap::new();
-        let mats = layers
-            .iter()
-            .flat_map(|l| {
-                l.qkv
-                    .iter()
-                    .map(|(m, _)| m)
-                    .chain(l.gate_up.iter().map(|(m, _)| m))
-                    .chain([&l.o, &l.down])
-            })
-            .chain([lm_head]);
-        for m in mats {
+        for m in weights(layers, lm_head) {
             for ncols in [1usize, 4] {
                 if let std::collections::hash_map::Entry::Vacant(slot) = mmvq.entry((m.tag, ncols))
                 {
@@ -1462,12 +1574,11 @@ mod cuda {
                 }
             }
         }
-        // Only when wanted: the int8 MMA needs sm_80, and a module that fails to load would
-        // take the whole step down on an older GPU.
         let mut mmtc = HashMap::new();
         for tag in ["q4_k", "q6_k"].into_iter().filter(|_| tensor_cores) {
-            for tiles in [1usize, 2, 4, 8] {
-                mmtc.insert((tag, tiles), mmtc_func(dev, tag, tiles)?);
+            let kernels = [Mmtc::Row, Mmtc::RowLong].into_iter();
+            for kernel in kernels.chain([1, 2, 4, 8].map(Mmtc::Tiles)) {
+                mmtc.insert((tag, kernel), mmtc_func(dev, tag, kernel)?);
             }
         }
         let get_rows = match embed {
@@ -1552,7 +1663,7 @@ pub fn check_model(
     decoder.reset();
     let candle = logits(decoder, 0, tokens)?;
     decoder.set_gpu_step(true);
-    if decoder.runtime() != "treespec GPU step" {
+    if !decoder.runtime().starts_with("treespec GPU step") {
         report.push(format!("GPU step not run: {}", decoder.runtime()));
         return Ok(report);
     }

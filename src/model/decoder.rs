@@ -192,12 +192,17 @@ impl ForwardOutput {
     }
 }
 
-/// What runs a decoder whose GPU step is `step`, giving the step the GPU's highest stream
-/// priority first when `high_priority` (a failure to is said in the description, not fatal).
-fn step_runtime(step: &mut GpuStep, high_priority: bool) -> String {
+/// What runs a decoder whose GPU step is `step`, after setting its products ([`GpuStep::
+/// set_tensor_cores`]) and giving it the GPU's highest stream priority when `high_priority` (a
+/// failure to is said in the description, not fatal).
+fn step_runtime(step: &mut GpuStep, high_priority: bool, tensor_cores: bool) -> String {
+    let products = match step.set_tensor_cores(tensor_cores) {
+        true => "tensor-core products",
+        false => "dp4a products",
+    };
     match high_priority.then(|| step.set_high_priority()) {
-        Some(Err(e)) => format!("treespec GPU step (no high-priority stream: {e})"),
-        _ => "treespec GPU step".into(),
+        Some(Err(e)) => format!("treespec GPU step, {products} (no high-priority stream: {e})"),
+        _ => format!("treespec GPU step, {products}"),
     }
 }
 
@@ -219,6 +224,8 @@ pub struct Decoder {
     step: Option<GpuStep>,
     /// The GPU step replays its passes at the GPU's highest stream priority.
     high_priority: bool,
+    /// Q4_K / Q6_K products on tensor cores where the GPU has them (`gpu::step::tensor_cores_for`).
+    tensor_cores: bool,
     /// What runs the forward pass, for status lines and benchmarks.
     runtime: String,
 }
@@ -259,6 +266,7 @@ impl Decoder {
         let mut decoder = Decoder {
             step: None,
             high_priority: false,
+            tensor_cores: crate::gpu::step::tensor_cores_for(false),
             runtime: String::new(),
             listed_attention,
             cfg,
@@ -289,7 +297,7 @@ impl Decoder {
         } else {
             match GpuStep::new(&self.step_weights(), &self.device) {
                 Ok(mut step) => {
-                    let runtime = step_runtime(&mut step, self.high_priority);
+                    let runtime = step_runtime(&mut step, self.high_priority, self.tensor_cores);
                     self.step = Some(step);
                     runtime
                 }
@@ -303,7 +311,18 @@ impl Decoder {
     pub fn set_high_priority(&mut self) {
         self.high_priority = true;
         if let Some(step) = self.step.as_mut() {
-            self.runtime = step_runtime(step, true);
+            self.runtime = step_runtime(step, true, self.tensor_cores);
+        }
+    }
+
+    /// Run the GPU step's Q4_K / Q6_K products on tensor cores (`on`, where the GPU has them) or
+    /// on the dp4a kernel: a target's on tensor cores, a drafter's not
+    /// ([`crate::gpu::step::tensor_cores_for`]). Set before the first pass: either way a pass
+    /// is batch-invariant, but the two sum in different orders.
+    pub fn set_tensor_cores(&mut self, on: bool) {
+        self.tensor_cores = on;
+        if let Some(step) = self.step.as_mut() {
+            self.runtime = step_runtime(step, self.high_priority, on);
         }
     }
 
@@ -325,7 +344,8 @@ impl Decoder {
         self.step.as_ref().map_or(0, |s| s.cold_passes())
     }
 
-    /// What runs the forward pass ("treespec GPU step", or candle's ops and why).
+    /// What runs the forward pass ("treespec GPU step" and its products, or candle's ops and
+    /// why).
     pub fn runtime(&self) -> &str {
         &self.runtime
     }
