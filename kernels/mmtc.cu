@@ -391,13 +391,14 @@ static __device__ void mmtc_q6_k(const uint8_t *__restrict__ vx, const uint8_t *
 
 // Units a lane of the one-row kernels loads before it computes on them (the loads of a batch
 // in flight together; the units still accumulate in order): four, which is every unit of a row
-// shorter than 4096 values (`mmtc_warps`); twelve in the `_long` kernels for longer rows.
+// of up to 4096 values (`mmtc_warps`); twelve in the `_long` kernels for longer rows.
 #define ROW_UNITS 4
 #define ROW_UNITS_LONG 12
 
 // 16 bytes at a 2-byte-aligned address as four words: five aligned loads and funnel shifts
-// (Q6_K blocks are 210 bytes, so a block's words sit at either alignment). Reads up to two
-// bytes before and after the 16, which the callers' Q6_K blocks hold.
+// (Q6_K blocks are 210 bytes, so a block's words sit at either alignment). Reads two bytes
+// before the 16 (at 2 mod 4) or four after (at 0 mod 4): the previous block's last bytes or this
+// block's next ones for every 16 the callers load (a matrix starts 4-aligned).
 static __device__ __forceinline__ void load16_a2(const uint8_t *p, int out[4]) {
   const uintptr_t a = (uintptr_t)p;
   const uint32_t *base = (const uint32_t *)(a & ~(uintptr_t)3);

@@ -6,13 +6,16 @@
 // architecture only).
 //
 // Lines up to the marker "treespec entry points" are candle's, unchanged except that the bf16 and
-// f16 entries and the host-side launchers were dropped. Why one launch stays batch-invariant:
+// f16 entries and the host-side launchers were dropped and mmvq_core_impl takes the row its
+// weights start at (`weight_row0`, 0 but in the stacked kernels). Why one launch stays batch-invariant:
 // mmvq_core_impl accumulates each (weight row, activation column) pair in a fixed order (thread
 // tid takes blocks tid/(qi/vdr), + blocks_per_iter, ...; then the warps' partials in warp order,
 // then a warp butterfly), and with ncols_dst <= 4 it always runs four warps: the order does not
 // depend on ncols_dst. `mmvq_<type>_x4` runs chunks of four activation rows, one chunk per
 // chunk, so a 64-row verify pass computes each row exactly as the one-row decode step
-// (`mmvq_<type>_x1`) does. CPU reference: treespec's quantised kernels (src/quant); the check
+// (`mmvq_<type>_x1`) does. `mmvq_<type>_x<n>_stacked` take up to three matrices of one format and
+// row length in one launch (q, k, v; gate, up), each row computed as the single-matrix kernels
+// compute it. CPU reference: treespec's quantised kernels (src/quant); the check
 // lives in `treespec selftest` (src/gpu/step.rs).
 #include "cuda_bf16.h"
 #include "cuda_fp16.h"
@@ -661,7 +664,8 @@ static __device__ void mmvq_core_impl(
     const block_q8_1 *__restrict__ y,
     dst_t *__restrict__ dst,
     const int ncols_x, const int nrows_x,
-    const int stride_col_y, const int stride_col_dst) {
+    const int stride_col_y, const int stride_col_dst,
+    const int weight_row0 /* treespec: the launch's row where vx's rows start */) {
 
   constexpr int nwarps = mmvq_nwarps_for(ncols_dst);
   constexpr int rows_per_cuda_block = mmvq_rows_per_cuda_block_for(ncols_dst);
@@ -684,7 +688,7 @@ static __device__ void mmvq_core_impl(
 #pragma unroll
       for (int i = 0; i < rows_per_cuda_block; ++i) {
         const int row = row0 + i;
-        const int weight_kbx = row * blocks_per_row_x + kbx;
+        const int weight_kbx = (row - weight_row0) * blocks_per_row_x + kbx;
         tmp[j][i] +=
             vec_dot_q_cuda(vx, &y[j * stride_col_y + kby], weight_kbx, kqs);
       }
@@ -771,13 +775,31 @@ mmvq_gguf_quantize_q8_1_f32(const float *__restrict__ x,
 // through every chunk in turn (the rows stay in L1/L2, so the weights stream from memory once
 // however many rows the pass holds), each chunk reduced exactly as the one-row kernel reduces
 // a row. The activation and destination buffers hold whole chunks (rows padded to four).
+// The weight matrix a launch's row `row` belongs to, when one launch takes up to three
+// matrices of the same format and row length stacked (q, k and v; gate and up): rows 0 .. row1
+// are vx0's, row1 .. row2 vx1's, row2 .. vx2's; *row0 is where that matrix's rows start.
+static __device__ __forceinline__ const void *stacked(const void *vx0, const void *vx1,
+                                                      const void *vx2, int row1, int row2,
+                                                      int row, int *row0) {
+  if (row >= row2) {
+    *row0 = row2;
+    return vx2;
+  }
+  if (row >= row1) {
+    *row0 = row1;
+    return vx1;
+  }
+  *row0 = 0;
+  return vx0;
+}
+
 #define TREESPEC_MMVQ_TYPE(tag, block_q_t, qk_val, qi_val, vdr_val, vec_dot)                \
   extern "C" __global__ void mmvq_##tag##_x1(                                               \
       const void *__restrict__ vx, const void *__restrict__ vy, float *__restrict__ dst,     \
       const int ncols_x, const int nrows_x, const int stride_col_y,                         \
       const int stride_col_dst, const int nchunks) {                                        \
     mmvq_core_impl<float, qk_val, qi_val, block_q_t, vdr_val, vec_dot, 1>(                  \
-        vx, (const block_q8_1 *)vy, dst, ncols_x, nrows_x, stride_col_y, stride_col_dst);   \
+        vx, (const block_q8_1 *)vy, dst, ncols_x, nrows_x, stride_col_y, stride_col_dst, 0); \
   }                                                                                         \
   extern "C" __global__ void mmvq_##tag##_x4(                                               \
       const void *__restrict__ vx, const void *__restrict__ vy, float *__restrict__ dst,     \
@@ -787,8 +809,36 @@ mmvq_gguf_quantize_q8_1_f32(const float *__restrict__ x,
       mmvq_core_impl<float, qk_val, qi_val, block_q_t, vdr_val, vec_dot, 4>(                \
           vx, (const block_q8_1 *)vy + (size_t)c * 4 * stride_col_y,                        \
           dst + (size_t)c * 4 * stride_col_dst, ncols_x, nrows_x, stride_col_y,             \
-          stride_col_dst);                                                                  \
+          stride_col_dst, 0);                                                               \
       __syncthreads(); /* the next chunk reuses the partial-sum scratch */                  \
+    }                                                                                       \
+  }                                                                                         \
+  extern "C" __global__ void mmvq_##tag##_x1_stacked(                                       \
+      const void *__restrict__ vx0, const void *__restrict__ vx1,                           \
+      const void *__restrict__ vx2, const int row1, const int row2,                         \
+      const void *__restrict__ vy, float *__restrict__ dst, const int ncols_x,              \
+      const int nrows_x, const int stride_col_y, const int stride_col_dst,                  \
+      const int nchunks) {                                                                  \
+    int row0;                                                                               \
+    const void *vx = stacked(vx0, vx1, vx2, row1, row2, blockIdx.x, &row0);                 \
+    mmvq_core_impl<float, qk_val, qi_val, block_q_t, vdr_val, vec_dot, 1>(                  \
+        vx, (const block_q8_1 *)vy, dst, ncols_x, nrows_x, stride_col_y, stride_col_dst,    \
+        row0);                                                                              \
+  }                                                                                         \
+  extern "C" __global__ void mmvq_##tag##_x4_stacked(                                       \
+      const void *__restrict__ vx0, const void *__restrict__ vx1,                           \
+      const void *__restrict__ vx2, const int row1, const int row2,                         \
+      const void *__restrict__ vy, float *__restrict__ dst, const int ncols_x,              \
+      const int nrows_x, const int stride_col_y, const int stride_col_dst,                  \
+      const int nchunks) {                                                                  \
+    int row0; /* a block's two rows lie in one matrix: every row count is even */           \
+    const void *vx = stacked(vx0, vx1, vx2, row1, row2, 2 * blockIdx.x, &row0);             \
+    for (int c = 0; c < nchunks; ++c) {                                                     \
+      mmvq_core_impl<float, qk_val, qi_val, block_q_t, vdr_val, vec_dot, 4>(                \
+          vx, (const block_q8_1 *)vy + (size_t)c * 4 * stride_col_y,                        \
+          dst + (size_t)c * 4 * stride_col_dst, ncols_x, nrows_x, stride_col_y,             \
+          stride_col_dst, row0);                                                            \
+      __syncthreads();                                                                      \
     }                                                                                       \
   }
 

@@ -25,6 +25,7 @@ pub fn selftest(device: &candle_core::Device) -> Result<Vec<String>> {
     attention::selftest(device, &mut rng, &mut report)?;
     #[cfg(feature = "cuda")]
     if let candle_core::Device::Cuda(dev) = device {
+        step::selftest_stacked(dev, &mut rng, &mut report)?;
         // The tensor-core products use int8 MMA, which needs sm_80 (PTX built for 80 unless
         // CUDA_COMPUTE_CAP says otherwise).
         match crate::device::built_for() {

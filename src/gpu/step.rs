@@ -2,14 +2,17 @@
 //! buffers allocated once, in place of candle's ops: per layer a fused norm-and-quantise, the
 //! q/k/v product, a fused bias + q/k norm + RoPE + KV-cache write, the two attention launches,
 //! the output product, a fused residual + norm + quantise, the gate/up product, a fused SwiGLU +
-//! quantise and the down product (about 11 launches a layer, against ~30 through candle, each
+//! quantise and the down product (9 to 13 launches a layer, against ~30 through candle, each
 //! without candle's allocation and layout work).
 //!
-//! Every kernel is batch-invariant (`kernels/step.cu`, `kernels/mmvq.cu`,
+//! Every kernel is batch-invariant (`kernels/step.cu`, `kernels/mmvq.cu`, `kernels/mmtc.cu`,
 //! `kernels/attention.cu`): a row's values never depend on how many rows the pass holds, so a
 //! verify pass of any size gives each row bit for bit what a one-row decoding step gives it, and
-//! the quantised products take all rows in one launch (chunks of four activation rows along the
-//! grid) instead of one launch per four rows.
+//! the quantised products take all rows in one launch (chunks of four activation rows, or 8-row
+//! tensor-core tiles, along the grid) instead of one launch per four rows. A target's Q4_K /
+//! Q6_K products run on tensor cores for passes of several rows and on a one-row kernel that
+//! sums in the same order ([`tensor_cores_for`]); the rest on dp4a, q/k/v and gate/up stacked
+//! in one launch where they share a format.
 //!
 //! Per-step values (token ids, positions, cache slots, the key lists) live in one device buffer
 //! the kernels read, so a pass is captured once per shape (rows, logits rows, key-table width
@@ -116,15 +119,15 @@ pub struct StepInput<'a> {
 #[cfg(feature = "cuda")]
 pub use cuda::bench_products;
 #[cfg(feature = "cuda")]
-pub(crate) use cuda::selftest_products;
-#[cfg(feature = "cuda")]
 pub use cuda::GpuStep;
+#[cfg(feature = "cuda")]
+pub(crate) use cuda::{selftest_products, selftest_stacked};
 
 /// Whether a model's Q4_K / Q6_K products run on tensor cores (`kernels/mmtc.cu`, GPUs from
-/// sm_80 on): a target's do (its verify passes cost nearly the same for 1 to 16 rows, and its
-/// one-row steps take a dp4a kernel that sums in the same order), a drafter's do not (its passes
-/// are mostly one row, where candle's dp4a kernel is a little faster). `TREESPEC_TENSOR_CORES=1`
-/// or `=0` sets both.
+/// sm_80 on): a target's do (on the H200 a verify pass of 2-8 rows then costs 1.35-1.5 one-row
+/// steps against 1.5-2.1, and its one-row steps take a dp4a kernel that sums in the same order,
+/// ~4% slower than candle's), a drafter's do not (its passes are mostly one row).
+/// `TREESPEC_TENSOR_CORES=1` or `=0` sets both.
 pub fn tensor_cores_for(drafter: bool) -> bool {
     match std::env::var("TREESPEC_TENSOR_CORES").as_deref() {
         Ok("1") => true,
@@ -302,6 +305,9 @@ mod cuda {
         att_chunk: CudaFunction,
         att_combine: CudaFunction,
         mmvq: HashMap<(&'static str, usize), CudaFunction>,
+        /// The dp4a product of up to three stacked matrices in one launch (`mmvq_<tag>_x<n>_
+        /// stacked`), for the formats of the q/k/v and gate/up projections.
+        mmvq_stacked: HashMap<(&'static str, usize), CudaFunction>,
         /// Tensor-core products (`kernels/mmtc.cu`) by (format, kernel).
         mmtc: HashMap<(&'static str, Mmtc), CudaFunction>,
         get_rows: Option<CudaFunction>,
@@ -656,9 +662,9 @@ mod cuda {
             let mut mats = weights(&self.layers, &self.lm_head);
             let on = on && mats.any(|w| self.has_tensor_core_kernel(w));
             if on != self.tensor_cores {
+                // Graphs hold the kernels they were captured with; the shapes seen stay seen.
                 self.tensor_cores = on;
                 self.graphs.clear();
-                self.seen.clear();
             }
             on
         }
@@ -826,16 +832,7 @@ mod cuda {
                 if let Some(prev) = pending_hidden.take() {
                     self.copy_hidden(n, x, prev, hidden_layers, &mut slots_of_hidden)?;
                 }
-                for (w, off) in &l.qkv {
-                    self.matmul(
-                        w,
-                        q8,
-                        qblocks(h),
-                        proj + (off * 4) as u64,
-                        self.qkv_width,
-                        n,
-                    )?;
-                }
+                self.matmul_stacked(&l.qkv, q8, qblocks(h), proj, self.qkv_width, n)?;
                 let mut bld = s.launch_builder(&self.f.qkv_rope);
                 let (qkv_w, nh_i, nkv_i, hd_i) =
                     (self.qkv_width as i32, nh as i32, nkv as i32, hd as i32);
@@ -872,9 +869,7 @@ mod cuda {
                 self.matmul(&l.o, q8, qblocks(nh * hd), proj, h, n)?;
                 // x += attention output; norm; quantise.
                 self.norm_q8(n, x, proj, l.ffn_norm, 0, q8, h)?;
-                for (w, off) in &l.gate_up {
-                    self.matmul(w, q8, qblocks(h), proj + (off * 4) as u64, 2 * ffn, n)?;
-                }
+                self.matmul_stacked(&l.gate_up, q8, qblocks(h), proj, 2 * ffn, n)?;
                 let qb = qblocks(ffn);
                 let mut bld = s.launch_builder(&self.f.silu_mul_q8);
                 let (stride, ffn_i, qb_i) = ((2 * ffn) as i32, ffn as i32, qb as i32);
@@ -1022,6 +1017,60 @@ mod cuda {
             launch_mmvq(&self.stream, f, w.ptr, shape, (y, yq), (dst, dst_stride), n)
         }
 
+        /// [`Self::matmul`] of matrices that share their input (q, k and v; gate and up), each
+        /// `(weight, first output column)`: runs of up to three that one dp4a launch takes
+        /// ([`Self::stacks`]) go to `mmvq_<tag>_x<n>_stacked` (one launch instead of three; each
+        /// row computed exactly as alone), the rest one launch each.
+        fn matmul_stacked(
+            &self,
+            ws: &[(Mat, usize)],
+            y: u64,
+            yq: usize,
+            dst: u64,
+            dst_stride: usize,
+            n: usize,
+        ) -> Result<()> {
+            let mut i = 0;
+            while i < ws.len() {
+                let mut j = i + 1;
+                while j < ws.len() && j - i < 3 && self.stacks(&ws[j - 1], &ws[j], n) {
+                    j += 1;
+                }
+                let (first, off) = &ws[i];
+                let at = dst + (off * 4) as u64;
+                match &ws[i..j] {
+                    [_] => self.matmul(first, y, yq, at, dst_stride, n)?,
+                    run => {
+                        let ncols = mmvq_ncols(n);
+                        let f = &self.f.mmvq_stacked[&(first.tag, ncols)];
+                        let mats: Vec<&Mat> = run.iter().map(|(m, _)| m).collect();
+                        launch_mmvq_stacked(
+                            &self.stream,
+                            f,
+                            &mats,
+                            ncols,
+                            (y, yq),
+                            (at, dst_stride),
+                            n,
+                        )?
+                    }
+                }
+                i = j;
+            }
+            Ok(())
+        }
+
+        /// Whether `b` can follow `a` in one stacked dp4a launch: both on the dp4a kernel, one
+        /// format and row length, an even row count each (the chunked kernel takes rows in pairs),
+        /// and `b`'s output columns right after `a`'s.
+        fn stacks(&self, (a, a_off): &(Mat, usize), (b, b_off): &(Mat, usize), n: usize) -> bool {
+            let dp4a =
+                self.tensor_core_kernel(a, n).is_none() && self.tensor_core_kernel(b, n).is_none();
+            let same = a.tag == b.tag && a.cols == b.cols;
+            let even = a.rows.is_multiple_of(2) && b.rows.is_multiple_of(2);
+            dp4a && same && even && *b_off == a_off + a.rows
+        }
+
         /// The tensor-core product's kernel for `n` activation rows of `w` ([`mmtc_kernel`]),
         /// or `None` where `w` goes through the dp4a product: tensor cores
         /// off, a format without a tensor-core kernel, rows not a multiple of 16 or a row length
@@ -1115,6 +1164,59 @@ mod cuda {
         }
     }
 
+    /// The dp4a product of two or three matrices of one format and row length (`mats`, stacked
+    /// in that order) in one launch (`mmvq_<tag>_x<ncols>_stacked`), otherwise as
+    /// [`launch_mmvq`]: output row r of the stack at `dst + r`.
+    fn launch_mmvq_stacked(
+        stream: &Arc<CudaStream>,
+        f: &CudaFunction,
+        mats: &[&Mat],
+        ncols: usize,
+        (y, yq): (u64, usize),
+        (dst, dst_stride): (u64, usize),
+        n: usize,
+    ) -> Result<()> {
+        let (Some(first), Some(second)) = (mats.first(), mats.get(1)) else {
+            return Err(Error::Device(
+                "a stacked product of fewer than two matrices".into(),
+            ));
+        };
+        let third = mats.get(2).unwrap_or(second);
+        let rows: usize = mats.iter().map(|m| m.rows).sum();
+        let row1 = first.rows as i32;
+        // With two matrices no row reaches the third's start.
+        let row2 = match mats.len() {
+            2 => rows as i32,
+            _ => (first.rows + second.rows) as i32,
+        };
+        let mut b = stream.launch_builder(f);
+        let (cols_i, rows_i, sy, sd) =
+            (first.cols as i32, rows as i32, yq as i32, dst_stride as i32);
+        let chunks = n.div_ceil(ncols) as i32;
+        b.arg(&first.ptr)
+            .arg(&second.ptr)
+            .arg(&third.ptr)
+            .arg(&row1)
+            .arg(&row2)
+            .arg(&y)
+            .arg(&dst)
+            .arg(&cols_i)
+            .arg(&rows_i)
+            .arg(&sy)
+            .arg(&sd)
+            .arg(&chunks);
+        let per_block = if ncols == 1 { 1 } else { 2 };
+        let cfg = LaunchConfig {
+            grid_dim: (rows.div_ceil(per_block) as u32, 1, 1),
+            block_dim: (32, 4, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: as in launch_mmvq, for each matrix of the stack; every row count is even, so
+        // a block's two rows lie in one matrix.
+        unsafe { b.launch(cfg) }.map_err(driver)?;
+        Ok(())
+    }
+
     /// The dp4a product (`kernels/mmvq.cu`, `mmvq_<tag>_x<ncols>`, `ncols` 1 or 4) of a `rows x
     /// cols` weight at `w` with `n` Q8_1 activation rows (`yq` blocks apart, padded to a
     /// multiple of four when `ncols` is 4) into `n` rows of `dst` (`dst_stride` floats apart).
@@ -1186,7 +1288,7 @@ mod cuda {
             let d_ptr = dst.device_ptr(&stream).0;
             for n in [1usize, 4, 8, 16, 64] {
                 let ncols = mmvq_ncols(n);
-                let mmvq = mmvq_func(dev, tag, ncols)?;
+                let mmvq = mmvq_func(dev, tag, ncols, false)?;
                 // The tile counts the runtime takes, and for one row the 8-row tile kernel too.
                 let tc_kernels = [
                     Some(mmtc_kernel(n, cols)),
@@ -1292,7 +1394,8 @@ mod cuda {
             .max(64usize.div_ceil(warps as usize))
             .min((256 / warps) as usize) as u32;
         let shared = (cols / 32 * 48) as u32;
-        if shared > 48 * 1024 {
+        // Past the default 48 KiB of a block with the kernel's 1 KiB of static shared memory.
+        if shared + 1024 > 48 * 1024 {
             let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
             f.set_attribute(attr, shared as i32).map_err(driver)?;
         }
@@ -1325,6 +1428,10 @@ mod cuda {
             (GgmlDType::Q4K, "q4_k", 32usize, 768usize),
             (GgmlDType::Q6K, "q6_k", 48, 1280),
             (GgmlDType::Q4K, "q4_k", 16, 4864),
+            // The long one-row kernel on Q6_K blocks of both alignments (35 a row), and a row
+            // whose staged activations pass 48 KiB of shared memory.
+            (GgmlDType::Q6K, "q6_k", 16, 8960),
+            (GgmlDType::Q4K, "q4_k", 16, 32768),
         ] {
             let w_host: Vec<f32> = (0..rows * cols).map(|_| rng.next() * 2.0 - 1.0).collect();
             let wt = Tensor::from_vec(w_host, (rows, cols), &device)?;
@@ -1415,6 +1522,97 @@ mod cuda {
         Ok(())
     }
 
+    /// The stacked dp4a product (`mmvq_<tag>_x<n>_stacked`) against one launch per matrix, bit
+    /// for bit, for two and three stacked matrices of a few formats, one activation row and
+    /// five (the chunked kernel).
+    pub(crate) fn selftest_stacked(
+        dev: &candle_core::CudaDevice,
+        rng: &mut crate::gpu::Uniform,
+        report: &mut Vec<String>,
+    ) -> Result<()> {
+        let stream = dev.cuda_stream();
+        let device = Device::Cuda(dev.clone());
+        let cols = 512usize;
+        let yq = qblocks(cols);
+        for (dtype, tag) in [
+            (GgmlDType::Q4_0, "q4_0"),
+            (GgmlDType::Q8_0, "q8_0"),
+            (GgmlDType::Q4K, "q4_k"),
+        ] {
+            for row_counts in [&[64usize, 16][..], &[96, 32, 32]] {
+                let mut mats = vec![];
+                for &rows in row_counts {
+                    let w: Vec<f32> = (0..rows * cols).map(|_| rng.next() * 2.0 - 1.0).collect();
+                    let q = QTensor::quantize(&Tensor::from_vec(w, (rows, cols), &device)?, dtype)?;
+                    let ptr = q.device_ptr()? as u64;
+                    mats.push(Mat {
+                        ptr,
+                        tag,
+                        rows,
+                        cols,
+                        _keep: Arc::new(q),
+                    });
+                }
+                let total: usize = row_counts.iter().sum();
+                for n in [1usize, 5] {
+                    let ncols = mmvq_ncols(n);
+                    let padded = n.div_ceil(ncols) * ncols;
+                    let bytes: Vec<u8> = (0..padded * yq * Q8_BYTES)
+                        .map(|i| match i % Q8_BYTES {
+                            0 => 0x1f, // d = half 0x1f1f: ~0.0066
+                            1 => 0x1f,
+                            2 | 3 => 0,
+                            _ => (rng.next() * 255.0) as u8,
+                        })
+                        .collect();
+                    let y = stream.clone_htod(&bytes).map_err(driver)?;
+                    let y_ptr = y.device_ptr(&stream).0;
+                    let out = |stacked: bool| -> Result<Vec<f32>> {
+                        let dst = stream.alloc_zeros::<f32>(padded * total).map_err(driver)?;
+                        let d = dst.device_ptr(&stream).0;
+                        if stacked {
+                            let f = mmvq_func(dev, tag, ncols, true)?;
+                            let refs: Vec<&Mat> = mats.iter().collect();
+                            launch_mmvq_stacked(
+                                &stream,
+                                &f,
+                                &refs,
+                                ncols,
+                                (y_ptr, yq),
+                                (d, total),
+                                n,
+                            )?;
+                        } else {
+                            let f = mmvq_func(dev, tag, ncols, false)?;
+                            let mut at = 0;
+                            for m in &mats {
+                                let shape = (m.rows, cols, ncols);
+                                let o = d + (at * 4) as u64;
+                                launch_mmvq(&stream, &f, m.ptr, shape, (y_ptr, yq), (o, total), n)?;
+                                at += m.rows;
+                            }
+                        }
+                        stream.clone_dtoh(&dst).map_err(driver)
+                    };
+                    let (one, each) = (out(true)?, out(false)?);
+                    let same = one[..n * total]
+                        .iter()
+                        .zip(&each[..n * total])
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    if !same {
+                        return Err(Error::Device(format!(
+                            "stacked dp4a product {tag} {row_counts:?} x {cols}, {n} rows: differs from one launch a matrix"
+                        )));
+                    }
+                }
+                report.push(format!(
+                    "stacked dp4a product {tag} {row_counts:?} x {cols}, 1 and 5 rows: = one launch a matrix, bit for bit"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Activation rows a launch of the dp4a product takes at a time: one for a one-row pass, else
     /// chunks of four (`mmvq_<tag>_x<ncols>`).
     fn mmvq_ncols(n: usize) -> usize {
@@ -1425,9 +1623,18 @@ mod cuda {
         }
     }
 
-    /// The dp4a product kernel for weights of format `tag` taking `ncols` rows at a time.
-    fn mmvq_func(dev: &candle_core::CudaDevice, tag: &str, ncols: usize) -> Result<CudaFunction> {
-        let name = format!("mmvq_{tag}_x{ncols}");
+    /// The dp4a product kernel for weights of format `tag` taking `ncols` rows at a time (of up
+    /// to three stacked matrices when `stacked`).
+    fn mmvq_func(
+        dev: &candle_core::CudaDevice,
+        tag: &str,
+        ncols: usize,
+        stacked: bool,
+    ) -> Result<CudaFunction> {
+        let name = match stacked {
+            true => format!("mmvq_{tag}_x{ncols}_stacked"),
+            false => format!("mmvq_{tag}_x{ncols}"),
+        };
         Ok(dev
             .get_or_load_custom_func(&name, "treespec_mmvq", MMVQ_PTX)?
             .into_cuda_function())
@@ -1474,7 +1681,8 @@ mod cuda {
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     enum Mmtc {
         /// One activation row on dp4a (`mmtc_<tag>_row`): the same integer sums and the same
-        /// float order as the tile kernels, at the dp4a kernel's speed or better.
+        /// float order as the tile kernels (on the H200 faster than candle's dp4a kernel on the
+        /// 1.5B's gate/up and LM head, slower on its smaller matrices).
         Row,
         /// [`Mmtc::Row`] for rows of more than 4096 values (`_row_long`: a lane's more than
         /// four units loaded in one batch).
@@ -1570,7 +1778,18 @@ mod cuda {
             for ncols in [1usize, 4] {
                 if let std::collections::hash_map::Entry::Vacant(slot) = mmvq.entry((m.tag, ncols))
                 {
-                    slot.insert(mmvq_func(dev, m.tag, ncols)?);
+                    slot.insert(mmvq_func(dev, m.tag, ncols, false)?);
+                }
+            }
+        }
+        let mut mmvq_stacked = HashMap::new();
+        let stackable = layers.iter().flat_map(|l| l.qkv.iter().chain(&l.gate_up));
+        for (m, _) in stackable {
+            for ncols in [1usize, 4] {
+                if let std::collections::hash_map::Entry::Vacant(slot) =
+                    mmvq_stacked.entry((m.tag, ncols))
+                {
+                    slot.insert(mmvq_func(dev, m.tag, ncols, true)?);
                 }
             }
         }
@@ -1605,6 +1824,7 @@ mod cuda {
                 .get_or_load_custom_func("attention_combine_f32", "treespec_attention", ATT_PTX)?
                 .into_cuda_function(),
             mmvq,
+            mmvq_stacked,
             mmtc,
             get_rows,
         })

@@ -317,8 +317,8 @@ impl Decoder {
 
     /// Run the GPU step's Q4_K / Q6_K products on tensor cores (`on`, where the GPU has them) or
     /// on the dp4a kernel: a target's on tensor cores, a drafter's not
-    /// ([`crate::gpu::step::tensor_cores_for`]). Set before the first pass: either way a pass
-    /// is batch-invariant, but the two sum in different orders.
+    /// ([`crate::gpu::step::tensor_cores_for`]). Set it before decoding: either way a pass is
+    /// batch-invariant, but the two sum in different orders (captured graphs are dropped).
     pub fn set_tensor_cores(&mut self, on: bool) {
         self.tensor_cores = on;
         if let Some(step) = self.step.as_mut() {
