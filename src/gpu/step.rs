@@ -1183,38 +1183,26 @@ mod cuda {
         };
         let third = mats.get(2).unwrap_or(second);
         let rows: usize = mats.iter().map(|m| m.rows).sum();
-        let row1 = first.rows as i32;
         // With two matrices no row reaches the third's start.
         let row2 = match mats.len() {
-            2 => rows as i32,
-            _ => (first.rows + second.rows) as i32,
+            2 => rows,
+            _ => first.rows + second.rows,
         };
-        let mut b = stream.launch_builder(f);
-        let (cols_i, rows_i, sy, sd) =
-            (first.cols as i32, rows as i32, yq as i32, dst_stride as i32);
-        let chunks = n.div_ceil(ncols) as i32;
-        b.arg(&first.ptr)
-            .arg(&second.ptr)
-            .arg(&third.ptr)
-            .arg(&row1)
-            .arg(&row2)
-            .arg(&y)
-            .arg(&dst)
-            .arg(&cols_i)
-            .arg(&rows_i)
-            .arg(&sy)
-            .arg(&sd)
-            .arg(&chunks);
-        let per_block = if ncols == 1 { 1 } else { 2 };
-        let cfg = LaunchConfig {
-            grid_dim: (rows.div_ceil(per_block) as u32, 1, 1),
-            block_dim: (32, 4, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: as in launch_mmvq, for each matrix of the stack; every row count is even, so
-        // a block's two rows lie in one matrix.
-        unsafe { b.launch(cfg) }.map_err(driver)?;
-        Ok(())
+        let weights = [first.ptr, second.ptr, third.ptr];
+        let split = Some([first.rows as i32, row2 as i32]);
+        let shape = (rows, first.cols, ncols);
+        // SAFETY (of the launch): as in launch_mmvq, for each matrix of the stack; every row
+        // count is even, so a block's two rows lie in one matrix.
+        launch_mmvq_on(
+            stream,
+            f,
+            &weights,
+            split,
+            shape,
+            (y, yq),
+            (dst, dst_stride),
+            n,
+        )
     }
 
     /// The dp4a product (`kernels/mmvq.cu`, `mmvq_<tag>_x<ncols>`, `ncols` 1 or 4) of a `rows x
@@ -1224,16 +1212,37 @@ mod cuda {
         stream: &Arc<CudaStream>,
         f: &CudaFunction,
         w: u64,
+        shape: (usize, usize, usize),
+        y: (u64, usize),
+        dst: (u64, usize),
+        n: usize,
+    ) -> Result<()> {
+        launch_mmvq_on(stream, f, &[w], None, shape, y, dst, n)
+    }
+
+    /// Launch a dp4a product kernel: its weight pointers (one, or three for a stack, with the
+    /// rows where the second and third start), then the arguments every entry point shares.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_mmvq_on(
+        stream: &Arc<CudaStream>,
+        f: &CudaFunction,
+        weights: &[u64],
+        split: Option<[i32; 2]>,
         (rows, cols, ncols): (usize, usize, usize),
         (y, yq): (u64, usize),
         (dst, dst_stride): (u64, usize),
         n: usize,
     ) -> Result<()> {
         let mut b = stream.launch_builder(f);
+        for w in weights {
+            b.arg(w);
+        }
+        if let Some(split) = &split {
+            b.arg(&split[0]).arg(&split[1]);
+        }
         let (cols_i, rows_i, sy, sd) = (cols as i32, rows as i32, yq as i32, dst_stride as i32);
         let chunks = n.div_ceil(ncols) as i32;
-        b.arg(&w)
-            .arg(&y)
+        b.arg(&y)
             .arg(&dst)
             .arg(&cols_i)
             .arg(&rows_i)
@@ -1246,8 +1255,8 @@ mod cuda {
             block_dim: (32, 4, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: the weight holds rows x cols (padded as candle pads it), y and dst hold the
-        // activation rows padded to a multiple of `ncols`.
+        // SAFETY: the weights hold rows x cols (padded as candle pads them; a stack's rows split
+        // as `split` says), y and dst hold the activation rows padded to a multiple of `ncols`.
         unsafe { b.launch(cfg) }.map_err(driver)?;
         Ok(())
     }
