@@ -416,8 +416,10 @@ impl Decoder {
     /// Of the rows from `base` on (the last block), keep those at offsets `rows`, moved to sit
     /// right after `base`.
     pub fn keep(&mut self, base: usize, rows: &[usize]) -> Result<()> {
+        // One gather index for every layer (one small copy to the device, not one a layer).
+        let idx = KvCache::keep_index(base, rows, &self.device)?;
         for c in &mut self.caches {
-            c.keep(base, rows)?;
+            c.keep_indexed(base, rows, idx.as_ref())?;
         }
         Ok(())
     }

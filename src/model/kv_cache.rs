@@ -98,6 +98,29 @@ impl KvCache {
     /// Keep, of the rows from `base` on, only those at offsets `rows` (ascending offsets relative to
     /// `base`), moved so they sit at `base, base+1, ...`; everything after them is dropped.
     pub fn keep(&mut self, base: usize, rows: &[usize]) -> Result<()> {
+        let idx = Self::keep_index(base, rows, self.k.device())?;
+        self.keep_indexed(base, rows, idx.as_ref())
+    }
+
+    /// The cache positions [`Self::keep`] gathers (`base + r` for each offset `r`), as a tensor
+    /// on `device`; `None` where the rows kept are already in place (`rows` is 0, 1, 2, ...).
+    /// Built once, it serves every layer's cache ([`Self::keep_indexed`]).
+    pub fn keep_index(base: usize, rows: &[usize], device: &Device) -> Result<Option<Tensor>> {
+        if rows.iter().enumerate().all(|(i, &r)| i == r) {
+            return Ok(None);
+        }
+        let idx: Vec<u32> = rows.iter().map(|&r| (base + r) as u32).collect();
+        Ok(Some(Tensor::from_vec(idx, rows.len(), device)?))
+    }
+
+    /// [`Self::keep`] with the gather index from [`Self::keep_index`] for the same `base` and
+    /// `rows`.
+    pub fn keep_indexed(
+        &mut self,
+        base: usize,
+        rows: &[usize],
+        idx: Option<&Tensor>,
+    ) -> Result<()> {
         if base > self.len {
             return Err(Error::InvalidArgument(format!(
                 "keep: base {base} is past the {} valid rows",
@@ -110,15 +133,9 @@ impl KvCache {
                 "keep: row {bad} is outside the block of {block} rows"
             )));
         }
-        let identity = rows.iter().enumerate().all(|(i, &r)| i == r);
-        if !identity {
-            let idx = Tensor::from_vec(
-                rows.iter().map(|&r| (base + r) as u32).collect::<Vec<_>>(),
-                rows.len(),
-                self.k.device(),
-            )?;
-            let k = self.k.index_select(&idx, 1)?;
-            let v = self.v.index_select(&idx, 1)?;
+        if let Some(idx) = idx {
+            let k = self.k.index_select(idx, 1)?;
+            let v = self.v.index_select(idx, 1)?;
             self.k.slice_set(&k, 1, base)?;
             self.v.slice_set(&v, 1, base)?;
         }
