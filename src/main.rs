@@ -44,6 +44,10 @@ enum Command {
     /// Check treespec's own kernels on a device against their CPU references; exits non-zero on
     /// a mismatch.
     Selftest(SelftestArgs),
+    /// Write a random-weight GGUF model with a real model's shape and formats (qwen2.5-1.5b,
+    /// qwen2.5-0.5b, qwen3-8b), for timing passes with `bench --costs` where the real weights
+    /// cannot be had; what it writes is noise.
+    Synth(SynthArgs),
     /// Train an MTP head for a target on the target's own answers (resumes where --out left off);
     /// draft with it by `--drafter OUT`.
     TrainDrafter(TrainArgs),
@@ -81,6 +85,19 @@ struct TrainArgs {
     seed: u64,
     #[command(flatten)]
     runtime: RuntimeArgs,
+}
+
+#[derive(Args)]
+struct SynthArgs {
+    /// The shape: qwen2.5-1.5b, qwen2.5-0.5b or qwen3-8b.
+    #[arg(long)]
+    shape: String,
+    /// The GGUF file to write.
+    #[arg(long)]
+    out: PathBuf,
+    /// Seed of the random bytes.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
 }
 
 #[derive(Args)]
@@ -681,6 +698,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => run_bench(a),
         Command::Fetch(a) => run_fetch(a),
         Command::Selftest(a) => run_selftest(a),
+        Command::Synth(a) => run_synth(a),
         Command::TrainDrafter(a) => run_train(a),
     };
     match result {
@@ -690,6 +708,20 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn run_synth(a: SynthArgs) -> anyhow::Result<()> {
+    let shape = treespec::synth::shape(&a.shape)?;
+    treespec::synth::write(&shape, &a.out, a.seed)?;
+    println!(
+        "wrote {} (random {}-shaped weights: {} layers, hidden {}, vocabulary {}; for timing only)",
+        a.out.display(),
+        shape.name,
+        shape.layers,
+        shape.hidden,
+        shape.vocab
+    );
+    Ok(())
 }
 
 fn run_train(a: TrainArgs) -> anyhow::Result<()> {

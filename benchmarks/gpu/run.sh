@@ -2,13 +2,15 @@
 # On the H200 machine, with the binary and the GGUF files staged in /root/stage (in parts, see
 # ../shared/device/README.md): plain decoding speed, the cost table, and the modes side by side on
 # the default pair with and without batch-invariant products. Writes logs and JSON under $OUT and
-# prints the tables last. Usage: benchmarks/gpu/run.sh [llama-build|check|ncu|llama|ar|costs|modes|profile|variance]...
+# prints the tables last. Usage: benchmarks/gpu/run.sh [llama-build|check|ncu|llama|ar|costs|modes|profile|variance|synth]...
+# T=... and D=... replace the target and the drafter (e.g. the files `synth` writes: random weights
+# of the 1.5B's, the 0.5B's or Qwen3-8B's shape and formats, for timing without staging a model).
 set -euo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/local/nvidia/lib64
 S=/root/stage
 B="$S/treespec"
-T="$S/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
-D="$S/qwen2.5-coder-0.5b-instruct-awq.gguf"
+T="${T:-$S/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf}"
+D="${D:-$S/qwen2.5-coder-0.5b-instruct-awq.gguf}"
 M="$S/SmolLM2-135M-Instruct.Q4_1.gguf"
 prompt="Write a Python function that checks whether a number is prime."
 # DRAFTER_DEVICE=cuda:1 runs the drafter on a second GPU (the two-GPU machine kind) in modes/profile.
@@ -47,6 +49,10 @@ for what in "${@:-ar costs modes variance}"; do
     for m in "$M" "$T" "$D"; do
       echo "$(basename "$m"): $(/root/llama/build/bin/llama-bench -m "$m" -ngl 99 -p 0 -n 256 -r 3 -o md | grep tg256)"
     done | tee "$OUT/llama-bench.md" ;;
+  synth)
+    for shape in qwen2.5-1.5b qwen2.5-0.5b qwen3-8b; do
+      "$B" synth --shape "$shape" --out "$S/synth-$shape.gguf"
+    done ;;
   costs)
     "$B" bench --device cuda --costs --target "$T" --drafter "$D" 2>&1 | tee "$OUT/gpu-costs.md" | tail -25 ;;
   modes)

@@ -126,25 +126,7 @@ impl Lcg {
 
 /// The printable stand-ins GPT-2's byte-level BPE uses for the 256 byte values.
 pub fn byte_level_alphabet() -> Vec<String> {
-    let mut bs: Vec<u32> = (b'!' as u32..=b'~' as u32)
-        .chain(0xA1..=0xAC)
-        .chain(0xAE..=0xFF)
-        .collect();
-    let mut cs = bs.clone();
-    let mut n = 0;
-    for b in 0..256u32 {
-        if !bs.contains(&b) {
-            bs.push(b);
-            cs.push(256 + n);
-            n += 1;
-        }
-    }
-    let mut pairs: Vec<(u32, u32)> = bs.into_iter().zip(cs).collect();
-    pairs.sort();
-    pairs
-        .into_iter()
-        .map(|(_, c)| char::from_u32(c).unwrap().to_string())
-        .collect()
+    treespec::synth::byte_level_alphabet()
 }
 
 /// Write a tiny llama-family GGUF model with a byte-level vocabulary (256 bytes + ChatML
@@ -243,27 +225,13 @@ pub fn write_tiny_gguf_shaped(
             V::F32(1e-5),
         ),
         (format!("{arch}.rope.freq_base"), V::F32(10000.0)),
-        ("tokenizer.ggml.model".into(), s("gpt2")),
-        ("tokenizer.ggml.pre".into(), s("gpt2")),
-        (
-            "tokenizer.ggml.tokens".into(),
-            V::Array(vocab.iter().map(|t| s(t)).collect()),
-        ),
-        ("tokenizer.ggml.merges".into(), V::Array(vec![])),
-        (
-            "tokenizer.ggml.token_type".into(),
-            V::Array(
-                (0..n_vocab)
-                    .map(|i| V::I32(if i >= 256 { 3 } else { 1 }))
-                    .collect(),
-            ),
-        ),
-        ("tokenizer.ggml.eos_token_id".into(), V::U32(257)),
-        (
-            "tokenizer.chat_template".into(),
-            s(treespec::model::chat_template::CHATML),
-        ),
     ];
+    let mut md = md;
+    md.extend(treespec::synth::tokenizer_metadata(
+        &vocab,
+        256..n_vocab,
+        257,
+    ));
     let md_refs: Vec<(&str, &V)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let path = dir.join(format!(

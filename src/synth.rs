@@ -1,0 +1,321 @@
+//! Random-weight GGUF models with a real model's shape and weight formats, for measuring what a
+//! pass costs where the real weights cannot be had (the 8B-class setting of the DDTree paper) or
+//! are slow to bring to a lent GPU. Every quantised block is random bytes with small scales,
+//! written as it is (no float weights, no quantisation pass), so an 8B-shaped file takes seconds;
+//! the vocabulary is the 256 byte-level symbols, the ChatML markers and filler tokens up to the
+//! real vocabulary's size, so the LM head has its real cost. The outputs are noise: these models
+//! are for timing (`treespec bench --costs`), never for text.
+
+use crate::error::{Error, Result};
+use crate::model::config::Family;
+use candle_core::quantized::{ggml_file, gguf_file, GgmlDType, QTensor};
+use candle_core::Device;
+use std::path::Path;
+
+/// A model's shape and the formats its GGUF file stores its matrices in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    /// The name `treespec synth --shape` takes.
+    pub name: &'static str,
+    /// Decoder family (biases, q/k norms).
+    pub family: Family,
+    /// Decoder layers.
+    pub layers: usize,
+    /// Hidden size.
+    pub hidden: usize,
+    /// MLP width.
+    pub ffn: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Width of a head.
+    pub head_dim: usize,
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// The LM head is the embedding (no `output.weight`).
+    pub tied: bool,
+}
+
+/// The shapes `synth` writes, as Q4_K_M files (see [`format_of`]).
+pub const SHAPES: &[Shape] = &[
+    Shape {
+        name: "qwen2.5-1.5b",
+        family: Family::Qwen2,
+        layers: 28,
+        hidden: 1536,
+        ffn: 8960,
+        heads: 12,
+        kv_heads: 2,
+        head_dim: 128,
+        vocab: 151_936,
+        tied: false,
+    },
+    Shape {
+        name: "qwen2.5-0.5b",
+        family: Family::Qwen2,
+        layers: 24,
+        hidden: 896,
+        ffn: 4864,
+        heads: 14,
+        kv_heads: 2,
+        head_dim: 64,
+        vocab: 151_936,
+        tied: false,
+    },
+    Shape {
+        name: "qwen3-8b",
+        family: Family::Qwen3,
+        layers: 36,
+        hidden: 4096,
+        ffn: 12_288,
+        heads: 32,
+        kv_heads: 8,
+        head_dim: 128,
+        vocab: 151_936,
+        tied: false,
+    },
+];
+
+/// The shape named `name`, or an error listing the known ones.
+pub fn shape(name: &str) -> Result<Shape> {
+    SHAPES
+        .iter()
+        .find(|s| s.name == name)
+        .copied()
+        .ok_or_else(|| {
+            let known: Vec<&str> = SHAPES.iter().map(|s| s.name).collect();
+            Error::InvalidArgument(format!(
+                "unknown shape `{name}` (known: {})",
+                known.join(", ")
+            ))
+        })
+}
+
+/// llama.cpp's Q4_K_M choice for a matrix with rows of `cols` values: Q6_K for the LM head and
+/// for the value and down projections of the layers `use_more_bits` picks (the first and last
+/// eighth, every third between: half the layers, as in the default pair's files, whose exact
+/// layers differ with the llama.cpp version), Q4_K otherwise; where a row is no multiple of 256
+/// (the 0.5B's 896), Q5_0 for Q4_K and Q8_0 for Q6_K, as the default drafter's file has them.
+pub fn format_of(tensor: &str, layer: Option<(usize, usize)>, cols: usize) -> GgmlDType {
+    let more_bits = |(i, n): (usize, usize)| i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+    let wide = tensor == "output"
+        || (matches!(tensor, "attn_v" | "ffn_down") && layer.is_some_and(more_bits));
+    match (wide, cols.is_multiple_of(256)) {
+        (true, true) => GgmlDType::Q6K,
+        (true, false) => GgmlDType::Q8_0,
+        (false, true) => GgmlDType::Q4K,
+        (false, false) => GgmlDType::Q5_0,
+    }
+}
+
+/// The printable stand-ins GPT-2's byte-level BPE uses for the 256 byte values, in byte order.
+pub fn byte_level_alphabet() -> Vec<String> {
+    let mut bs: Vec<u32> = (b'!' as u32..=b'~' as u32)
+        .chain(0xA1..=0xAC)
+        .chain(0xAE..=0xFF)
+        .collect();
+    let mut cs = bs.clone();
+    let mut n = 0;
+    for b in 0..256u32 {
+        if !bs.contains(&b) {
+            bs.push(b);
+            cs.push(256 + n);
+            n += 1;
+        }
+    }
+    let mut pairs: Vec<(u32, u32)> = bs.into_iter().zip(cs).collect();
+    pairs.sort();
+    pairs
+        .into_iter()
+        .filter_map(|(_, c)| char::from_u32(c).map(String::from))
+        .collect()
+}
+
+/// GGUF metadata for a byte-level BPE tokenizer with no merges over `tokens` (the 256 byte
+/// symbols first), the ids in `control` control tokens, `eos` the end of a turn, and a ChatML
+/// chat template.
+pub fn tokenizer_metadata(
+    tokens: &[String],
+    control: std::ops::Range<usize>,
+    eos: u32,
+) -> Vec<(String, gguf_file::Value)> {
+    use gguf_file::Value as V;
+    let s = |x: &str| V::String(x.to_string());
+    let kind = |i: usize| V::I32(if control.contains(&i) { 3 } else { 1 });
+    vec![
+        ("tokenizer.ggml.model".into(), s("gpt2")),
+        ("tokenizer.ggml.pre".into(), s("gpt2")),
+        (
+            "tokenizer.ggml.tokens".into(),
+            V::Array(tokens.iter().map(|t| s(t)).collect()),
+        ),
+        ("tokenizer.ggml.merges".into(), V::Array(vec![])),
+        (
+            "tokenizer.ggml.token_type".into(),
+            V::Array((0..tokens.len()).map(kind).collect()),
+        ),
+        ("tokenizer.ggml.eos_token_id".into(), V::U32(eos)),
+        (
+            "tokenizer.chat_template".into(),
+            s(crate::model::chat_template::CHATML),
+        ),
+    ]
+}
+
+/// A small deterministic generator (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn fill(&mut self, out: &mut [u8]) {
+        for chunk in out.chunks_mut(8) {
+            let v = self.next().to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+    }
+}
+
+/// A half-precision scale in [scale / 2, scale), little-endian.
+fn half_bytes(rng: &mut Rng, scale: f32) -> [u8; 2] {
+    let u = (rng.next() >> 40) as f32 / (1u64 << 24) as f32;
+    half::f16::from_f32(scale * (0.5 + 0.5 * u)).to_le_bytes()
+}
+
+/// Random blocks of `dtype` for `elems` values, with scales that keep a row's products O(1)
+/// for rows of `cols` values (norms between the layers keep the rest in range).
+fn random_blocks(rng: &mut Rng, dtype: GgmlDType, elems: usize, cols: usize) -> Vec<u8> {
+    let blocks = elems / dtype.block_size();
+    let mut data = vec![0u8; blocks * dtype.type_size()];
+    rng.fill(&mut data);
+    // Weights of about 1/sqrt(cols): the scale over the largest quantised magnitude.
+    let w = 1.0 / (cols as f32).sqrt();
+    let (d_at, d) = match dtype {
+        GgmlDType::Q4K => (0, w / (63.0 * 15.0)),
+        GgmlDType::Q6K => (208, w / (127.0 * 32.0)),
+        GgmlDType::Q5_0 => (0, w / 16.0),
+        GgmlDType::Q8_0 => (0, w / 127.0),
+        _ => return data,
+    };
+    for block in data.chunks_mut(dtype.type_size()) {
+        block[d_at..d_at + 2].copy_from_slice(&half_bytes(rng, d));
+        if dtype == GgmlDType::Q4K {
+            // dmin
+            block[2..4].copy_from_slice(&half_bytes(rng, d));
+        }
+    }
+    data
+}
+
+/// Write a random-weight GGUF model of `shape` to `path` (`seed` picks the bytes).
+pub fn write(shape: &Shape, path: &Path, seed: u64) -> Result<()> {
+    let mut rng = Rng(seed | 1);
+    let (h, hd) = (shape.hidden, shape.head_dim);
+    let (q_out, kv_out) = (shape.heads * hd, shape.kv_heads * hd);
+    // (name, rows, cols, format); vectors (norms, biases) are f32.
+    let mut mats: Vec<(String, usize, usize, GgmlDType)> = vec![];
+    let mut vecs: Vec<(String, usize, f32)> = vec![("output_norm.weight".into(), h, 1.0)];
+    let mut mat = |name: String, tensor: &str, layer, rows, cols| {
+        let format = format_of(tensor, layer, cols);
+        mats.push((name, rows, cols, format));
+    };
+    mat(
+        "token_embd.weight".into(),
+        "token_embd",
+        None,
+        shape.vocab,
+        h,
+    );
+    if !shape.tied {
+        mat("output.weight".into(), "output", None, shape.vocab, h);
+    }
+    for i in 0..shape.layers {
+        let at = Some((i, shape.layers));
+        let p = |s: &str| format!("blk.{i}.{s}.weight");
+        mat(p("attn_q"), "attn_q", at, q_out, h);
+        mat(p("attn_k"), "attn_k", at, kv_out, h);
+        mat(p("attn_v"), "attn_v", at, kv_out, h);
+        mat(p("attn_output"), "attn_output", at, h, q_out);
+        mat(p("ffn_gate"), "ffn_gate", at, shape.ffn, h);
+        mat(p("ffn_up"), "ffn_up", at, shape.ffn, h);
+        mat(p("ffn_down"), "ffn_down", at, h, shape.ffn);
+        vecs.push((p("attn_norm"), h, 1.0));
+        vecs.push((p("ffn_norm"), h, 1.0));
+        if shape.family == Family::Qwen2 {
+            for (t, n) in [("attn_q", q_out), ("attn_k", kv_out), ("attn_v", kv_out)] {
+                vecs.push((format!("blk.{i}.{t}.bias"), n, 0.0));
+            }
+        }
+        if shape.family == Family::Qwen3 {
+            vecs.push((p("attn_q_norm"), hd, 1.0));
+            vecs.push((p("attn_k_norm"), hd, 1.0));
+        }
+    }
+    let cpu = Device::Cpu;
+    let mut tensors: Vec<(String, QTensor)> = vec![];
+    for (name, rows, cols, format) in mats {
+        let data = random_blocks(&mut rng, format, rows * cols, cols);
+        tensors.push((
+            name,
+            ggml_file::qtensor_from_ggml(format, &data, vec![rows, cols], &cpu)?,
+        ));
+    }
+    for (name, n, centre) in vecs {
+        let values: Vec<u8> = (0..n)
+            .flat_map(|_| {
+                let u = (rng.next() >> 40) as f32 / (1u64 << 24) as f32;
+                (centre + 0.1 * (u - 0.5)).to_le_bytes()
+            })
+            .collect();
+        tensors.push((
+            name,
+            ggml_file::qtensor_from_ggml(GgmlDType::F32, &values, vec![n], &cpu)?,
+        ));
+    }
+    tensors.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut tokens = byte_level_alphabet();
+    tokens.push("<|im_start|>".into());
+    tokens.push("<|im_end|>".into());
+    let specials = tokens.len();
+    for i in tokens.len()..shape.vocab {
+        tokens.push(format!("synth{i}"));
+    }
+    let arch = shape.family.name();
+    use gguf_file::Value as V;
+    let s = |x: &str| V::String(x.to_string());
+    let u = |x: usize| V::U32(x as u32);
+    let mut md: Vec<(String, V)> = vec![
+        ("general.architecture".into(), s(arch)),
+        (
+            "general.name".into(),
+            s(&format!("synthetic {}", shape.name)),
+        ),
+        (format!("{arch}.block_count"), u(shape.layers)),
+        (format!("{arch}.context_length"), u(32_768)),
+        (format!("{arch}.embedding_length"), u(h)),
+        (format!("{arch}.feed_forward_length"), u(shape.ffn)),
+        (format!("{arch}.attention.head_count"), u(shape.heads)),
+        (format!("{arch}.attention.head_count_kv"), u(shape.kv_heads)),
+        (format!("{arch}.attention.key_length"), u(hd)),
+        (format!("{arch}.attention.value_length"), u(hd)),
+        (
+            format!("{arch}.attention.layer_norm_rms_epsilon"),
+            V::F32(1e-6),
+        ),
+        (format!("{arch}.rope.freq_base"), V::F32(1_000_000.0)),
+    ];
+    md.extend(tokenizer_metadata(&tokens, 256..specials, 257));
+    let md_refs: Vec<(&str, &V)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let file = std::fs::File::create(path)
+        .map_err(|e| Error::InvalidArgument(format!("creating {}: {e}", path.display())))?;
+    let mut out = std::io::BufWriter::new(file);
+    gguf_file::write(&mut out, &md_refs, &t_refs)?;
+    Ok(())
+}
