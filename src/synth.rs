@@ -4,7 +4,8 @@
 //! written as it is (no float weights, no quantisation pass), so an 8B-shaped file takes seconds;
 //! the vocabulary is the 256 byte-level symbols, the ChatML markers and filler tokens up to the
 //! real vocabulary's size, so the LM head has its real cost. The outputs are noise: these models
-//! are for timing (`treespec bench --costs`), never for text.
+//! are for timing (`treespec bench --costs`), never for text (with no merges every byte of a
+//! prompt is a token, about four times the real tokenizer's count).
 
 use crate::error::{Error, Result};
 use crate::model::config::Family;
@@ -225,13 +226,9 @@ pub fn write(shape: &Shape, path: &Path, seed: u64) -> Result<()> {
         let format = format_of(tensor, layer, cols);
         mats.push((name, rows, cols, format));
     };
-    mat(
-        "token_embd.weight".into(),
-        "token_embd",
-        None,
-        shape.vocab,
-        h,
-    );
+    // A tied embedding is the LM head, and llama.cpp gives it the LM head's format.
+    let embd = if shape.tied { "output" } else { "token_embd" };
+    mat("token_embd.weight".into(), embd, None, shape.vocab, h);
     if !shape.tied {
         mat("output.weight".into(), "output", None, shape.vocab, h);
     }
@@ -313,9 +310,11 @@ pub fn write(shape: &Shape, path: &Path, seed: u64) -> Result<()> {
     md.extend(tokenizer_metadata(&tokens, 256..specials, 257));
     let md_refs: Vec<(&str, &V)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let file = std::fs::File::create(path)
-        .map_err(|e| Error::InvalidArgument(format!("creating {}: {e}", path.display())))?;
+    let io = |e: std::io::Error| Error::InvalidArgument(format!("writing {}: {e}", path.display()));
+    let file = std::fs::File::create(path).map_err(io)?;
     let mut out = std::io::BufWriter::new(file);
     gguf_file::write(&mut out, &md_refs, &t_refs)?;
+    // A full disk must fail here, not leave a short file behind a success.
+    std::io::Write::flush(&mut out).map_err(io)?;
     Ok(())
 }

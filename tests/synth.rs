@@ -63,6 +63,16 @@ fn formats_follow_q4_k_m() {
     }
     assert_eq!(dtype("output.weight"), GgmlDType::Q6K);
     assert_eq!(dtype("token_embd.weight"), GgmlDType::Q4K);
+    // A tied embedding is the LM head: the LM head's format.
+    let tied = dir.path().join("tied.gguf");
+    synth::write(&tiny(Family::Qwen2, true), &tied, 1).unwrap();
+    let mut f = std::fs::File::open(&tied).unwrap();
+    let content = gguf_file::Content::read(&mut f).unwrap();
+    assert_eq!(
+        content.tensor_infos["token_embd.weight"].ggml_dtype,
+        GgmlDType::Q6K
+    );
+    assert!(!content.tensor_infos.contains_key("output.weight"));
     // Rows of 896 values (the 0.5B) cannot hold K-quant blocks.
     assert_eq!(
         synth::format_of("attn_q", Some((0, 24)), 896),

@@ -17,7 +17,8 @@ prompt="Write a Python function that checks whether a number is prime."
 DD=(${DRAFTER_DEVICE:+--drafter-device "$DRAFTER_DEVICE"})
 rate() { sed -n 's/.*decode [0-9]* tokens at \([0-9.]*\) tok\/s.*/\1/p'; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
-for what in "${@:-ar costs modes variance}"; do
+[ $# -gt 0 ] || set -- ar costs modes variance
+for what in "$@"; do
   case $what in
   ar)
     echo "| model | treespec ar tok/s (3 runs, 256 tokens) |"

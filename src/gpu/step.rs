@@ -1181,6 +1181,7 @@ mod cuda {
                 "a stacked product of fewer than two matrices".into(),
             ));
         };
+        debug_assert!(mats.len() <= 3, "a stack holds at most three matrices");
         let third = mats.get(2).unwrap_or(second);
         let rows: usize = mats.iter().map(|m| m.rows).sum();
         // With two matrices no row reaches the third's start.
@@ -1233,6 +1234,7 @@ mod cuda {
         (dst, dst_stride): (u64, usize),
         n: usize,
     ) -> Result<()> {
+        debug_assert_eq!(weights.len(), if split.is_some() { 3 } else { 1 });
         let mut b = stream.launch_builder(f);
         for w in weights {
             b.arg(w);

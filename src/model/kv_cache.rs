@@ -109,7 +109,14 @@ impl KvCache {
         if rows.iter().enumerate().all(|(i, &r)| i == r) {
             return Ok(None);
         }
-        let idx: Vec<u32> = rows.iter().map(|&r| (base + r) as u32).collect();
+        let position = |r: usize| {
+            let p = base.checked_add(r).and_then(|p| u32::try_from(p).ok());
+            p.ok_or_else(|| Error::InvalidArgument(format!("keep: row {r} is past any cache")))
+        };
+        let idx = rows
+            .iter()
+            .map(|&r| position(r))
+            .collect::<Result<Vec<u32>>>()?;
         Ok(Some(Tensor::from_vec(idx, rows.len(), device)?))
     }
 
