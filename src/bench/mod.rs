@@ -266,14 +266,19 @@ pub fn run(
     }
     engine.set_settings(base_settings)?;
     let s = base_settings;
+    // What runs each model's passes (on a GPU: which products), so that a log says it.
     let drafter = engine
         .drafter()
-        .map(|d| format!("{} ({})", d.name(), d.kind()))
+        .map(|d| match d.decoder() {
+            Some(dec) => format!("{} ({}; {})", d.name(), d.kind(), dec.runtime()),
+            None => format!("{} ({})", d.name(), d.kind()),
+        })
         .unwrap_or_else(|| "none".into());
     Ok(BenchReport {
         settings: format!(
-            "drafter {drafter}; budget {} depth {} gamma {} temperature {} top-p {} top-k {} max-tokens {}; \
+            "target: {}; drafter {drafter}; budget {} depth {} gamma {} temperature {} top-p {} top-k {} max-tokens {}; \
              timed: decode steps only (both models read the prompt before the clock starts)",
+            engine.target().runtime(),
             s.budget,
             s.depth,
             s.gamma,
