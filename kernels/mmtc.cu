@@ -65,20 +65,23 @@ static __device__ __forceinline__ int load_int_a2(const uint8_t *p) {
 // The float rules both kernels of this file share, so that the one-row kernel below rounds
 // exactly as the tile kernels do (each operation rounded as written, nothing contracted).
 
-// Row r's (d * scale, dmin * min) of Q4_K sub-block `is` (0..7), ggml's get_scale_min_k4.
-static __device__ __forceinline__ void q4k_scale_min(const int sc[3], half2 dmh, int is,
-                                                     float *dl, float *ml) {
+// Row r's (d * scale, dmin * min) of Q4_K sub-blocks 2j and 2j + 1 (j 0..3): ggml's
+// get_scale_min_k4 for both at once, on 16-bit lanes of the scale words (llama.cpp's mmvq
+// unpacks them so), branch-free.
+static __device__ __forceinline__ void q4k_scale_min_pair(const int sc[3], half2 dmh, int j,
+                                                          float dl[2], float ml[2]) {
   const float2 dm = __half22float2(dmh);
-  int s, m;
-  if (is < 4) {
-    s = scale_byte(sc, is) & 63;
-    m = scale_byte(sc, is + 4) & 63;
-  } else {
-    s = (scale_byte(sc, is + 4) & 0xF) | ((scale_byte(sc, is - 4) >> 6) << 4);
-    m = (scale_byte(sc, is + 4) >> 4) | ((scale_byte(sc, is) >> 6) << 4);
+  const int sh = 16 * (j & 1);
+  const uint32_t a = (uint32_t)sc[0] >> sh, b = (uint32_t)sc[1] >> sh, c = (uint32_t)sc[2] >> sh;
+  // Sub-blocks 0-3: 6-bit scales in bytes 0-3, mins in 4-7; 4-7: low nibbles of bytes 8-11
+  // with the top two bits of bytes 0-3 (scales) and 4-7 (mins).
+  const uint32_t s2 = j < 2 ? a & 0x3F3F : (c & 0x0F0F) | ((a & 0xC0C0) >> 2);
+  const uint32_t m2 = j < 2 ? b & 0x3F3F : ((c >> 4) & 0x0F0F) | ((b & 0xC0C0) >> 2);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    dl[h] = __fmul_rn(dm.x, (float)((s2 >> (8 * h)) & 0xFF));
+    ml[h] = __fmul_rn(dm.y, (float)((m2 >> (8 * h)) & 0xFF));
   }
-  *dl = __fmul_rn(dm.x, (float)s);
-  *ml = __fmul_rn(dm.y, (float)m);
 }
 
 // A Q4_K sub-block's term: (d_r * sc) * (d8 * isum) - (dmin_r * m) * (d8 * sum8).
@@ -215,10 +218,7 @@ static __device__ void mmtc_q4_k(const uint8_t *__restrict__ vx, const uint8_t *
       // Scales and mins of rows g, g + 8 for sub-blocks 2j, 2j + 1 (ggml's get_scale_min_k4).
       float dl[2][2], ml[2][2];  // [row g / g + 8][sub-block]
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) q4k_scale_min(sc[i][r], dmh[i][r], 2 * j + h, &dl[r][h], &ml[r][h]);
-      }
+      for (int r = 0; r < 2; ++r) q4k_scale_min_pair(sc[i][r], dmh[i][r], j, dl[r], ml[r]);
       const int kb = sb * 8 + 2 * j;  // the Q8_1 block of sub-block 2j
 #pragma unroll
       for (int T = 0; T < NT; ++T) {
@@ -443,16 +443,17 @@ static __device__ __forceinline__ void store_row(float acc, float *dst, int nrow
   }
 }
 
-// The dot product of eight words of values with eight words of activations, exact.
+// The dot product of eight words of values with eight words of activations, exact (two
+// chains of four, for the latency).
 static __device__ __forceinline__ int dot8(const int v[8], int4 y0, int4 y1) {
-  int s = __dp4a(v[0], y0.x, 0);
+  int s = __dp4a(v[0], y0.x, 0), t = __dp4a(v[4], y1.x, 0);
   s = __dp4a(v[1], y0.y, s);
+  t = __dp4a(v[5], y1.y, t);
   s = __dp4a(v[2], y0.z, s);
+  t = __dp4a(v[6], y1.z, t);
   s = __dp4a(v[3], y0.w, s);
-  s = __dp4a(v[4], y1.x, s);
-  s = __dp4a(v[5], y1.y, s);
-  s = __dp4a(v[6], y1.z, s);
-  return __dp4a(v[7], y1.w, s);
+  t = __dp4a(v[7], y1.w, t);
+  return s + t;
 }
 
 // The activation row as the one-row kernels read it, staged in shared memory by `stage_row`.
@@ -495,10 +496,11 @@ struct Q4kUnits {
       const half2 dmh = *(const half2 *)&hdr[i].x;
       const int words[8] = {q[i][0].x, q[i][0].y, q[i][0].z, q[i][0].w,
                             q[i][1].x, q[i][1].y, q[i][1].z, q[i][1].w};
+      float dls[2], mls[2];
+      q4k_scale_min_pair(sc, dmh, u & 3, dls, mls);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float dl, ml;
-        q4k_scale_min(sc, dmh, 2 * (u & 3) + h, &dl, &ml);
+        const float dl = dls[h], ml = mls[h];
         int v[8];
 #pragma unroll
         for (int k = 0; k < 8; ++k) v[k] = (words[k] >> (4 * h)) & 0x0F0F0F0F;
