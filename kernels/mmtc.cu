@@ -49,13 +49,6 @@ static __device__ __forceinline__ void mma_k16(int c[4], const int a[2], const i
 // Warps a block spreads a row over at most (`mmtc_warps` in src/gpu/step.rs).
 #define MAX_WARPS 16
 
-// Byte i (0..11) of a Q4_K block's scales, held as three words.
-static __device__ __forceinline__ int scale_byte(const int w[3], int i) {
-  // Selects, not an indexed load: the words stay in registers.
-  const int word = i < 4 ? w[0] : (i < 8 ? w[1] : w[2]);
-  return (word >> (8 * (i & 3))) & 0xFF;
-}
-
 // A 32-bit word at a 2-byte-aligned address (Q6_K blocks are 210 bytes).
 static __device__ __forceinline__ int load_int_a2(const uint8_t *p) {
   const uint16_t *p16 = (const uint16_t *)p;
