@@ -1784,26 +1784,26 @@ mod cuda {
                 .get_or_load_custom_func(name, "treespec_step", STEP_PTX)?
                 .into_cuda_function())
         };
-        let mut mmvq = HashMap::new();
-        for m in weights(layers, lm_head) {
-            for ncols in [1usize, 4] {
-                if let std::collections::hash_map::Entry::Vacant(slot) = mmvq.entry((m.tag, ncols))
-                {
-                    slot.insert(mmvq_func(dev, m.tag, ncols, false)?);
+        // The dp4a kernels (single or stacked) for the formats of `mats`, one and four rows.
+        let dp4a = |mats: &mut dyn Iterator<Item = &Mat>, stacked: bool| -> Result<_> {
+            let mut funcs = HashMap::new();
+            for m in mats {
+                for ncols in [1usize, 4] {
+                    if let std::collections::hash_map::Entry::Vacant(slot) =
+                        funcs.entry((m.tag, ncols))
+                    {
+                        slot.insert(mmvq_func(dev, m.tag, ncols, stacked)?);
+                    }
                 }
             }
-        }
-        let mut mmvq_stacked = HashMap::new();
-        let stackable = layers.iter().flat_map(|l| l.qkv.iter().chain(&l.gate_up));
-        for (m, _) in stackable {
-            for ncols in [1usize, 4] {
-                if let std::collections::hash_map::Entry::Vacant(slot) =
-                    mmvq_stacked.entry((m.tag, ncols))
-                {
-                    slot.insert(mmvq_func(dev, m.tag, ncols, true)?);
-                }
-            }
-        }
+            Ok(funcs)
+        };
+        let mmvq = dp4a(&mut weights(layers, lm_head), false)?;
+        let mut stackable = layers
+            .iter()
+            .flat_map(|l| l.qkv.iter().chain(&l.gate_up))
+            .map(|(m, _)| m);
+        let mmvq_stacked = dp4a(&mut stackable, true)?;
         let mut mmtc = HashMap::new();
         for tag in ["q4_k", "q6_k"].into_iter().filter(|_| tensor_cores) {
             let kernels = [Mmtc::Row, Mmtc::RowLong].into_iter();

@@ -124,11 +124,6 @@ impl Lcg {
     }
 }
 
-/// The printable stand-ins GPT-2's byte-level BPE uses for the 256 byte values.
-pub fn byte_level_alphabet() -> Vec<String> {
-    treespec::synth::byte_level_alphabet()
-}
-
 /// Write a tiny llama-family GGUF model with a byte-level vocabulary (256 bytes + ChatML
 /// specials), random Q8_0 weights, and a ChatML template. Returns its path.
 pub fn write_tiny_gguf(dir: &Path, arch: &str, seed: u64) -> PathBuf {
@@ -167,7 +162,7 @@ pub fn write_tiny_gguf_shaped(
     extra: &[&str],
     shape: TinyShape,
 ) -> PathBuf {
-    let mut vocab = byte_level_alphabet();
+    let mut vocab = treespec::synth::byte_level_alphabet();
     vocab.push("<|im_start|>".into());
     vocab.push("<|im_end|>".into());
     vocab.extend(extra.iter().map(|t| t.to_string()));
