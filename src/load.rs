@@ -82,12 +82,11 @@ pub fn load_drafter(
     };
     let own = LoadOptions {
         device,
+        tensor_cores: crate::gpu::step::tensor_cores_for(true),
         ..opts.clone()
     };
     let mut d = model::load(&path, &own)?;
     check_same_vocabulary(&target.name, &target.tokenizer, &d.name, &d.tokenizer)?;
-    d.decoder
-        .set_tensor_cores(crate::gpu::step::tensor_cores_for(true));
     if crate::gpu::side_by_side(&own.device, &opts.device) {
         // Beside the target on its GPU: first in line.
         d.decoder.set_high_priority();

@@ -345,6 +345,7 @@ impl RuntimeArgs {
             exact: self.exact,
             context: self.context,
             drafter_device,
+            ..LoadOptions::default()
         })
     }
 }
@@ -434,10 +435,12 @@ fn run_products(_: &BenchArgs) -> anyhow::Result<()> {
 fn run_costs(a: &BenchArgs) -> anyhow::Result<()> {
     let opts = a.runtime.load_options()?;
     let mut t = load::load_model(&a.target, &opts)?;
-    let mut d = load::load_model(&a.drafter, &opts)?;
     // As a drafter runs (`load::load_drafter`): its products on dp4a unless told otherwise.
-    d.decoder
-        .set_tensor_cores(treespec::gpu::step::tensor_cores_for(true));
+    let as_drafter = LoadOptions {
+        tensor_cores: treespec::gpu::step::tensor_cores_for(true),
+        ..opts.clone()
+    };
+    let mut d = load::load_model(&a.drafter, &as_drafter)?;
     let sizes = [1, 2, 4, 8, 9, 16, 32, 64, 128, 256, 1024];
     let rows = bench::measure_costs(&mut t.decoder, Some(&mut d.decoder), 256, &sizes, 7)?;
     println!(

@@ -34,6 +34,9 @@ pub struct LoadOptions {
     /// Where a causal-LM drafter runs (default: a stream of its own on `device`'s GPU, so that
     /// it drafts while the target verifies; `device` itself on the CPU).
     pub drafter_device: Option<Device>,
+    /// The GPU step's Q4_K / Q6_K products on tensor cores (a target's, by default; a drafter
+    /// is loaded with [`crate::gpu::step::tensor_cores_for`]`(true)`), set before the first pass.
+    pub tensor_cores: bool,
 }
 
 impl Default for LoadOptions {
@@ -43,6 +46,7 @@ impl Default for LoadOptions {
             exact: false,
             context: 4096,
             drafter_device: None,
+            tensor_cores: crate::gpu::step::tensor_cores_for(false),
         }
     }
 }
@@ -100,6 +104,7 @@ fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     let context = opts.context.min(cfg.max_position).max(1);
     let mut store = WeightStore::gguf(&weights_path, content, &opts.device, opts.exact)?;
     let mut decoder = Decoder::load(&mut store, cfg, context)?;
+    decoder.set_tensor_cores(opts.tensor_cores);
     decoder.warm_up()?;
     Ok(LoadedModel {
         name,
@@ -127,7 +132,8 @@ fn load_checkpoint(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     let files = source::safetensors_files(dir)?;
     let mut store = WeightStore::safetensors(&files, &opts.device)?;
     let context = opts.context.min(cfg.max_position).max(1);
-    let decoder = Decoder::load(&mut store, cfg, context)?;
+    let mut decoder = Decoder::load(&mut store, cfg, context)?;
+    decoder.set_tensor_cores(opts.tensor_cores);
     Ok(LoadedModel {
         name,
         files: ModelFiles::Checkpoint(dir.to_path_buf()),
