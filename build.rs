@@ -7,12 +7,17 @@ use std::path::PathBuf;
 use std::process::Command;
 
 const KERNELS: &[&str] = &["topk", "attention", "step", "mmvq", "mmtc"];
+/// Headers the kernels include.
+const HEADERS: &[&str] = &["pdl.cuh"];
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
     for k in KERNELS {
         println!("cargo:rerun-if-changed=kernels/{k}.cu");
+    }
+    for h in HEADERS {
+        println!("cargo:rerun-if-changed=kernels/{h}");
     }
     if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
         return;

@@ -25,6 +25,8 @@
 
 #include <cuda_fp16.h>
 
+#include "pdl.cuh"
+
 #define ATT_THREADS 512
 #define ATT_CHUNK 128  // ATT_THREADS / ATT_SPLIT: one key per group of ATT_SPLIT threads
 #define ATT_SPLIT 4    // threads sharing a key's dot product
@@ -89,6 +91,7 @@ extern "C" __global__ void attention_chunk_f32(
   __shared__ float red[ATT_THREADS / 32 + 1];
   __shared__ float accs[ATT_THREADS];
 
+  pdl_enter();
   const unsigned int *row = keys + (size_t)i * width;
   const int count = (int)(row[0] + row[1]);
   const int start = chunk * ATT_CHUNK;
@@ -173,6 +176,7 @@ extern "C" __global__ void attention_combine_f32(
     float *__restrict__ out,                // [n, nh * hd]
     int n, int nh, int hd, int width, int chunks,
     void *__restrict__ q8, int qblocks) {     // optional: out also as Q8_1 rows of qblocks
+  pdl_enter();
   const int h = blockIdx.x;
   const int i = blockIdx.y;
   const unsigned int *row = keys + (size_t)i * width;

@@ -26,6 +26,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "pdl.cuh"
+
 #define FULL_MASK 0xffffffffu
 
 static __device__ __forceinline__ void mma_k32(int c[4], const int a[4], const int b[2]) {
@@ -567,6 +569,7 @@ static __device__ __forceinline__ void mmtc_row(const uint8_t *vx, const uint8_t
   const uint8_t *wrow = vx + (size_t)(live ? row : 0) * nsb * bytes;
   Units batch;
   if (live) batch.load(wrow, w, W, units);
+  pdl_enter();  // the first weights were loaded while the previous kernel finished (pdl.cuh)
   stage_row(vy, ncols_x / 32, staged);
   const StagedRow act{staged};
   float acc = 0.0f;
@@ -596,12 +599,21 @@ TREESPEC_MMTC_ROW(q4_k, Q4kUnits, 144, row_long, ROW_UNITS_LONG)
 TREESPEC_MMTC_ROW(q6_k, Q6kUnits, 210, row, ROW_UNITS)
 TREESPEC_MMTC_ROW(q6_k, Q6kUnits, 210, row_long, ROW_UNITS_LONG)
 
+// Bytes of a super-block of 256 values.
+#define q4_k_bytes 144
+#define q6_k_bytes 210
+
 // Entry points: grid (rows / 16, ceil(n / (8 * NT))), block (32, W), dynamic shared memory W *
 // NT * 8 * 16 floats. dst[c * stride_col_dst + r] = W[r] . y[c] for the n activation rows c.
+
 #define TREESPEC_MMTC(tag, NT)                                                                 \
   extern "C" __global__ void __launch_bounds__(32 * MAX_WARPS) mmtc_##tag##_t##NT(           \
       const void *__restrict__ vx, const void *__restrict__ vy, float *__restrict__ dst,       \
       const int ncols_x, const int stride_col_y, const int stride_col_dst, const int n) {      \
+    /* the block's 16 weight rows on their way to L2 before the previous kernel ends */        \
+    prefetch_l2((const uint8_t *)vx + (size_t)blockIdx.x * 16 * (ncols_x / 256) * tag##_bytes, \
+                (size_t)16 * (ncols_x / 256) * tag##_bytes);                                   \
+    pdl_enter();                                                                               \
     mmtc_##tag<NT>((const uint8_t *)vx, (const uint8_t *)vy, dst, ncols_x, stride_col_y,       \
                    stride_col_dst, n);                                                         \
   }

@@ -18,6 +18,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "pdl.cuh"
+
 #define QK8_1 32
 #define STEP_THREADS 256
 
@@ -74,6 +76,7 @@ extern "C" __global__ void norm_q8(float *__restrict__ x, const float *__restric
                                    const float *__restrict__ w, const int *__restrict__ slots,
                                    block_q8_1_t *__restrict__ q8, int h, int qblocks, float eps) {
   __shared__ float scratch[33];
+  pdl_enter();
   const int r = blockIdx.x;
   float *xr = x + (size_t)r * h;
   float ss = 0.f;
@@ -112,6 +115,7 @@ extern "C" __global__ void qkv_rope(const float *__restrict__ proj, int stride,
                                     float *__restrict__ v_cache, long long kv_stride, int n,
                                     int nh, int nkv, int hd, float eps, int interleaved) {
   __shared__ float scratch[33];
+  pdl_enter();
   const int r = blockIdx.x;
   const int head = blockIdx.y;
   const int half_hd = hd / 2;
@@ -163,6 +167,7 @@ extern "C" __global__ void qkv_rope(const float *__restrict__ proj, int stride,
 // gu[r] = [gate (ffn) | up (ffn)] with row stride `stride`.
 extern "C" __global__ void silu_mul_q8(const float *__restrict__ gu, int stride, int ffn,
                                        block_q8_1_t *__restrict__ q8, int qblocks) {
+  pdl_enter();
   const int r = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int b = blockIdx.y * (blockDim.x >> 5) + warp;
@@ -181,6 +186,7 @@ extern "C" __global__ void silu_mul_q8(const float *__restrict__ gu, int stride,
 extern "C" __global__ void gather_rows(const float *__restrict__ table,
                                        const unsigned int *__restrict__ ids,
                                        float *__restrict__ x, int h) {
+  pdl_enter();
   const int r = blockIdx.x;
   const int i = blockIdx.y * blockDim.x + threadIdx.x;
   if (i < h) x[(size_t)r * h + i] = table[(size_t)ids[r] * h + i];

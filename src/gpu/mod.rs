@@ -7,6 +7,8 @@
 //!   products on dp4a (`mmvq`) or tensor cores (`mmtc`, Q4_K and Q6_K).
 
 pub mod attention;
+#[cfg(feature = "cuda")]
+pub(crate) mod launch;
 pub mod step;
 mod topk;
 

@@ -175,6 +175,11 @@ impl GpuStep {
     pub fn set_tensor_cores(&mut self, _on: bool) -> bool {
         false
     }
+
+    /// No dependent launches without CUDA: always `false`.
+    pub fn dependent_launches(&self) -> bool {
+        false
+    }
 }
 
 /// A weight as the product kernel reads it.
@@ -213,6 +218,7 @@ fn mat(
 #[cfg(feature = "cuda")]
 mod cuda {
     use super::*;
+    use crate::gpu::launch::{Launch, LaunchOn};
     use crate::model::config::RopeStyle;
     use crate::model::weights::Embedding;
     use candle_core::Storage;
@@ -396,6 +402,8 @@ mod cuda {
         tensor_cores: bool,
         /// Where graphs replay when not on candle's stream (see [`GpuStep::set_high_priority`]).
         replay_on: Option<ReplayStream>,
+        /// The step's own kernels launch with PDL (`gpu::launch`).
+        pdl: bool,
         _keep: Vec<Tensor>,
     }
 
@@ -529,6 +537,7 @@ mod cuda {
                 .map_err(|e| e.to_string())?;
             let f = load_funcs(dev, &layers, &lm_head, &embed, major >= 8)
                 .map_err(|e| e.to_string())?;
+            let pdl = LaunchOn::new(&stream).pdl;
             Ok(GpuStep {
                 dev: dev.clone(),
                 stream,
@@ -557,6 +566,7 @@ mod cuda {
                 cold: 0,
                 tensor_cores: false,
                 replay_on: None,
+                pdl,
                 _keep: keep,
             })
         }
@@ -643,6 +653,20 @@ mod cuda {
 
         /// Turn graph capture on (unless `TREESPEC_CUDA_GRAPHS=0` or a capture failed) or off
         /// (every pass eagerly); captured graphs are dropped.
+        /// Whether the step's kernels launch with PDL (`gpu::launch`: sm_90 or later, a build
+        /// for it, `TREESPEC_PDL` not `0`).
+        pub fn dependent_launches(&self) -> bool {
+            self.pdl
+        }
+
+        /// Where this step's launches go.
+        fn on(&self) -> LaunchOn<'_> {
+            LaunchOn {
+                stream: &self.stream,
+                pdl: self.pdl,
+            }
+        }
+
         pub fn set_graphs(&mut self, on: bool) {
             self.graphs_on = on && graphs_allowed() && !self.graphs_failed;
             self.graphs.clear();
@@ -833,7 +857,7 @@ mod cuda {
                     self.copy_hidden(n, x, prev, hidden_layers, &mut slots_of_hidden)?;
                 }
                 self.matmul_stacked(&l.qkv, q8, qblocks(h), proj, self.qkv_width, n)?;
-                let mut bld = s.launch_builder(&self.f.qkv_rope);
+                let mut bld = Launch::new(&self.f.qkv_rope);
                 let (qkv_w, nh_i, nkv_i, hd_i) =
                     (self.qkv_width as i32, nh as i32, nkv as i32, hd as i32);
                 bld.arg(&proj)
@@ -862,7 +886,7 @@ mod cuda {
                 };
                 // SAFETY: arguments in the kernel's order; proj holds n rows of qkv_width, the
                 // caches hold every slot (the caller checked the context), q holds nh x n x hd.
-                unsafe { bld.launch(cfg) }.map_err(driver)?;
+                unsafe { bld.launch(self.on(), cfg) }.map_err(driver)?;
                 // Attention, its output quantised for the output projection by the combine kernel.
                 let kv = (l.k_cache, l.v_cache);
                 self.attention(n, chunks, meta.width, q, kv, table, part, att, q8)?;
@@ -871,7 +895,7 @@ mod cuda {
                 self.norm_q8(n, x, proj, l.ffn_norm, 0, q8, h)?;
                 self.matmul_stacked(&l.gate_up, q8, qblocks(h), proj, 2 * ffn, n)?;
                 let qb = qblocks(ffn);
-                let mut bld = s.launch_builder(&self.f.silu_mul_q8);
+                let mut bld = Launch::new(&self.f.silu_mul_q8);
                 let (stride, ffn_i, qb_i) = ((2 * ffn) as i32, ffn as i32, qb as i32);
                 bld.arg(&proj).arg(&stride).arg(&ffn_i).arg(&q8).arg(&qb_i);
                 let cfg = LaunchConfig {
@@ -880,7 +904,7 @@ mod cuda {
                     shared_mem_bytes: 0,
                 };
                 // SAFETY: proj holds n rows of 2 x ffn, q8 n rows of qb blocks.
-                unsafe { bld.launch(cfg) }.map_err(driver)?;
+                unsafe { bld.launch(self.on(), cfg) }.map_err(driver)?;
                 self.matmul(&l.down, q8, qb, proj, h, n)?;
                 if hidden_layers.contains(&li) {
                     pending_hidden = Some(li);
@@ -931,7 +955,7 @@ mod cuda {
             let h = self.h;
             match &self.embed {
                 Embed::Dense(table) => {
-                    let mut b = self.stream.launch_builder(&self.f.gather_rows);
+                    let mut b = Launch::new(&self.f.gather_rows);
                     let h_i = h as i32;
                     b.arg(table).arg(&ids).arg(&x).arg(&h_i);
                     let cfg = LaunchConfig {
@@ -940,7 +964,7 @@ mod cuda {
                         shared_mem_bytes: 0,
                     };
                     // SAFETY: ids below the vocabulary (checked by the decoder), x holds n rows.
-                    unsafe { b.launch(cfg) }.map_err(driver)?;
+                    unsafe { b.launch(self.on(), cfg) }.map_err(driver)?;
                 }
                 Embed::Quantized {
                     ptr,
@@ -976,7 +1000,7 @@ mod cuda {
             q8: u64,
             h: usize,
         ) -> Result<()> {
-            let mut b = self.stream.launch_builder(&self.f.norm_q8);
+            let mut b = Launch::new(&self.f.norm_q8);
             let (h_i, qb_i) = (h as i32, qblocks(h) as i32);
             b.arg(&x)
                 .arg(&delta)
@@ -993,7 +1017,7 @@ mod cuda {
             };
             // SAFETY: x and delta hold n rows of h, q8 n rows of qblocks(h); slots (when set)
             // below n.
-            unsafe { b.launch(cfg) }.map_err(driver)?;
+            unsafe { b.launch(self.on(), cfg) }.map_err(driver)?;
             Ok(())
         }
 
@@ -1014,7 +1038,7 @@ mod cuda {
             let ncols = mmvq_ncols(n);
             let f = &self.f.mmvq[&(w.tag, ncols)];
             let shape = (w.rows, w.cols, ncols);
-            launch_mmvq(&self.stream, f, w.ptr, shape, (y, yq), (dst, dst_stride), n)
+            launch_mmvq(self.on(), f, w.ptr, shape, (y, yq), (dst, dst_stride), n)
         }
 
         /// [`Self::matmul`] of matrices that share their input (q, k and v; gate and up), each
@@ -1045,7 +1069,7 @@ mod cuda {
                         let f = &self.f.mmvq_stacked[&(first.tag, ncols)];
                         let mats: Vec<&Mat> = run.iter().map(|(m, _)| m).collect();
                         launch_mmvq_stacked(
-                            &self.stream,
+                            self.on(),
                             f,
                             &mats,
                             ncols,
@@ -1100,7 +1124,7 @@ mod cuda {
         ) -> Result<()> {
             let f = &self.f.mmtc[&(w.tag, kernel)];
             let shape = (w.rows, w.cols, kernel);
-            launch_mmtc(&self.stream, f, w.ptr, shape, (y, yq), (dst, dst_stride), n)
+            launch_mmtc(self.on(), f, w.ptr, shape, (y, yq), (dst, dst_stride), n)
         }
 
         #[allow(clippy::too_many_arguments)]
@@ -1121,7 +1145,7 @@ mod cuda {
             let (width_i, chunks_i) = (width as i32, chunks as i32);
             let qb_i = qblocks(self.nh * self.hd) as i32;
             let scale = 1.0f32 / (self.hd as f32).sqrt();
-            let mut b = self.stream.launch_builder(&self.f.att_chunk);
+            let mut b = Launch::new(&self.f.att_chunk);
             b.arg(&q)
                 .arg(&k)
                 .arg(&v)
@@ -1141,8 +1165,8 @@ mod cuda {
                 shared_mem_bytes: 0,
             };
             // SAFETY: as in gpu::attention; the chunk count covers every row's key list.
-            unsafe { b.launch(cfg) }.map_err(driver)?;
-            let mut b = self.stream.launch_builder(&self.f.att_combine);
+            unsafe { b.launch(self.on(), cfg) }.map_err(driver)?;
+            let mut b = Launch::new(&self.f.att_combine);
             b.arg(&part)
                 .arg(&table)
                 .arg(&out)
@@ -1159,7 +1183,7 @@ mod cuda {
                 shared_mem_bytes: 0,
             };
             // SAFETY: as above.
-            unsafe { b.launch(cfg) }.map_err(driver)?;
+            unsafe { b.launch(self.on(), cfg) }.map_err(driver)?;
             Ok(())
         }
     }
@@ -1168,7 +1192,7 @@ mod cuda {
     /// in that order) in one launch (`mmvq_<tag>_x<ncols>_stacked`), otherwise as
     /// [`launch_mmvq`]: output row r of the stack at `dst + r`.
     fn launch_mmvq_stacked(
-        stream: &Arc<CudaStream>,
+        on: LaunchOn,
         f: &CudaFunction,
         mats: &[&Mat],
         ncols: usize,
@@ -1194,23 +1218,14 @@ mod cuda {
         let shape = (rows, first.cols, ncols);
         // SAFETY (of the launch): as in launch_mmvq, for each matrix of the stack; every row
         // count is even, so a block's two rows lie in one matrix.
-        launch_mmvq_on(
-            stream,
-            f,
-            &weights,
-            split,
-            shape,
-            (y, yq),
-            (dst, dst_stride),
-            n,
-        )
+        launch_mmvq_on(on, f, &weights, split, shape, (y, yq), (dst, dst_stride), n)
     }
 
     /// The dp4a product (`kernels/mmvq.cu`, `mmvq_<tag>_x<ncols>`, `ncols` 1 or 4) of a `rows x
     /// cols` weight at `w` with `n` Q8_1 activation rows (`yq` blocks apart, padded to a
     /// multiple of four when `ncols` is 4) into `n` rows of `dst` (`dst_stride` floats apart).
     fn launch_mmvq(
-        stream: &Arc<CudaStream>,
+        on: LaunchOn,
         f: &CudaFunction,
         w: u64,
         shape: (usize, usize, usize),
@@ -1218,14 +1233,14 @@ mod cuda {
         dst: (u64, usize),
         n: usize,
     ) -> Result<()> {
-        launch_mmvq_on(stream, f, &[w], None, shape, y, dst, n)
+        launch_mmvq_on(on, f, &[w], None, shape, y, dst, n)
     }
 
     /// Launch a dp4a product kernel: its weight pointers (one, or three for a stack, with the
     /// rows where the second and third start), then the arguments every entry point shares.
     #[allow(clippy::too_many_arguments)]
     fn launch_mmvq_on(
-        stream: &Arc<CudaStream>,
+        on: LaunchOn,
         f: &CudaFunction,
         weights: &[u64],
         split: Option<[i32; 2]>,
@@ -1235,7 +1250,7 @@ mod cuda {
         n: usize,
     ) -> Result<()> {
         debug_assert_eq!(weights.len(), if split.is_some() { 3 } else { 1 });
-        let mut b = stream.launch_builder(f);
+        let mut b = Launch::new(f);
         for w in weights {
             b.arg(w);
         }
@@ -1259,7 +1274,7 @@ mod cuda {
         };
         // SAFETY: the weights hold rows x cols (padded as candle pads them; a stack's rows split
         // as `split` says), y and dst hold the activation rows padded to a multiple of `ncols`.
-        unsafe { b.launch(cfg) }.map_err(driver)?;
+        unsafe { b.launch(on, cfg) }.map_err(driver)?;
         Ok(())
     }
 
@@ -1318,11 +1333,27 @@ mod cuda {
                     let launch = || match (&mmtc, kernel) {
                         (Some(f), Some(t)) => {
                             let shape = (rows, cols, t);
-                            launch_mmtc(&stream, f, w_ptr, shape, (y_ptr, yq), (d_ptr, rows), n)
+                            launch_mmtc(
+                                LaunchOn::new(&stream),
+                                f,
+                                w_ptr,
+                                shape,
+                                (y_ptr, yq),
+                                (d_ptr, rows),
+                                n,
+                            )
                         }
                         _ => {
                             let shape = (rows, cols, ncols);
-                            launch_mmvq(&stream, &mmvq, w_ptr, shape, (y_ptr, yq), (d_ptr, rows), n)
+                            launch_mmvq(
+                                LaunchOn::new(&stream),
+                                &mmvq,
+                                w_ptr,
+                                shape,
+                                (y_ptr, yq),
+                                (d_ptr, rows),
+                                n,
+                            )
                         }
                     };
                     launch()?;
@@ -1346,7 +1377,7 @@ mod cuda {
     /// which depends only on the row length (so a row's sum order never depends on `n`); one
     /// row goes to [`launch_mmtc_row`].
     fn launch_mmtc(
-        stream: &Arc<CudaStream>,
+        on: LaunchOn,
         f: &CudaFunction,
         w: u64,
         (rows, cols, kernel): (usize, usize, Mmtc),
@@ -1359,7 +1390,7 @@ mod cuda {
         }
         let warps = mmtc_warps(cols);
         let Mmtc::Tiles(tiles) = kernel else {
-            return launch_mmtc_row(stream, f, w, (rows, cols, warps), y, dst);
+            return launch_mmtc_row(on, f, w, (rows, cols, warps), y, dst);
         };
         let shared = warps * (tiles * 8 * 16 * 4) as u32;
         if shared > 48 * 1024 {
@@ -1367,7 +1398,7 @@ mod cuda {
             let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
             f.set_attribute(attr, shared as i32).map_err(driver)?;
         }
-        let mut b = stream.launch_builder(f);
+        let mut b = Launch::new(f);
         let (cols_i, sy, sd, n_i) = (cols as i32, yq as i32, dst_stride as i32, n as i32);
         b.arg(&w)
             .arg(&y)
@@ -1384,7 +1415,7 @@ mod cuda {
         // SAFETY: the weight holds rows x cols (rows a multiple of 16, cols of 256), y holds n
         // activation rows of yq Q8_1 blocks (only rows below n are read), dst n rows of
         // dst_stride (only rows below n are written).
-        unsafe { b.launch(cfg) }.map_err(driver)?;
+        unsafe { b.launch(on, cfg) }.map_err(driver)?;
         Ok(())
     }
 
@@ -1392,7 +1423,7 @@ mod cuda {
     /// weight row's `warps` splits, `r` weight rows a block, the activation row staged in each
     /// block's shared memory (48 bytes a Q8_1 block).
     fn launch_mmtc_row(
-        stream: &Arc<CudaStream>,
+        on: LaunchOn,
         f: &CudaFunction,
         w: u64,
         (rows, cols, warps): (usize, usize, u32),
@@ -1410,7 +1441,7 @@ mod cuda {
             let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
             f.set_attribute(attr, shared as i32).map_err(driver)?;
         }
-        let mut b = stream.launch_builder(f);
+        let mut b = Launch::new(f);
         let (cols_i, rows_i) = (cols as i32, rows as i32);
         b.arg(&w).arg(&y).arg(&dst).arg(&cols_i).arg(&rows_i);
         let cfg = LaunchConfig {
@@ -1420,7 +1451,7 @@ mod cuda {
         };
         // SAFETY: the weight holds rows x cols (cols a multiple of 256), y one activation row of
         // cols / 32 Q8_1 blocks, dst rows floats (only rows below `rows` are written).
-        unsafe { b.launch(cfg) }.map_err(driver)?;
+        unsafe { b.launch(on, cfg) }.map_err(driver)?;
         Ok(())
     }
 
@@ -1482,7 +1513,7 @@ mod cuda {
                 let y_at = y_ptr + (first * yq * Q8_BYTES) as u64;
                 let o = out.device_ptr(&stream).0;
                 launch_mmtc(
-                    &stream,
+                    LaunchOn::new(&stream),
                     &f,
                     w_ptr,
                     (rows, cols, kernel),
@@ -1585,7 +1616,7 @@ mod cuda {
                             let f = mmvq_func(dev, tag, ncols, true)?;
                             let refs: Vec<&Mat> = mats.iter().collect();
                             launch_mmvq_stacked(
-                                &stream,
+                                LaunchOn::new(&stream),
                                 &f,
                                 &refs,
                                 ncols,
@@ -1599,7 +1630,15 @@ mod cuda {
                             for m in &mats {
                                 let shape = (m.rows, cols, ncols);
                                 let o = d + (at * 4) as u64;
-                                launch_mmvq(&stream, &f, m.ptr, shape, (y_ptr, yq), (o, total), n)?;
+                                launch_mmvq(
+                                    LaunchOn::new(&stream),
+                                    &f,
+                                    m.ptr,
+                                    shape,
+                                    (y_ptr, yq),
+                                    (o, total),
+                                    n,
+                                )?;
                                 at += m.rows;
                             }
                         }

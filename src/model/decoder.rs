@@ -196,10 +196,13 @@ impl ForwardOutput {
 /// set_tensor_cores`]) and giving it the GPU's highest stream priority when `high_priority` (a
 /// failure to is said in the description, not fatal).
 fn step_runtime(step: &mut GpuStep, high_priority: bool, tensor_cores: bool) -> String {
-    let products = match step.set_tensor_cores(tensor_cores) {
-        true => "tensor-core products",
-        false => "dp4a products",
+    let mut products = match step.set_tensor_cores(tensor_cores) {
+        true => "tensor-core products".to_string(),
+        false => "dp4a products".to_string(),
     };
+    if step.dependent_launches() {
+        products.push_str(", dependent launches");
+    }
     match high_priority.then(|| step.set_high_priority()) {
         Some(Err(e)) => format!("treespec GPU step, {products} (no high-priority stream: {e})"),
         _ => format!("treespec GPU step, {products}"),
