@@ -8,7 +8,7 @@ use std::process::Command;
 
 const KERNELS: &[&str] = &["topk", "attention", "step", "mmvq", "mmtc"];
 /// Headers the kernels include.
-const HEADERS: &[&str] = &["pdl.cuh"];
+const HEADERS: &[&str] = &["pdl.cuh", "stacked.cuh"];
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");

@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "pdl.cuh"
+#include "stacked.cuh"
 
 #define FULL_MASK 0xffffffffu
 
@@ -150,9 +151,9 @@ static __device__ __forceinline__ int act_word(const uint8_t *y, bool live, int 
 // and high nibbles of the same 32 bytes. Per sub-block s of weight row r and activation row c:
 // term = (d_r * sc_rs) * (d8_cs * isum) - (dmin_r * m_rs) * sum8_cs.
 template <int NT>
-static __device__ void mmtc_q4_k(const uint8_t *__restrict__ vx, const uint8_t *__restrict__ vy,
-                                 float *__restrict__ dst, int ncols_x, int stride_col_y,
-                                 int stride_col_dst, int n) {
+static __device__ void mmtc_q4_k(const uint8_t *__restrict__ vx, int wrow0,
+                                 const uint8_t *__restrict__ vy, float *__restrict__ dst,
+                                 int ncols_x, int stride_col_y, int stride_col_dst, int n) {
   extern __shared__ float red[];
   const int lane = threadIdx.x, w = threadIdx.y, W = blockDim.y;
   const int g = lane >> 2, t = lane & 3;
@@ -160,8 +161,8 @@ static __device__ void mmtc_q4_k(const uint8_t *__restrict__ vx, const uint8_t *
   const int tok0 = blockIdx.y * 8 * NT;
   const int nsb = ncols_x / 256;
   const int units = nsb * 4;
-  const uint8_t *rows[2] = {vx + (size_t)(row0 + g) * nsb * 144,
-                            vx + (size_t)(row0 + g + 8) * nsb * 144};
+  const uint8_t *rows[2] = {vx + (size_t)(row0 - wrow0 + g) * nsb * 144,
+                            vx + (size_t)(row0 - wrow0 + g + 8) * nsb * 144};
   float acc[NT][4];
 #pragma unroll
   for (int T = 0; T < NT; ++T) acc[T][0] = acc[T][1] = acc[T][2] = acc[T][3] = 0.0f;
@@ -263,9 +264,9 @@ static __device__ void mmtc_q4_k(const uint8_t *__restrict__ vx, const uint8_t *
 // part is a 16-value group with its own scale: term = (d_r * sc_rg) * (d8_cs * isum), values
 // q - 32.
 template <int NT>
-static __device__ void mmtc_q6_k(const uint8_t *__restrict__ vx, const uint8_t *__restrict__ vy,
-                                 float *__restrict__ dst, int ncols_x, int stride_col_y,
-                                 int stride_col_dst, int n) {
+static __device__ void mmtc_q6_k(const uint8_t *__restrict__ vx, int wrow0,
+                                 const uint8_t *__restrict__ vy, float *__restrict__ dst,
+                                 int ncols_x, int stride_col_y, int stride_col_dst, int n) {
   extern __shared__ float red[];
   const int lane = threadIdx.x, w = threadIdx.y, W = blockDim.y;
   const int g = lane >> 2, t = lane & 3;
@@ -273,8 +274,8 @@ static __device__ void mmtc_q6_k(const uint8_t *__restrict__ vx, const uint8_t *
   const int tok0 = blockIdx.y * 8 * NT;
   const int nsb = ncols_x / 256;
   const int units = nsb * 4;
-  const uint8_t *rows[2] = {vx + (size_t)(row0 + g) * nsb * 210,
-                            vx + (size_t)(row0 + g + 8) * nsb * 210};
+  const uint8_t *rows[2] = {vx + (size_t)(row0 - wrow0 + g) * nsb * 210,
+                            vx + (size_t)(row0 - wrow0 + g + 8) * nsb * 210};
   float acc[NT][4];
 #pragma unroll
   for (int T = 0; T < NT; ++T) acc[T][0] = acc[T][1] = acc[T][2] = acc[T][3] = 0.0f;
@@ -559,14 +560,17 @@ struct Q6kUnits {
 // The one-row product with `Units` (Q4kUnits / Q6kUnits of U units, `bytes` a super-block): the first
 // batch of weights is loaded before the activations are staged, so that the two loads overlap.
 template <typename Units, int bytes, int U>
-static __device__ __forceinline__ void mmtc_row(const uint8_t *vx, const uint8_t *vy,
+static __device__ __forceinline__ void mmtc_row(const void *vx0, const void *vx1, const void *vx2,
+                                                int row1, int row2, const uint8_t *vy,
                                                 float *dst, int ncols_x, int nrows) {
   extern __shared__ int4 staged[];
   const int w = threadIdx.x, W = blockDim.x;
   const int row = blockIdx.x * blockDim.y + threadIdx.y;
   const int nsb = ncols_x / 256, units = nsb * 4;
   const bool live = row < nrows;
-  const uint8_t *wrow = vx + (size_t)(live ? row : 0) * nsb * bytes;
+  int wrow0;
+  const uint8_t *vx = (const uint8_t *)stacked(vx0, vx1, vx2, row1, row2, live ? row : 0, &wrow0);
+  const uint8_t *wrow = vx + (size_t)(live ? row - wrow0 : 0) * nsb * bytes;
   Units batch;
   if (live) batch.load(wrow, w, W, units);
   pdl_enter();  // the first weights were loaded while the previous kernel finished (pdl.cuh)
@@ -585,12 +589,14 @@ static __device__ __forceinline__ void mmtc_row(const uint8_t *vx, const uint8_t
 }
 
 // Entry points: grid (ceil(rows / R)), block (W, R), dynamic shared memory 48 bytes a Q8_1 block
-// of the activation row. dst[r] = W[r] . y.
+// of the activation row. dst[r] = W[r] . y, W the stack of vx0, vx1, vx2 (stacked.cuh).
 #define TREESPEC_MMTC_ROW(tag, Units, bytes, name, units)                                      \
   extern "C" __global__ void __launch_bounds__(256) mmtc_##tag##_##name(                      \
-      const void *__restrict__ vx, const void *__restrict__ vy, float *__restrict__ dst,       \
-      const int ncols_x, const int nrows) {                                                    \
-    mmtc_row<Units<units>, bytes, units>((const uint8_t *)vx, (const uint8_t *)vy, dst,        \
+      const void *__restrict__ vx0, const void *__restrict__ vx1,                              \
+      const void *__restrict__ vx2, const int row1, const int row2,                            \
+      const void *__restrict__ vy, float *__restrict__ dst, const int ncols_x,                 \
+      const int nrows) {                                                                       \
+    mmtc_row<Units<units>, bytes, units>(vx0, vx1, vx2, row1, row2, (const uint8_t *)vy, dst,  \
                                          ncols_x, nrows);                                      \
   }
 
@@ -604,18 +610,23 @@ TREESPEC_MMTC_ROW(q6_k, Q6kUnits, 210, row_long, ROW_UNITS_LONG)
 #define q6_k_bytes 210
 
 // Entry points: grid (rows / 16, ceil(n / (8 * NT))), block (32, W), dynamic shared memory W *
-// NT * 8 * 16 floats. dst[c * stride_col_dst + r] = W[r] . y[c] for the n activation rows c.
-
+// NT * 8 * 16 floats. dst[c * stride_col_dst + r] = W[r] . y[c] for the n activation rows c, W
+// the stack of vx0, vx1, vx2 (stacked.cuh; every row count a multiple of 16).
 #define TREESPEC_MMTC(tag, NT)                                                                 \
   extern "C" __global__ void __launch_bounds__(32 * MAX_WARPS) mmtc_##tag##_t##NT(           \
-      const void *__restrict__ vx, const void *__restrict__ vy, float *__restrict__ dst,       \
-      const int ncols_x, const int stride_col_y, const int stride_col_dst, const int n) {      \
+      const void *__restrict__ vx0, const void *__restrict__ vx1,                              \
+      const void *__restrict__ vx2, const int row1, const int row2,                            \
+      const void *__restrict__ vy, float *__restrict__ dst, const int ncols_x,                 \
+      const int stride_col_y, const int stride_col_dst, const int n) {                         \
+    int wrow0;                                                                                 \
+    const uint8_t *vx =                                                                        \
+        (const uint8_t *)stacked(vx0, vx1, vx2, row1, row2, blockIdx.x * 16, &wrow0);          \
+    const size_t row_bytes = (size_t)(ncols_x / 256) * tag##_bytes;                            \
     /* the block's 16 weight rows on their way to L2 before the previous kernel ends */        \
-    prefetch_l2((const uint8_t *)vx + (size_t)blockIdx.x * 16 * (ncols_x / 256) * tag##_bytes, \
-                (size_t)16 * (ncols_x / 256) * tag##_bytes);                                   \
+    prefetch_l2(vx + (blockIdx.x * 16 - wrow0) * row_bytes, 16 * row_bytes);                   \
     pdl_enter();                                                                               \
-    mmtc_##tag<NT>((const uint8_t *)vx, (const uint8_t *)vy, dst, ncols_x, stride_col_y,       \
-                   stride_col_dst, n);                                                         \
+    mmtc_##tag<NT>(vx, wrow0, (const uint8_t *)vy, dst, ncols_x, stride_col_y, stride_col_dst, \
+                   n);                                                                         \
   }
 
 TREESPEC_MMTC(q4_k, 1)

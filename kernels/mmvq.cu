@@ -21,7 +21,7 @@
 #include "cuda_fp16.h"
 #include <stdint.h>
 
-#include "pdl.cuh"
+#include "stacked.cuh"
 
 // Constants, types, and helpers shared with the indexed MoE kernels.
 
@@ -777,40 +777,12 @@ mmvq_gguf_quantize_q8_1_f32(const float *__restrict__ x,
 // through every chunk in turn (the rows stay in L1/L2, so the weights stream from memory once
 // however many rows the pass holds), each chunk reduced exactly as the one-row kernel reduces
 // a row. The activation and destination buffers hold whole chunks (rows padded to four).
-// The weight matrix a launch's row `row` belongs to, when one launch takes up to three
-// matrices of the same format and row length stacked (q, k and v; gate and up): rows 0 .. row1
-// are vx0's, row1 .. row2 vx1's, row2 .. vx2's; *row0 is where that matrix's rows start.
-static __device__ __forceinline__ const void *stacked(const void *vx0, const void *vx1,
-                                                      const void *vx2, int row1, int row2,
-                                                      int row, int *row0) {
-  if (row >= row2) {
-    *row0 = row2;
-    return vx2;
-  }
-  if (row >= row1) {
-    *row0 = row1;
-    return vx1;
-  }
-  *row0 = 0;
-  return vx0;
-}
-
-// Before the previous kernel has finished (pdl.cuh): the block's `nrows` weight rows from
-// `first_row` of vx on their way to L2; then wait for that kernel, and let the next launch.
-template <typename block_q_t, int qk>
-static __device__ __forceinline__ void mmvq_enter(const void *vx, int first_row, int nrows,
-                                                  int ncols_x) {
-  const size_t row_bytes = (size_t)(ncols_x / qk) * sizeof(block_q_t);
-  prefetch_l2((const char *)vx + (size_t)first_row * row_bytes, (size_t)nrows * row_bytes);
-  pdl_enter();
-}
 
 #define TREESPEC_MMVQ_TYPE(tag, block_q_t, qk_val, qi_val, vdr_val, vec_dot)                \
   extern "C" __global__ void mmvq_##tag##_x1(                                               \
       const void *__restrict__ vx, const void *__restrict__ vy, float *__restrict__ dst,     \
       const int ncols_x, const int nrows_x, const int stride_col_y,                         \
       const int stride_col_dst, const int nchunks) {                                        \
-    mmvq_enter<block_q_t, qk_val>(vx, blockIdx.x, 1, ncols_x);                              \
     mmvq_core_impl<float, qk_val, qi_val, block_q_t, vdr_val, vec_dot, 1>(                  \
         vx, (const block_q8_1 *)vy, dst, ncols_x, nrows_x, stride_col_y, stride_col_dst, 0); \
   }                                                                                         \
@@ -818,7 +790,6 @@ static __device__ __forceinline__ void mmvq_enter(const void *vx, int first_row,
       const void *__restrict__ vx, const void *__restrict__ vy, float *__restrict__ dst,     \
       const int ncols_x, const int nrows_x, const int stride_col_y,                         \
       const int stride_col_dst, const int nchunks) {                                        \
-    mmvq_enter<block_q_t, qk_val>(vx, 2 * blockIdx.x, 2, ncols_x);                          \
     for (int c = 0; c < nchunks; ++c) {                                                     \
       mmvq_core_impl<float, qk_val, qi_val, block_q_t, vdr_val, vec_dot, 4>(                \
           vx, (const block_q8_1 *)vy + (size_t)c * 4 * stride_col_y,                        \
@@ -835,7 +806,6 @@ static __device__ __forceinline__ void mmvq_enter(const void *vx, int first_row,
       const int nchunks) {                                                                  \
     int row0;                                                                               \
     const void *vx = stacked(vx0, vx1, vx2, row1, row2, blockIdx.x, &row0);                 \
-    mmvq_enter<block_q_t, qk_val>(vx, blockIdx.x - row0, 1, ncols_x);                       \
     mmvq_core_impl<float, qk_val, qi_val, block_q_t, vdr_val, vec_dot, 1>(                  \
         vx, (const block_q8_1 *)vy, dst, ncols_x, nrows_x, stride_col_y, stride_col_dst,    \
         row0);                                                                              \
@@ -848,7 +818,6 @@ static __device__ __forceinline__ void mmvq_enter(const void *vx, int first_row,
       const int nchunks) {                                                                  \
     int row0; /* a block's two rows lie in one matrix: every row count is even */           \
     const void *vx = stacked(vx0, vx1, vx2, row1, row2, 2 * blockIdx.x, &row0);             \
-    mmvq_enter<block_q_t, qk_val>(vx, 2 * blockIdx.x - row0, 2, ncols_x);                   \
     for (int c = 0; c < nchunks; ++c) {                                                     \
       mmvq_core_impl<float, qk_val, qi_val, block_q_t, vdr_val, vec_dot, 4>(                \
           vx, (const block_q8_1 *)vy + (size_t)c * 4 * stride_col_y,                        \

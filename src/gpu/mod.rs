@@ -27,14 +27,20 @@ pub fn selftest(device: &candle_core::Device) -> Result<Vec<String>> {
     attention::selftest(device, &mut rng, &mut report)?;
     #[cfg(feature = "cuda")]
     if let candle_core::Device::Cuda(dev) = device {
-        step::selftest_stacked(dev, &mut rng, &mut report)?;
         // The tensor-core products use int8 MMA, which needs sm_80 (PTX built for 80 unless
         // CUDA_COMPUTE_CAP says otherwise).
-        match crate::device::built_for() {
-            Some(cap) if cap < 80 => report.push(format!(
-                "tensor-core products: skipped (this build is for sm_{cap}; they need sm_80)"
-            )),
-            _ => step::selftest_products(dev, &mut rng, &mut report)?,
+        let tensor_cores = match crate::device::built_for() {
+            Some(cap) if cap < 80 => {
+                report.push(format!(
+                    "tensor-core products: skipped (this build is for sm_{cap}; they need sm_80)"
+                ));
+                false
+            }
+            _ => true,
+        };
+        step::selftest_stacked(dev, &mut rng, &mut report, tensor_cores)?;
+        if tensor_cores {
+            step::selftest_products(dev, &mut rng, &mut report)?;
         }
     }
     Ok(report)

@@ -11,8 +11,10 @@
 //! the quantised products take all rows in one launch (chunks of four activation rows, or 8-row
 //! tensor-core tiles, along the grid) instead of one launch per four rows. A target's Q4_K /
 //! Q6_K products run on tensor cores for passes of several rows and on a one-row kernel that
-//! sums in the same order ([`tensor_cores_for`]); the rest on dp4a, q/k/v and gate/up stacked
-//! in one launch where they share a format.
+//! sums in the same order ([`tensor_cores_for`]); the rest on dp4a. q/k/v and gate/up run
+//! stacked in one launch where they share a format and kernel. On sm_90 and later every launch
+//! is a programmatic dependent launch (`gpu::launch`): a kernel's blocks start, and prefetch
+//! their weights, while the kernel before it finishes.
 //!
 //! Per-step values (token ids, positions, cache slots, the key lists) live in one device buffer
 //! the kernels read, so a pass is captured once per shape (rows, logits rows, key-table width
@@ -1042,9 +1044,10 @@ mod cuda {
         }
 
         /// [`Self::matmul`] of matrices that share their input (q, k and v; gate and up), each
-        /// `(weight, first output column)`: runs of up to three that one dp4a launch takes
-        /// ([`Self::stacks`]) go to `mmvq_<tag>_x<n>_stacked` (one launch instead of three; each
-        /// row computed exactly as alone), the rest one launch each.
+        /// `(weight, first output column)`: runs of up to three that one launch takes
+        /// ([`Self::stacks`]) go to one launch of the tensor-core kernel or of
+        /// `mmvq_<tag>_x<n>_stacked` (one launch instead of three; each row computed exactly as
+        /// alone), the rest one launch each.
         fn matmul_stacked(
             &self,
             ws: &[(Mat, usize)],
@@ -1065,18 +1068,20 @@ mod cuda {
                 match &ws[i..j] {
                     [_] => self.matmul(first, y, yq, at, dst_stride, n)?,
                     run => {
-                        let ncols = mmvq_ncols(n);
-                        let f = &self.f.mmvq_stacked[&(first.tag, ncols)];
                         let mats: Vec<&Mat> = run.iter().map(|(m, _)| m).collect();
-                        launch_mmvq_stacked(
-                            self.on(),
-                            f,
-                            &mats,
-                            ncols,
-                            (y, yq),
-                            (at, dst_stride),
-                            n,
-                        )?
+                        let stack = Stack::of(&mats)?;
+                        let (y, dst) = ((y, yq), (at, dst_stride));
+                        match self.tensor_core_kernel(first, n) {
+                            Some(kernel) => {
+                                let f = &self.f.mmtc[&(first.tag, kernel)];
+                                launch_mmtc(self.on(), f, &stack, kernel, y, dst, n)?
+                            }
+                            None => {
+                                let ncols = mmvq_ncols(n);
+                                let f = &self.f.mmvq_stacked[&(first.tag, ncols)];
+                                launch_mmvq_stacked(self.on(), f, &stack, ncols, y, dst, n)?
+                            }
+                        }
                     }
                 }
                 i = j;
@@ -1084,15 +1089,15 @@ mod cuda {
             Ok(())
         }
 
-        /// Whether `b` can follow `a` in one stacked dp4a launch: both on the dp4a kernel, one
-        /// format and row length, an even row count each (the chunked kernel takes rows in pairs),
-        /// and `b`'s output columns right after `a`'s.
+        /// Whether `b` can follow `a` in one stacked launch: one format, row length and kernel
+        /// (tensor cores, whose rows come in sixteens, or dp4a, with an even row count each: the
+        /// chunked kernel takes rows in pairs), and `b`'s output columns right after `a`'s.
         fn stacks(&self, (a, a_off): &(Mat, usize), (b, b_off): &(Mat, usize), n: usize) -> bool {
-            let dp4a =
-                self.tensor_core_kernel(a, n).is_none() && self.tensor_core_kernel(b, n).is_none();
-            let same = a.tag == b.tag && a.cols == b.cols;
+            let kernel = self.tensor_core_kernel(a, n);
+            let same =
+                a.tag == b.tag && a.cols == b.cols && kernel == self.tensor_core_kernel(b, n);
             let even = a.rows.is_multiple_of(2) && b.rows.is_multiple_of(2);
-            dp4a && same && even && *b_off == a_off + a.rows
+            same && (kernel.is_some() || even) && *b_off == a_off + a.rows
         }
 
         /// The tensor-core product's kernel for `n` activation rows of `w` ([`mmtc_kernel`]),
@@ -1123,8 +1128,8 @@ mod cuda {
             kernel: Mmtc,
         ) -> Result<()> {
             let f = &self.f.mmtc[&(w.tag, kernel)];
-            let shape = (w.rows, w.cols, kernel);
-            launch_mmtc(self.on(), f, w.ptr, shape, (y, yq), (dst, dst_stride), n)
+            let stack = Stack::one(w.ptr, w.rows, w.cols);
+            launch_mmtc(self.on(), f, &stack, kernel, (y, yq), (dst, dst_stride), n)
         }
 
         #[allow(clippy::too_many_arguments)]
@@ -1194,31 +1199,71 @@ mod cuda {
     fn launch_mmvq_stacked(
         on: LaunchOn,
         f: &CudaFunction,
-        mats: &[&Mat],
+        stack: &Stack,
         ncols: usize,
-        (y, yq): (u64, usize),
-        (dst, dst_stride): (u64, usize),
+        y: (u64, usize),
+        dst: (u64, usize),
         n: usize,
     ) -> Result<()> {
-        let (Some(first), Some(second)) = (mats.first(), mats.get(1)) else {
-            return Err(Error::Device(
-                "a stacked product of fewer than two matrices".into(),
-            ));
-        };
-        debug_assert!(mats.len() <= 3, "a stack holds at most three matrices");
-        let third = mats.get(2).unwrap_or(second);
-        let rows: usize = mats.iter().map(|m| m.rows).sum();
-        // With two matrices no row reaches the third's start.
-        let row2 = match mats.len() {
-            2 => rows,
-            _ => first.rows + second.rows,
-        };
-        let weights = [first.ptr, second.ptr, third.ptr];
-        let split = Some([first.rows as i32, row2 as i32]);
-        let shape = (rows, first.cols, ncols);
+        let shape = (stack.rows, stack.cols, ncols);
         // SAFETY (of the launch): as in launch_mmvq, for each matrix of the stack; every row
         // count is even, so a block's two rows lie in one matrix.
-        launch_mmvq_on(on, f, &weights, split, shape, (y, yq), (dst, dst_stride), n)
+        launch_mmvq_on(on, f, &stack.ptrs, Some(stack.split), shape, y, dst, n)
+    }
+
+    /// Up to three weights of one format and row length whose products one launch computes,
+    /// output rows back to back, as the kernels take them (`kernels/stacked.cuh`): the three
+    /// pointers and the rows where the second and the third start.
+    struct Stack {
+        ptrs: [u64; 3],
+        split: [i32; 2],
+        rows: usize,
+        cols: usize,
+    }
+
+    impl Stack {
+        /// One matrix (a stack whose second and third start past its last row).
+        fn one(ptr: u64, rows: usize, cols: usize) -> Self {
+            Stack {
+                ptrs: [ptr; 3],
+                split: [rows as i32; 2],
+                rows,
+                cols,
+            }
+        }
+
+        /// The stack of one to three matrices, in that order.
+        fn of(mats: &[&Mat]) -> Result<Self> {
+            match mats {
+                [a] => Ok(Stack::one(a.ptr, a.rows, a.cols)),
+                [a, b] => Ok(Stack {
+                    ptrs: [a.ptr, b.ptr, b.ptr],
+                    // No row reaches the third's start.
+                    split: [a.rows as i32, (a.rows + b.rows) as i32],
+                    rows: a.rows + b.rows,
+                    cols: a.cols,
+                }),
+                [a, b, c] => Ok(Stack {
+                    ptrs: [a.ptr, b.ptr, c.ptr],
+                    split: [a.rows as i32, (a.rows + b.rows) as i32],
+                    rows: a.rows + b.rows + c.rows,
+                    cols: a.cols,
+                }),
+                _ => Err(Error::Device(format!(
+                    "a stacked product of {} matrices (one to three)",
+                    mats.len()
+                ))),
+            }
+        }
+
+        /// The kernel arguments a stack is: the three pointers, then the two split rows.
+        fn args<'a>(&'a self, b: &mut Launch<'a>) {
+            b.arg(&self.ptrs[0])
+                .arg(&self.ptrs[1])
+                .arg(&self.ptrs[2])
+                .arg(&self.split[0])
+                .arg(&self.split[1]);
+        }
     }
 
     /// The dp4a product (`kernels/mmvq.cu`, `mmvq_<tag>_x<ncols>`, `ncols` 1 or 4) of a `rows x
@@ -1250,6 +1295,12 @@ mod cuda {
         n: usize,
     ) -> Result<()> {
         debug_assert_eq!(weights.len(), if split.is_some() { 3 } else { 1 });
+        // Never a dependent launch: the dp4a kernels take one weight row a block (thousands of
+        // blocks), and a PDL wait in each block cost more than PDL saved (the 0.5B: 790-820
+        // tok/s with the waits and no PDL, 835-860 with PDL, 965-990 without either; H200,
+        // BENCHMARKS.md section 18). So they follow `kernels/pdl.cuh` by not being launched
+        // with it.
+        let on = LaunchOn { pdl: false, ..on };
         let mut b = Launch::new(f);
         for w in weights {
             b.arg(w);
@@ -1330,30 +1381,19 @@ mod cuda {
                         },
                     };
                     let mmtc = kernel.map(|k| mmtc_func(dev, tag, k)).transpose()?;
+                    // Each kernel alone: no dependent launches, which would overlap the 50.
+                    let alone = LaunchOn {
+                        stream: &stream,
+                        pdl: false,
+                    };
                     let launch = || match (&mmtc, kernel) {
                         (Some(f), Some(t)) => {
-                            let shape = (rows, cols, t);
-                            launch_mmtc(
-                                LaunchOn::new(&stream),
-                                f,
-                                w_ptr,
-                                shape,
-                                (y_ptr, yq),
-                                (d_ptr, rows),
-                                n,
-                            )
+                            let stack = Stack::one(w_ptr, rows, cols);
+                            launch_mmtc(alone, f, &stack, t, (y_ptr, yq), (d_ptr, rows), n)
                         }
                         _ => {
                             let shape = (rows, cols, ncols);
-                            launch_mmvq(
-                                LaunchOn::new(&stream),
-                                &mmvq,
-                                w_ptr,
-                                shape,
-                                (y_ptr, yq),
-                                (d_ptr, rows),
-                                n,
-                            )
+                            launch_mmvq(alone, &mmvq, w_ptr, shape, (y_ptr, yq), (d_ptr, rows), n)
                         }
                     };
                     launch()?;
@@ -1370,8 +1410,8 @@ mod cuda {
         Ok(out)
     }
 
-    /// The tensor-core product (`kernels/mmtc.cu`) of a `rows x cols` weight at `w` (rows a
-    /// multiple of 16, cols of 256) with `n` Q8_1 activation rows (`yq` blocks apart), into `n`
+    /// The tensor-core product (`kernels/mmtc.cu`) of a stack of `rows x cols` weights (rows a
+    /// multiple of 16 each, cols of 256) with `n` Q8_1 activation rows (`yq` blocks apart), into `n`
     /// rows of `dst` (`dst_stride` floats apart) with `kernel`: blocks of 16 weight rows by
     /// `8 * tiles` activation rows, a row's 64-value units spread over [`mmtc_warps`] warps,
     /// which depends only on the row length (so a row's sum order never depends on `n`); one
@@ -1379,8 +1419,8 @@ mod cuda {
     fn launch_mmtc(
         on: LaunchOn,
         f: &CudaFunction,
-        w: u64,
-        (rows, cols, kernel): (usize, usize, Mmtc),
+        stack: &Stack,
+        kernel: Mmtc,
         (y, yq): (u64, usize),
         (dst, dst_stride): (u64, usize),
         n: usize,
@@ -1388,9 +1428,10 @@ mod cuda {
         if n == 0 {
             return Ok(());
         }
+        let (rows, cols) = (stack.rows, stack.cols);
         let warps = mmtc_warps(cols);
         let Mmtc::Tiles(tiles) = kernel else {
-            return launch_mmtc_row(on, f, w, (rows, cols, warps), y, dst);
+            return launch_mmtc_row(on, f, stack, warps, y, dst);
         };
         let shared = warps * (tiles * 8 * 16 * 4) as u32;
         if shared > 48 * 1024 {
@@ -1400,13 +1441,8 @@ mod cuda {
         }
         let mut b = Launch::new(f);
         let (cols_i, sy, sd, n_i) = (cols as i32, yq as i32, dst_stride as i32, n as i32);
-        b.arg(&w)
-            .arg(&y)
-            .arg(&dst)
-            .arg(&cols_i)
-            .arg(&sy)
-            .arg(&sd)
-            .arg(&n_i);
+        stack.args(&mut b);
+        b.arg(&y).arg(&dst).arg(&cols_i).arg(&sy).arg(&sd).arg(&n_i);
         let cfg = LaunchConfig {
             grid_dim: ((rows / 16) as u32, n.div_ceil(8 * tiles) as u32, 1),
             block_dim: (32, warps, 1),
@@ -1425,11 +1461,12 @@ mod cuda {
     fn launch_mmtc_row(
         on: LaunchOn,
         f: &CudaFunction,
-        w: u64,
-        (rows, cols, warps): (usize, usize, u32),
+        stack: &Stack,
+        warps: u32,
         y: u64,
         dst: u64,
     ) -> Result<()> {
+        let (rows, cols) = (stack.rows, stack.cols);
         // Rows a block: enough blocks to spread a matrix over every SM (~256 blocks), at least
         // 64 lanes to stage the activations, at most 256 lanes.
         let per_block = (rows / 256)
@@ -1443,7 +1480,8 @@ mod cuda {
         }
         let mut b = Launch::new(f);
         let (cols_i, rows_i) = (cols as i32, rows as i32);
-        b.arg(&w).arg(&y).arg(&dst).arg(&cols_i).arg(&rows_i);
+        stack.args(&mut b);
+        b.arg(&y).arg(&dst).arg(&cols_i).arg(&rows_i);
         let cfg = LaunchConfig {
             grid_dim: (rows.div_ceil(per_block as usize) as u32, 1, 1),
             block_dim: (warps, per_block, 1),
@@ -1512,11 +1550,12 @@ mod cuda {
                 let out = stream.alloc_zeros::<f32>(n * rows).map_err(driver)?;
                 let y_at = y_ptr + (first * yq * Q8_BYTES) as u64;
                 let o = out.device_ptr(&stream).0;
+                let stack = Stack::one(w_ptr, rows, cols);
                 launch_mmtc(
                     LaunchOn::new(&stream),
                     &f,
-                    w_ptr,
-                    (rows, cols, kernel),
+                    &stack,
+                    kernel,
                     (y_at, yq),
                     (o, rows),
                     n,
@@ -1564,23 +1603,35 @@ mod cuda {
         Ok(())
     }
 
-    /// The stacked dp4a product (`mmvq_<tag>_x<n>_stacked`) against one launch per matrix, bit
-    /// for bit, for two and three stacked matrices of a few formats, one activation row and
-    /// five (the chunked kernel).
+    /// Stacked products (`mmvq_<tag>_x<n>_stacked`, and the tensor-core kernels when
+    /// `tensor_cores`) against one launch per matrix, bit for bit, for two and three stacked
+    /// matrices of a few formats, one activation row and five (the chunked kernel), and 20 on
+    /// tensor cores (the 4-tile kernel).
     pub(crate) fn selftest_stacked(
         dev: &candle_core::CudaDevice,
         rng: &mut crate::gpu::Uniform,
         report: &mut Vec<String>,
+        tensor_cores: bool,
     ) -> Result<()> {
         let stream = dev.cuda_stream();
         let device = Device::Cuda(dev.clone());
         let cols = 512usize;
         let yq = qblocks(cols);
-        for (dtype, tag) in [
-            (GgmlDType::Q4_0, "q4_0"),
-            (GgmlDType::Q8_0, "q8_0"),
-            (GgmlDType::Q4K, "q4_k"),
-        ] {
+        let cases = [
+            (GgmlDType::Q4_0, "q4_0", false),
+            (GgmlDType::Q8_0, "q8_0", false),
+            (GgmlDType::Q4K, "q4_k", false),
+            (GgmlDType::Q4K, "q4_k", true),
+            (GgmlDType::Q6K, "q6_k", true),
+        ];
+        let with_tc = tensor_cores;
+        for (dtype, tag, tensor_cores) in cases.into_iter().filter(|c| with_tc || !c.2) {
+            let family = if tensor_cores { "tensor-core" } else { "dp4a" };
+            let row_counts_n = if tensor_cores {
+                &[1usize, 5, 20][..]
+            } else {
+                &[1, 5]
+            };
             for row_counts in [&[64usize, 16][..], &[96, 32, 32]] {
                 let mut mats = vec![];
                 for &rows in row_counts {
@@ -1596,7 +1647,7 @@ mod cuda {
                     });
                 }
                 let total: usize = row_counts.iter().sum();
-                for n in [1usize, 5] {
+                for &n in row_counts_n {
                     let ncols = mmvq_ncols(n);
                     let padded = n.div_ceil(ncols) * ncols;
                     let bytes: Vec<u8> = (0..padded * yq * Q8_BYTES)
@@ -1609,36 +1660,33 @@ mod cuda {
                         .collect();
                     let y = stream.clone_htod(&bytes).map_err(driver)?;
                     let y_ptr = y.device_ptr(&stream).0;
+                    let on = LaunchOn::new(&stream);
+                    let kernel = mmtc_kernel(n, cols);
+                    // One launch of the stack `stack` into its output rows at `o`.
+                    let launch = |stack: &Stack, o: u64| -> Result<()> {
+                        let (y, dst) = ((y_ptr, yq), (o, total));
+                        if tensor_cores {
+                            let f = mmtc_func(dev, tag, kernel)?;
+                            launch_mmtc(on, &f, stack, kernel, y, dst, n)
+                        } else if stack.ptrs[0] == stack.ptrs[1] {
+                            let f = mmvq_func(dev, tag, ncols, false)?;
+                            let shape = (stack.rows, cols, ncols);
+                            launch_mmvq(on, &f, stack.ptrs[0], shape, y, dst, n)
+                        } else {
+                            let f = mmvq_func(dev, tag, ncols, true)?;
+                            launch_mmvq_stacked(on, &f, stack, ncols, y, dst, n)
+                        }
+                    };
                     let out = |stacked: bool| -> Result<Vec<f32>> {
                         let dst = stream.alloc_zeros::<f32>(padded * total).map_err(driver)?;
                         let d = dst.device_ptr(&stream).0;
                         if stacked {
-                            let f = mmvq_func(dev, tag, ncols, true)?;
                             let refs: Vec<&Mat> = mats.iter().collect();
-                            launch_mmvq_stacked(
-                                LaunchOn::new(&stream),
-                                &f,
-                                &refs,
-                                ncols,
-                                (y_ptr, yq),
-                                (d, total),
-                                n,
-                            )?;
+                            launch(&Stack::of(&refs)?, d)?;
                         } else {
-                            let f = mmvq_func(dev, tag, ncols, false)?;
                             let mut at = 0;
                             for m in &mats {
-                                let shape = (m.rows, cols, ncols);
-                                let o = d + (at * 4) as u64;
-                                launch_mmvq(
-                                    LaunchOn::new(&stream),
-                                    &f,
-                                    m.ptr,
-                                    shape,
-                                    (y_ptr, yq),
-                                    (o, total),
-                                    n,
-                                )?;
+                                launch(&Stack::one(m.ptr, m.rows, cols), d + (at * 4) as u64)?;
                                 at += m.rows;
                             }
                         }
@@ -1651,12 +1699,12 @@ mod cuda {
                         .all(|(a, b)| a.to_bits() == b.to_bits());
                     if !same {
                         return Err(Error::Device(format!(
-                            "stacked dp4a product {tag} {row_counts:?} x {cols}, {n} rows: differs from one launch a matrix"
+                            "stacked {family} product {tag} {row_counts:?} x {cols}, {n} rows: differs from one launch a matrix"
                         )));
                     }
                 }
                 report.push(format!(
-                    "stacked dp4a product {tag} {row_counts:?} x {cols}, 1 and 5 rows: = one launch a matrix, bit for bit"
+                    "stacked {family} product {tag} {row_counts:?} x {cols}, {row_counts_n:?} rows: = one launch a matrix, bit for bit"
                 ));
             }
         }
