@@ -622,8 +622,9 @@ TREESPEC_MMTC_ROW(q6_k, Q6kUnits, 210, row_long, ROW_UNITS_LONG)
     const uint8_t *vx =                                                                        \
         (const uint8_t *)stacked(vx0, vx1, vx2, row1, row2, blockIdx.x * 16, &wrow0);          \
     const size_t row_bytes = (size_t)(ncols_x / 256) * tag##_bytes;                            \
-    /* the block's 16 weight rows on their way to L2 before the previous kernel ends */        \
-    prefetch_l2(vx + (blockIdx.x * 16 - wrow0) * row_bytes, 16 * row_bytes);                   \
+    /* the block's 16 weight rows on their way to L2 before the previous kernel ends (once:  \
+       the blocks of later activation tiles read the same rows) */                             \
+    if (blockIdx.y == 0) prefetch_l2(vx + (blockIdx.x * 16 - wrow0) * row_bytes, 16 * row_bytes); \
     pdl_enter();                                                                               \
     mmtc_##tag<NT>(vx, wrow0, (const uint8_t *)vy, dst, ncols_x, stride_col_y, stride_col_dst, \
                    n);                                                                         \

@@ -7,7 +7,8 @@
 //
 // Lines up to the marker "treespec entry points" are candle's, unchanged except that the bf16 and
 // f16 entries and the host-side launchers were dropped and mmvq_core_impl takes the row its
-// weights start at (`weight_row0`, 0 but in the stacked kernels). Why one launch stays batch-invariant:
+// weights start at (`weight_row0`, 0 but in the stacked kernels) and the block row it computes
+// (`block_row`, blockIdx.x but in the R-rows-a-block kernels). Why one launch stays batch-invariant:
 // mmvq_core_impl accumulates each (weight row, activation column) pair in a fixed order (thread
 // tid takes blocks tid/(qi/vdr), + blocks_per_iter, ...; then the warps' partials in warp order,
 // then a warp butterfly), and with ncols_dst <= 4 it always runs four warps: the order does not
@@ -21,6 +22,7 @@
 #include "cuda_fp16.h"
 #include <stdint.h>
 
+#include "pdl.cuh"
 #include "stacked.cuh"
 
 // Constants, types, and helpers shared with the indexed MoE kernels.
@@ -667,13 +669,14 @@ static __device__ void mmvq_core_impl(
     dst_t *__restrict__ dst,
     const int ncols_x, const int nrows_x,
     const int stride_col_y, const int stride_col_dst,
-    const int weight_row0 /* treespec: the launch's row where vx's rows start */) {
+    const int weight_row0 /* treespec: the launch's row where vx's rows start */,
+    const int block_row /* treespec: the block's place in the launch (blockIdx.x) */) {
 
   constexpr int nwarps = mmvq_nwarps_for(ncols_dst);
   constexpr int rows_per_cuda_block = mmvq_rows_per_cuda_block_for(ncols_dst);
 
   const int tid = WARP_SIZE * threadIdx.y + threadIdx.x;
-  const int row0 = rows_per_cuda_block * blockIdx.x;
+  const int row0 = rows_per_cuda_block * block_row;
   const int blocks_per_row_x = ncols_x / qk;
   constexpr int blocks_per_iter = vdr * nwarps * WARP_SIZE / qi;
 
@@ -778,13 +781,57 @@ mmvq_gguf_quantize_q8_1_f32(const float *__restrict__ x,
 // however many rows the pass holds), each chunk reduced exactly as the one-row kernel reduces
 // a row. The activation and destination buffers hold whole chunks (rows padded to four).
 
+// The one-row product over R weight rows a block, one after another, each computed exactly as
+// the one-row kernel computes it (the same threads, partial sums and reduction), of a stack of
+// up to three matrices (stacked.cuh). R = 1 is the one-row kernel (`_x1`, one weight row a block,
+// never a dependent launch: pdl.cuh); R = DP4A_ROWS (`_x1r8`, TREESPEC_DP4A_ROWS=8, an
+// experiment) pays the PDL wait once for R rows: its rows go to L2 first, then it waits.
+#define DP4A_ROWS 8
+template <typename block_q_t, int qk, int qi, int vdr, vec_dot_q_cuda_t vec_dot, int R>
+static __device__ __forceinline__ void mmvq_rows(const void *vx0, const void *vx1,
+                                                 const void *vx2, int row1, int row2,
+                                                 const void *vy, float *dst, int ncols_x,
+                                                 int nrows_x, int stride_col_y,
+                                                 int stride_col_dst) {
+  if (R > 1) {
+    const size_t row_bytes = (size_t)(ncols_x / qk) * sizeof(block_q_t);
+    for (int r = 0; r < R; ++r) {
+      const int row = blockIdx.x * R + r;
+      if (row >= nrows_x) break;
+      int wrow0;
+      const void *vx = stacked(vx0, vx1, vx2, row1, row2, row, &wrow0);
+      prefetch_l2((const char *)vx + (size_t)(row - wrow0) * row_bytes, row_bytes);
+    }
+    pdl_enter();
+  }
+  for (int r = 0; r < R; ++r) {
+    const int row = blockIdx.x * R + r;
+    if (row >= nrows_x) break;
+    int wrow0;
+    const void *vx = stacked(vx0, vx1, vx2, row1, row2, row, &wrow0);
+    mmvq_core_impl<float, qk, qi, block_q_t, vdr, vec_dot, 1>(
+        vx, (const block_q8_1 *)vy, dst, ncols_x, nrows_x, stride_col_y, stride_col_dst, wrow0,
+        row);
+    if (R > 1) __syncthreads(); /* the next row reuses the partial-sum scratch */
+  }
+}
+
 #define TREESPEC_MMVQ_TYPE(tag, block_q_t, qk_val, qi_val, vdr_val, vec_dot)                \
   extern "C" __global__ void mmvq_##tag##_x1(                                               \
       const void *__restrict__ vx, const void *__restrict__ vy, float *__restrict__ dst,     \
       const int ncols_x, const int nrows_x, const int stride_col_y,                         \
       const int stride_col_dst, const int nchunks) {                                        \
-    mmvq_core_impl<float, qk_val, qi_val, block_q_t, vdr_val, vec_dot, 1>(                  \
-        vx, (const block_q8_1 *)vy, dst, ncols_x, nrows_x, stride_col_y, stride_col_dst, 0); \
+    mmvq_rows<block_q_t, qk_val, qi_val, vdr_val, vec_dot, 1>(                              \
+        vx, vx, vx, nrows_x, nrows_x, vy, dst, ncols_x, nrows_x, stride_col_y,              \
+        stride_col_dst);                                                                    \
+  }                                                                                         \
+  extern "C" __global__ void mmvq_##tag##_x1r8(                                             \
+      const void *__restrict__ vx, const void *__restrict__ vy, float *__restrict__ dst,     \
+      const int ncols_x, const int nrows_x, const int stride_col_y,                         \
+      const int stride_col_dst, const int nchunks) {                                        \
+    mmvq_rows<block_q_t, qk_val, qi_val, vdr_val, vec_dot, DP4A_ROWS>(                      \
+        vx, vx, vx, nrows_x, nrows_x, vy, dst, ncols_x, nrows_x, stride_col_y,              \
+        stride_col_dst);                                                                    \
   }                                                                                         \
   extern "C" __global__ void mmvq_##tag##_x4(                                               \
       const void *__restrict__ vx, const void *__restrict__ vy, float *__restrict__ dst,     \
@@ -794,7 +841,7 @@ mmvq_gguf_quantize_q8_1_f32(const float *__restrict__ x,
       mmvq_core_impl<float, qk_val, qi_val, block_q_t, vdr_val, vec_dot, 4>(                \
           vx, (const block_q8_1 *)vy + (size_t)c * 4 * stride_col_y,                        \
           dst + (size_t)c * 4 * stride_col_dst, ncols_x, nrows_x, stride_col_y,             \
-          stride_col_dst, 0);                                                               \
+          stride_col_dst, 0, blockIdx.x);                                                   \
       __syncthreads(); /* the next chunk reuses the partial-sum scratch */                  \
     }                                                                                       \
   }                                                                                         \
@@ -804,11 +851,17 @@ mmvq_gguf_quantize_q8_1_f32(const float *__restrict__ x,
       const void *__restrict__ vy, float *__restrict__ dst, const int ncols_x,              \
       const int nrows_x, const int stride_col_y, const int stride_col_dst,                  \
       const int nchunks) {                                                                  \
-    int row0;                                                                               \
-    const void *vx = stacked(vx0, vx1, vx2, row1, row2, blockIdx.x, &row0);                 \
-    mmvq_core_impl<float, qk_val, qi_val, block_q_t, vdr_val, vec_dot, 1>(                  \
-        vx, (const block_q8_1 *)vy, dst, ncols_x, nrows_x, stride_col_y, stride_col_dst,    \
-        row0);                                                                              \
+    mmvq_rows<block_q_t, qk_val, qi_val, vdr_val, vec_dot, 1>(                              \
+        vx0, vx1, vx2, row1, row2, vy, dst, ncols_x, nrows_x, stride_col_y, stride_col_dst);  \
+  }                                                                                         \
+  extern "C" __global__ void mmvq_##tag##_x1r8_stacked(                                     \
+      const void *__restrict__ vx0, const void *__restrict__ vx1,                           \
+      const void *__restrict__ vx2, const int row1, const int row2,                         \
+      const void *__restrict__ vy, float *__restrict__ dst, const int ncols_x,              \
+      const int nrows_x, const int stride_col_y, const int stride_col_dst,                  \
+      const int nchunks) {                                                                  \
+    mmvq_rows<block_q_t, qk_val, qi_val, vdr_val, vec_dot, DP4A_ROWS>(                      \
+        vx0, vx1, vx2, row1, row2, vy, dst, ncols_x, nrows_x, stride_col_y, stride_col_dst);  \
   }                                                                                         \
   extern "C" __global__ void mmvq_##tag##_x4_stacked(                                       \
       const void *__restrict__ vx0, const void *__restrict__ vx1,                           \
@@ -822,7 +875,7 @@ mmvq_gguf_quantize_q8_1_f32(const float *__restrict__ x,
       mmvq_core_impl<float, qk_val, qi_val, block_q_t, vdr_val, vec_dot, 4>(                \
           vx, (const block_q8_1 *)vy + (size_t)c * 4 * stride_col_y,                        \
           dst + (size_t)c * 4 * stride_col_dst, ncols_x, nrows_x, stride_col_y,             \
-          stride_col_dst, row0);                                                            \
+          stride_col_dst, row0, blockIdx.x);                                                \
       __syncthreads();                                                                      \
     }                                                                                       \
   }

@@ -1,9 +1,10 @@
 // Programmatic dependent launch (PDL, sm_90 and later): a kernel launched with the
 // programmatic-stream-serialization attribute (src/gpu/launch.rs) may start while the kernel
-// before it on its stream is still running. Each kernel of the decoder step therefore
+// before it on its stream is still running. Each kernel of the decoder step launched so
 //   1. may read, before `pdl_wait`, only what no kernel of the step writes (its weights: the
-//      products prefetch their block's weight rows to L2 there, so that the memory latency of
-//      the first loads overlaps the previous kernel's tail), and writes nothing before it;
+//      tensor-core tile kernels prefetch their block's weight rows to L2 there, the one-row
+//      kernel loads its first weights into registers, so that the memory latency of the first
+//      loads overlaps the previous kernel's tail), and writes nothing before it;
 //   2. calls `pdl_wait` in every block, which returns once the previous grid has completed and
 //      its memory is visible (so, by induction, every earlier grid of the stream has too);
 //   3. then calls `pdl_trigger`, which lets the next kernel launch (its blocks start, prefetch

@@ -12,9 +12,11 @@
 //! tensor-core tiles, along the grid) instead of one launch per four rows. A target's Q4_K /
 //! Q6_K products run on tensor cores for passes of several rows and on a one-row kernel that
 //! sums in the same order ([`tensor_cores_for`]); the rest on dp4a. q/k/v and gate/up run
-//! stacked in one launch where they share a format and kernel. On sm_90 and later every launch
-//! is a programmatic dependent launch (`gpu::launch`): a kernel's blocks start, and prefetch
-//! their weights, while the kernel before it finishes.
+//! stacked in one launch where they share a format and kernel. On sm_90 and later (with a build
+//! for it) the step's row, attention and tensor-core kernels are programmatic dependent launches
+//! (`gpu::launch`): their blocks start while the kernel before them finishes, the products'
+//! with their weights on the way; the dp4a products are not (a wait in each of their thousands
+//! of blocks costs more than it saves).
 //!
 //! Per-step values (token ids, positions, cache slots, the key lists) live in one device buffer
 //! the kernels read, so a pass is captured once per shape (rows, logits rows, key-table width
@@ -404,7 +406,8 @@ mod cuda {
         tensor_cores: bool,
         /// Where graphs replay when not on candle's stream (see [`GpuStep::set_high_priority`]).
         replay_on: Option<ReplayStream>,
-        /// The step's own kernels launch with PDL (`gpu::launch`).
+        /// The step's row, attention and tensor-core kernels launch with PDL (`gpu::launch`;
+        /// not the dp4a products).
         pdl: bool,
         _keep: Vec<Tensor>,
     }
@@ -653,10 +656,9 @@ mod cuda {
             Ok((logits, hidden))
         }
 
-        /// Turn graph capture on (unless `TREESPEC_CUDA_GRAPHS=0` or a capture failed) or off
-        /// (every pass eagerly); captured graphs are dropped.
-        /// Whether the step's kernels launch with PDL (`gpu::launch`: sm_90 or later, a build
-        /// for it, `TREESPEC_PDL` not `0`).
+        /// Whether the step's own row, attention and tensor-core kernels launch with PDL
+        /// (`gpu::launch`: sm_90 or later, a build for it, `TREESPEC_PDL` not `0`; the dp4a
+        /// products never do, see `launch_mmvq_on`).
         pub fn dependent_launches(&self) -> bool {
             self.pdl
         }
@@ -669,6 +671,8 @@ mod cuda {
             }
         }
 
+        /// Turn graph capture on (unless `TREESPEC_CUDA_GRAPHS=0` or a capture failed) or off
+        /// (every pass eagerly); captured graphs are dropped.
         pub fn set_graphs(&mut self, on: bool) {
             self.graphs_on = on && graphs_allowed() && !self.graphs_failed;
             self.graphs.clear();
@@ -1193,8 +1197,8 @@ mod cuda {
         }
     }
 
-    /// The dp4a product of two or three matrices of one format and row length (`mats`, stacked
-    /// in that order) in one launch (`mmvq_<tag>_x<ncols>_stacked`), otherwise as
+    /// The dp4a product of a [`Stack`] (`kernels/stacked.cuh`; each row count even, for the
+    /// chunked kernel's row pairs) in one launch (`mmvq_<tag>_x<ncols>_stacked`), otherwise as
     /// [`launch_mmvq`]: output row r of the stack at `dst + r`.
     fn launch_mmvq_stacked(
         on: LaunchOn,
@@ -1295,12 +1299,15 @@ mod cuda {
         n: usize,
     ) -> Result<()> {
         debug_assert_eq!(weights.len(), if split.is_some() { 3 } else { 1 });
-        // Never a dependent launch: the dp4a kernels take one weight row a block (thousands of
-        // blocks), and a PDL wait in each block cost more than PDL saved (the 0.5B: 790-820
-        // tok/s with the waits and no PDL, 835-860 with PDL, 965-990 without either; H200,
-        // BENCHMARKS.md section 18). So they follow `kernels/pdl.cuh` by not being launched
-        // with it.
-        let on = LaunchOn { pdl: false, ..on };
+        // A dependent launch only as `_x1r8` (TREESPEC_DP4A_ROWS=8): the other dp4a kernels take
+        // one or two weight rows a block (thousands of blocks) and have no PDL wait, which cost
+        // more than PDL saved there (the 0.5B: 790-820 tok/s with the waits and no PDL, 835-860
+        // with PDL, 965-990 without either; H200, BENCHMARKS.md section 18).
+        let rows_a_block = if ncols == 1 { dp4a_rows() } else { 2 };
+        let on = LaunchOn {
+            pdl: on.pdl && ncols == 1 && rows_a_block > 1,
+            ..on
+        };
         let mut b = Launch::new(f);
         for w in weights {
             b.arg(w);
@@ -1317,9 +1324,8 @@ mod cuda {
             .arg(&sy)
             .arg(&sd)
             .arg(&chunks);
-        let per_block = if ncols == 1 { 1 } else { 2 };
         let cfg = LaunchConfig {
-            grid_dim: (rows.div_ceil(per_block) as u32, 1, 1),
+            grid_dim: (rows.div_ceil(rows_a_block) as u32, 1, 1),
             block_dim: (32, 4, 1),
             shared_mem_bytes: 0,
         };
@@ -1429,6 +1435,10 @@ mod cuda {
             return Ok(());
         }
         let (rows, cols) = (stack.rows, stack.cols);
+        debug_assert!(
+            rows.is_multiple_of(16) && stack.split.iter().all(|&r| r % 16 == 0),
+            "the tile kernels take a stack's matrices in blocks of 16 rows"
+        );
         let warps = mmtc_warps(cols);
         let Mmtc::Tiles(tiles) = kernel else {
             return launch_mmtc_row(on, f, stack, warps, y, dst);
@@ -1615,8 +1625,6 @@ mod cuda {
     ) -> Result<()> {
         let stream = dev.cuda_stream();
         let device = Device::Cuda(dev.clone());
-        let cols = 512usize;
-        let yq = qblocks(cols);
         let cases = [
             (GgmlDType::Q4_0, "q4_0", false),
             (GgmlDType::Q8_0, "q8_0", false),
@@ -1632,7 +1640,16 @@ mod cuda {
             } else {
                 &[1, 5]
             };
-            for row_counts in [&[64usize, 16][..], &[96, 32, 32]] {
+            // At 1536 values a row the one-row tensor-core kernel takes 11 rows a block, so
+            // blocks span the matrices' boundaries; the dp4a stacks' boundaries are not all
+            // multiples of 8 (the eight-rows-a-block kernel, TREESPEC_DP4A_ROWS=8).
+            let (cols, stacks) = if tensor_cores {
+                (1536usize, [&[64usize, 16][..], &[48, 16, 16]])
+            } else {
+                (512, [&[64usize, 16][..], &[90, 30, 22]])
+            };
+            let yq = qblocks(cols);
+            for row_counts in stacks {
                 let mut mats = vec![];
                 for &rows in row_counts {
                     let w: Vec<f32> = (0..rows * cols).map(|_| rng.next() * 2.0 - 1.0).collect();
@@ -1729,9 +1746,15 @@ mod cuda {
         ncols: usize,
         stacked: bool,
     ) -> Result<CudaFunction> {
+        // The one-row kernel taking several weight rows a block, when asked for.
+        let rows = if ncols == 1 && dp4a_rows() > 1 {
+            "r8"
+        } else {
+            ""
+        };
         let name = match stacked {
-            true => format!("mmvq_{tag}_x{ncols}_stacked"),
-            false => format!("mmvq_{tag}_x{ncols}"),
+            true => format!("mmvq_{tag}_x{ncols}{rows}_stacked"),
+            false => format!("mmvq_{tag}_x{ncols}{rows}"),
         };
         Ok(dev
             .get_or_load_custom_func(&name, "treespec_mmvq", MMVQ_PTX)?
@@ -1807,6 +1830,17 @@ mod cuda {
     /// at most 16 warps. A function of the row length alone (batch invariance).
     fn mmtc_warps(cols: usize) -> u32 {
         ((cols / 64).div_ceil(4)).clamp(1, 16) as u32
+    }
+
+    /// Weight rows a block of the one-row dp4a product takes: 1, or 8 with
+    /// `TREESPEC_DP4A_ROWS=8` (`mmvq_<tag>_x1r8`: each row computed exactly as the one-row
+    /// kernel computes it, one PDL wait for the eight; an experiment, BENCHMARKS.md section 18).
+    fn dp4a_rows() -> usize {
+        static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        *ROWS.get_or_init(|| match std::env::var("TREESPEC_DP4A_ROWS").as_deref() {
+            Ok("8") => 8,
+            _ => 1,
+        })
     }
 
     /// Graphs unless `TREESPEC_CUDA_GRAPHS=0`.
