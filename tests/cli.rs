@@ -349,3 +349,65 @@ fn selftest_runs_the_kernel_checks() {
     );
     assert!(text.contains("every kernel matches"), "{text}");
 }
+
+/// `bench --json` records, for `auto` alone, what each step ran and cost: one entry a step, the
+/// tokens adding up to the answer's.
+#[test]
+fn bench_json_traces_auto_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = common::write_tiny_gguf(dir.path(), "llama", 31);
+    let drafter = common::write_tiny_gguf(dir.path(), "llama", 32);
+    let json = dir.path().join("bench.json");
+    let prompts = dir.path().join("short.jsonl");
+    std::fs::write(
+        &prompts,
+        "{\"id\": \"a\", \"prompt\": \"abc\"}\n{\"id\": \"b\", \"prompt\": \"hi\"}\n",
+    )
+    .unwrap();
+    let out = treespec(
+        &[
+            "bench",
+            "--prompts",
+            prompts.to_str().unwrap(),
+            "--target",
+            target.to_str().unwrap(),
+            "--drafter",
+            drafter.to_str().unwrap(),
+            "--modes",
+            "ar,auto",
+            "--max-tokens",
+            "24",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+        &[],
+        dir.path(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let mut traced = 0;
+    for set in report["sets"].as_array().unwrap() {
+        for mode in set["modes"].as_array().unwrap() {
+            for p in mode["prompts"].as_array().unwrap() {
+                if mode["mode"] != "auto" {
+                    assert!(p.get("trace").is_none(), "{p}");
+                    continue;
+                }
+                let trace = p["trace"].as_array().unwrap();
+                assert_eq!(trace.len() as u64, p["steps"].as_u64().unwrap(), "{p}");
+                let tokens: u64 = trace.iter().map(|s| s["tokens"].as_u64().unwrap()).sum();
+                assert_eq!(tokens, p["tokens"].as_u64().unwrap(), "{p}");
+                assert!(trace
+                    .iter()
+                    .all(|s| ["ar", "linear", "tree"].contains(&s["mode"].as_str().unwrap())));
+                traced += 1;
+            }
+        }
+    }
+    assert!(traced > 0, "no auto answer in {report}");
+}

@@ -40,6 +40,24 @@ pub struct PromptRun {
     pub seconds: f64,
     /// The emitted ids.
     pub output: Vec<u32>,
+    /// `auto` only: what each step ran and what it cost (empty for the other modes).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub trace: Vec<StepTrace>,
+}
+
+/// One decoding step of an `auto` answer, for reading back what the planner did.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepTrace {
+    /// The mode the step ran in (`ar`, `linear` or `tree`).
+    pub mode: &'static str,
+    /// Nodes verified besides the root (the chain's length, the tree's size).
+    pub drafted: usize,
+    /// Tokens emitted.
+    pub tokens: usize,
+    /// Microseconds the step took.
+    pub micros: u64,
+    /// The step paid a one-off cost (a new CUDA graph shape, a drafter catching up).
+    pub cold: bool,
 }
 
 /// Totals of one configuration over one prompt file.
@@ -179,7 +197,17 @@ pub fn run(
                 engine.reseed(cfg.seed);
                 engine.reset();
                 let acc = &mut accs[mi];
+                let mut trace = vec![];
                 let outcome = engine.generate(&ids, cfg.max_tokens, |ev| {
+                    if variant.settings.mode == Mode::Auto {
+                        trace.push(StepTrace {
+                            mode: ev.mode.name(),
+                            drafted: ev.tree.len().saturating_sub(1),
+                            tokens: ev.emitted.len(),
+                            micros: ev.times.total().as_micros() as u64,
+                            cold: ev.cold,
+                        });
+                    }
                     acc.stages.add(&ev.times);
                     let depth = ev.tree.max_depth();
                     let k = ev.accepted_drafts();
@@ -213,6 +241,7 @@ pub fn run(
                     steps: o.steps,
                     seconds: o.decode.as_secs_f64(),
                     output: outcome.tokens,
+                    trace,
                 });
             }
             turn += 1;

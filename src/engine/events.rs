@@ -107,6 +107,9 @@ pub struct StepEvent {
     pub times: StageTimes,
     /// Set when the answer ended with this step.
     pub finished: Option<StopReason>,
+    /// The step paid a one-off cost: a pass whose shape was new to the GPU's CUDA graphs, or (in
+    /// `auto`) a drafter catching up on tokens other arms committed.
+    pub cold: bool,
 }
 
 impl StepEvent {

@@ -297,13 +297,15 @@ impl Engine {
     /// Run one step, emitting at most `remaining` tokens: draft, build, verify, walk, commit. In
     /// `auto` the step runs with the settings the planner picks, and its speed is reported back.
     pub fn step(&mut self, remaining: usize) -> Result<StepEvent> {
+        let cold_before = self.cold_passes();
         // (Outside auto the planner stays where it is, with what it measured.)
         let Some(mut planner) = self.planner.take_if(|_| self.settings.mode == Mode::Auto) else {
-            return self.step_with_settings(remaining);
+            let mut ev = self.step_with_settings(remaining)?;
+            ev.cold = self.cold_passes() > cold_before;
+            return Ok(ev);
         };
         let (arm, chosen) = planner.choose();
         let saved = std::mem::replace(&mut self.settings, chosen);
-        let cold_before = self.cold_passes();
         // A drafter further behind than a round leaves it (other arms' steps, ar's above all,
         // do not feed it) catches up in this step: a one-off cost, like a new graph shape.
         let lag = self
@@ -311,13 +313,18 @@ impl Engine {
             .as_deref()
             .map_or(0, |d| self.seq.len().saturating_sub(d.len()));
         let catching_up = chosen.mode != Mode::Ar && lag > 2 * chosen.gamma.max(chosen.depth) + 2;
-        let ev = self.step_with_settings(remaining);
+        let mut ev = self.step_with_settings(remaining);
         self.settings = saved;
-        if let Ok(ev) = &ev {
+        if let Ok(ev) = &mut ev {
             // A step the drafter could not draft for ran as ar: ar's measurement.
             let arm = if ev.mode == Mode::Ar { 0 } else { arm };
-            let cold = catching_up || self.cold_passes() > cold_before;
-            planner.observe(arm, ev.emitted.len(), ev.times.total().as_secs_f64(), cold);
+            ev.cold = catching_up || self.cold_passes() > cold_before;
+            planner.observe(
+                arm,
+                ev.emitted.len(),
+                ev.times.total().as_secs_f64(),
+                ev.cold,
+            );
         }
         self.planner = Some(planner);
         ev
@@ -351,6 +358,7 @@ impl Engine {
                 drafted_ahead: 0,
                 times: StageTimes::default(),
                 finished: Some(why),
+                cold: false,
             });
         }
         let mut times = StageTimes::default();
@@ -408,6 +416,7 @@ impl Engine {
             next,
             times,
             finished,
+            cold: false,
         })
     }
 
