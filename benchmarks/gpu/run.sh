@@ -2,7 +2,7 @@
 # On the H200 machine, with the binary and the GGUF files staged in /root/stage (in parts, see
 # ../shared/device/README.md): plain decoding speed, the cost table, and the modes side by side on
 # the default pair with and without batch-invariant products. Writes logs and JSON under $OUT and
-# prints the tables last. Usage: benchmarks/gpu/run.sh [llama-build|check|ncu|llama|ar|costs|modes|profile|variance|synth]...
+# prints the tables last. Usage: benchmarks/gpu/run.sh [llama-build|check|ncu|llama|ar|costs|modes|profile|variance|synth|dp4a-rows]...
 # T=... and D=... replace the target and the drafter (e.g. the files `synth` writes: random weights
 # of the 1.5B's, the 0.5B's or Qwen3-8B's shape and formats, for timing without staging a model).
 set -euo pipefail
@@ -60,7 +60,23 @@ for what in "$@"; do
     "$B" bench --device cuda "${DD[@]}" --target "$T" --drafter "$D" --limit "${LIMIT:-6}" --max-tokens 128 \
       --modes "${MODES:-ar,linear,tree,linear:6@0,tree:32x6@0}" --json "$OUT/gpu-modes.json" \
       > "$OUT/gpu-modes.log" 2>&1 || { tail -40 "$OUT/gpu-modes.log"; exit 1; }
-    sed -n '/^settings:/,$p' "$OUT/gpu-modes.log" ;;
+    sed -n '/^settings:/,$p' "$OUT/gpu-modes.log"
+    # What auto did step by step where it lost most (bench --json traces its answers).
+    case ",${MODES:-}," in *,auto,*)
+      python3 "$(dirname "$0")/auto-trace.py" "$OUT/gpu-modes.json" > "$OUT/auto-trace.txt" || true ;;
+    esac ;;
+  dp4a-rows)
+    # The one-row dp4a kernel with eight weight rows a block and one PDL wait
+    # (TREESPEC_DP4A_ROWS=8) against the default: selftest first, then plain decoding interleaved.
+    TREESPEC_DP4A_ROWS=8 "$B" selftest --device cuda -m "$M" -m "$D" > "$OUT/selftest-dp4a-rows.txt" 2>&1 \
+      || { tail -5 "$OUT/selftest-dp4a-rows.txt"; exit 1; }
+    for m in "$M" "$D"; do
+      for i in 1 2 3; do
+        a=$("$B" generate --device cuda -m "$m" -p "$prompt" --max-tokens 256 2>&1 >/dev/null | rate)
+        b=$(TREESPEC_DP4A_ROWS=8 "$B" generate --device cuda -m "$m" -p "$prompt" --max-tokens 256 2>&1 >/dev/null | rate)
+        echo "$(basename "$m") default $a | TREESPEC_DP4A_ROWS=8 $b"
+      done
+    done | tee "$OUT/dp4a-rows.txt" ;;
   profile)
     # Where a round's time goes, span by span (each span waits for the GPU at both ends): one
     # mode at a time, MODE (default linear), LIMIT prompts of each set.
