@@ -9,8 +9,9 @@
 //! (every 8 steps at first, backing off to every 128 while they keep losing), so that the
 //! estimates follow the text; each arm's first pull only warms it up, a step that paid a one-off
 //! cost (a new CUDA graph shape, a drafter catching up) is run again instead of measured, and
-//! `ar` is measured every
-//! [`AR_PROBE_EVERY`] steps whatever leads, so that a one-off slow step cannot keep `auto` from
+//! `ar` is measured every [`AR_PROBE_EVERY`] steps whatever leads (every [`AR_PROBE_CLOSE`]
+//! while the lead is small), its estimate following new measurements quickly ([`AR_EMA`]), so
+//! that neither a one-off slow step nor a context that has changed since keeps `auto` from
 //! plain decoding. A probe of a losing arm is a step run slower than it could be, and
 //! where drafting is dear (a GPU on which a drafter step costs most of a target step) one probe
 //! costs ten plain steps: so probes are also held to a share of the time ([`PROBE_SHARE`]), and
@@ -27,6 +28,11 @@ const WARM_UP_PULLS: usize = 2;
 pub const COLD_RETRIES: usize = 2;
 /// Weight of the newest step in an arm's running averages.
 const EMA: f64 = 0.25;
+/// The weight for `ar`, whose steps (one token each) vary little, so that its estimate follows
+/// the context: plain decoding slows as the context grows and is fast again on a short new
+/// prompt (on this CPU, `auto` kept a chain through a chat answer at 0.7x plain decoding for
+/// 150-odd steps, measuring `ar` against its speed on the long maths prompts before).
+const AR_EMA: f64 = 0.5;
 /// The weight instead when an `ar` step (always one token) ran more than [`JUMP_RATIO`] times
 /// faster than `ar`'s estimate: the estimate was set by a one-off slow step (a CUDA graph capture,
 /// a kernel module compiled on first use), so follow fast. Only `ar`, and only downwards: the
@@ -46,6 +52,12 @@ pub const PROBE_SHARE: f64 = 0.02;
 /// step that captured a CUDA graph, must not keep `auto` away from plain decoding for the rest of
 /// the session).
 pub const AR_PROBE_EVERY: usize = 32;
+/// Steps between measurements of `ar` instead, while the leading arm is less than
+/// [`AR_CLOSE`] times as fast as `ar`'s estimate: when the lead is small, an `ar` step costs
+/// little and a stale `ar` estimate costs much.
+pub const AR_PROBE_CLOSE: usize = 8;
+/// See [`AR_PROBE_CLOSE`].
+pub const AR_CLOSE: f64 = 1.25;
 /// How much faster than the best another arm must measure to take over.
 pub const SWITCH_MARGIN: f64 = 0.05;
 
@@ -151,7 +163,13 @@ impl Planner {
             return (i, self.arms[i].settings);
         }
         // Arm 0 is ar.
-        if self.best != 0 && self.step.is_multiple_of(AR_PROBE_EVERY) {
+        let close = self.arms[self.best].rate() < AR_CLOSE * self.arms[0].rate();
+        let every = if close {
+            AR_PROBE_CLOSE
+        } else {
+            AR_PROBE_EVERY
+        };
+        if self.best != 0 && self.step.is_multiple_of(every) {
             return (0, self.arms[0].settings);
         }
         let affordable = self.credit >= 0.0;
@@ -204,7 +222,11 @@ impl Planner {
                 per_token(a.tokens, a.seconds),
             );
             let jump = arm == 0 && old > new * JUMP_RATIO;
-            let w = if jump { JUMP_EMA } else { EMA };
+            let w = match (jump, arm) {
+                (true, _) => JUMP_EMA,
+                (false, 0) => AR_EMA,
+                _ => EMA,
+            };
             a.tokens += w * (tokens as f64 - a.tokens);
             a.seconds += w * (seconds - a.seconds);
         }
@@ -356,6 +378,42 @@ mod tests {
         }
         let share = 1.0 - ar_time / total;
         assert!(share < 0.04, "{:.1}% of the time in probes", share * 100.0);
+    }
+
+    /// Plain decoding gets faster (the context changed: a short chat after long code) while the
+    /// chain, leading, gets slower than it: `auto` goes back to `ar` within a few dozen steps,
+    /// although `ar` is measured only now and then while another arm leads.
+    #[test]
+    fn follows_ar_getting_faster() {
+        let mut p = planner();
+        simulate(
+            &mut p,
+            300,
+            |s| if s.mode == Mode::Ar { 1 } else { 5 },
+            |s| match s.mode {
+                Mode::Ar => 1.25,
+                Mode::Linear => 4.0,
+                _ => 4.4,
+            },
+        );
+        assert_ne!(p.rates()[0].0.mode, Mode::Ar);
+        // Now ar runs at 1.0 a token, every speculative arm at 0.91.
+        let mut to_ar = None;
+        for step in 0..400 {
+            let (arm, s) = p.choose();
+            let (tokens, secs) = if s.mode == Mode::Ar {
+                (1, 1.0)
+            } else {
+                (4, 4.4)
+            };
+            p.observe(arm, tokens, secs, false);
+            if p.arms[p.best].settings.mode == Mode::Ar {
+                to_ar = Some(step);
+                break;
+            }
+        }
+        let steps = to_ar.expect("auto never went back to ar");
+        assert!(steps < 60, "{steps} steps to go back to ar");
     }
 
     /// Two arms within noise of each other: the choice does not flip at every step.
