@@ -896,7 +896,7 @@ mod cuda {
                 // Attention, its output quantised for the output projection by the combine kernel.
                 let kv = (l.k_cache, l.v_cache);
                 self.attention(n, chunks, meta.width, q, kv, table, part, att, q8)?;
-                self.matmul(&l.o, q8, qblocks(nh * hd), proj, h, n)?;
+                self.matmul(&[&l.o], (q8, qblocks(nh * hd)), (proj, h), n)?;
                 // x += attention output; norm; quantise.
                 self.norm_q8(n, x, proj, l.ffn_norm, 0, q8, h)?;
                 self.matmul_stacked(&l.gate_up, q8, qblocks(h), proj, 2 * ffn, n)?;
@@ -911,7 +911,7 @@ mod cuda {
                 };
                 // SAFETY: proj holds n rows of 2 x ffn, q8 n rows of qb blocks.
                 unsafe { bld.launch(self.on(), cfg) }.map_err(driver)?;
-                self.matmul(&l.down, q8, qb, proj, h, n)?;
+                self.matmul(&[&l.down], (q8, qb), (proj, h), n)?;
                 if hidden_layers.contains(&li) {
                     pending_hidden = Some(li);
                 }
@@ -922,7 +922,7 @@ mod cuda {
                 self.copy_hidden(n, x, prev, hidden_layers, &mut slots_of_hidden)?;
             }
             if m > 0 {
-                self.matmul(&self.lm_head, q8, qblocks(h), logits, self.vocab, m)?;
+                self.matmul(&[&self.lm_head], (q8, qblocks(h)), (logits, self.vocab), m)?;
             }
             hidden.extend(slots_of_hidden.into_iter().flatten());
             Ok(())
@@ -1028,23 +1028,35 @@ mod cuda {
         }
 
         /// `dst[c * dst_stride + r] = W[r] . y[c]` for the `n` activation rows `y` (Q8_1, `yq`
-        /// blocks a row); one launch, the rows in chunks of four beyond the first.
+        /// blocks a row), `W` the stack of `mats` (one to three matrices that [`Self::stacks`]
+        /// allows together): one launch, on tensor cores ([`launch_mmtc`]) or dp4a, the rows in
+        /// chunks of four beyond the first.
         fn matmul(
             &self,
-            w: &Mat,
-            y: u64,
-            yq: usize,
-            dst: u64,
-            dst_stride: usize,
+            mats: &[&Mat],
+            y: (u64, usize),
+            dst: (u64, usize),
             n: usize,
         ) -> Result<()> {
-            if let Some(kernel) = self.tensor_core_kernel(w, n) {
-                return self.matmul_tc(w, y, yq, dst, dst_stride, n, kernel);
-            }
+            let Some(first) = mats.first() else {
+                return Ok(());
+            };
             let ncols = mmvq_ncols(n);
-            let f = &self.f.mmvq[&(w.tag, ncols)];
-            let shape = (w.rows, w.cols, ncols);
-            launch_mmvq(self.on(), f, w.ptr, shape, (y, yq), (dst, dst_stride), n)
+            match (self.tensor_core_kernel(first, n), mats) {
+                (Some(kernel), _) => {
+                    let f = &self.f.mmtc[&(first.tag, kernel)];
+                    launch_mmtc(self.on(), f, &Stack::of(mats)?, kernel, y, dst, n)
+                }
+                (None, [w]) => {
+                    let f = &self.f.mmvq[&(w.tag, ncols)];
+                    let shape = (w.rows, w.cols, ncols);
+                    launch_mmvq(self.on(), f, w.ptr, shape, y, dst, n)
+                }
+                (None, _) => {
+                    let f = &self.f.mmvq_stacked[&(first.tag, ncols)];
+                    launch_mmvq_stacked(self.on(), f, &Stack::of(mats)?, ncols, y, dst, n)
+                }
+            }
         }
 
         /// [`Self::matmul`] of matrices that share their input (q, k and v; gate and up), each
@@ -1067,27 +1079,9 @@ mod cuda {
                 while j < ws.len() && j - i < 3 && self.stacks(&ws[j - 1], &ws[j], n) {
                     j += 1;
                 }
-                let (first, off) = &ws[i];
-                let at = dst + (off * 4) as u64;
-                match &ws[i..j] {
-                    [_] => self.matmul(first, y, yq, at, dst_stride, n)?,
-                    run => {
-                        let mats: Vec<&Mat> = run.iter().map(|(m, _)| m).collect();
-                        let stack = Stack::of(&mats)?;
-                        let (y, dst) = ((y, yq), (at, dst_stride));
-                        match self.tensor_core_kernel(first, n) {
-                            Some(kernel) => {
-                                let f = &self.f.mmtc[&(first.tag, kernel)];
-                                launch_mmtc(self.on(), f, &stack, kernel, y, dst, n)?
-                            }
-                            None => {
-                                let ncols = mmvq_ncols(n);
-                                let f = &self.f.mmvq_stacked[&(first.tag, ncols)];
-                                launch_mmvq_stacked(self.on(), f, &stack, ncols, y, dst, n)?
-                            }
-                        }
-                    }
-                }
+                let at = dst + (ws[i].1 * 4) as u64;
+                let mats: Vec<&Mat> = ws[i..j].iter().map(|(m, _)| m).collect();
+                self.matmul(&mats, (y, yq), (at, dst_stride), n)?;
                 i = j;
             }
             Ok(())
@@ -1117,23 +1111,6 @@ mod cuda {
         fn has_tensor_core_kernel(&self, w: &Mat) -> bool {
             let shape_fits = w.rows.is_multiple_of(16) && w.cols.is_multiple_of(256);
             shape_fits && self.f.mmtc.contains_key(&(w.tag, Mmtc::Row))
-        }
-
-        /// [`Self::matmul`] on tensor cores ([`launch_mmtc`]).
-        #[allow(clippy::too_many_arguments)]
-        fn matmul_tc(
-            &self,
-            w: &Mat,
-            y: u64,
-            yq: usize,
-            dst: u64,
-            dst_stride: usize,
-            n: usize,
-            kernel: Mmtc,
-        ) -> Result<()> {
-            let f = &self.f.mmtc[&(w.tag, kernel)];
-            let stack = Stack::one(w.ptr, w.rows, w.cols);
-            launch_mmtc(self.on(), f, &stack, kernel, (y, yq), (dst, dst_stride), n)
         }
 
         #[allow(clippy::too_many_arguments)]
