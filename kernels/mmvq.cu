@@ -816,6 +816,54 @@ static __device__ __forceinline__ void mmvq_rows(const void *vx0, const void *vx
   }
 }
 
+// The one-row product, one weight row a warp (`_w`, `_wp`; block (32, WARP_ROWS)): each lane
+// computes the partial sums of the one-row kernel's four threads lane, lane + 32, lane + 64 and
+// lane + 96 (the same units in the same order), adds them in the order that kernel's shared-
+// memory reduction does, then the same butterfly: every row bit for bit what `_x1` gives it,
+// without its shared memory, barrier and three idle warps' reduction, and with a block for eight
+// rows instead of one. Meant for short rows (src/gpu/step.rs picks it where a thread of the
+// one-row kernel takes at most two units); `_wp` is a dependent launch (its row to L2, then the
+// wait), `_w` is not (no wait: pdl.cuh).
+#define WARP_ROWS 8
+template <typename block_q_t, int qk, int qi, int vdr, vec_dot_q_cuda_t vec_dot, bool PDL>
+static __device__ __forceinline__ void mmvq_warps(const void *vx0, const void *vx1,
+                                                  const void *vx2, int row1, int row2,
+                                                  const void *vy, float *dst, int ncols_x,
+                                                  int nrows_x) {
+  constexpr int nwarps = mmvq_nwarps_for(1);
+  constexpr int blocks_per_iter = vdr * nwarps * WARP_SIZE / qi;
+  const int row = blockIdx.x * WARP_ROWS + threadIdx.y;
+  if (row >= nrows_x) return; /* the whole warp: its shuffles stay full */
+  const int blocks_per_row_x = ncols_x / qk;
+  int wrow0;
+  const void *vx = stacked(vx0, vx1, vx2, row1, row2, row, &wrow0);
+  if (PDL) {
+    const size_t row_bytes = (size_t)blocks_per_row_x * sizeof(block_q_t);
+    const char *w = (const char *)vx + (size_t)(row - wrow0) * row_bytes;
+    for (size_t off = (size_t)threadIdx.x * 128; off < row_bytes; off += WARP_SIZE * 128)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(w + off));
+    pdl_enter();
+  }
+  const block_q8_1 *y = (const block_q8_1 *)vy;
+  float part[nwarps];
+#pragma unroll
+  for (int v = 0; v < nwarps; ++v) {
+    const int tid = WARP_SIZE * v + threadIdx.x;
+    float tmp = 0.0f;
+    for (int kbx = tid / (qi / vdr); kbx < blocks_per_row_x; kbx += blocks_per_iter) {
+      const int kby = kbx * (qk / QK8_1);
+      const int kqs = vdr * (tid % (qi / vdr));
+      tmp += vec_dot(vx, &y[kby], (row - wrow0) * blocks_per_row_x + kbx, kqs);
+    }
+    part[v] = tmp;
+  }
+  float sum = part[0];
+#pragma unroll
+  for (int v = 1; v < nwarps; ++v) sum += part[v];
+  sum = warp_reduce_sum_f32(sum);
+  if (threadIdx.x == 0) dst[row] = sum;
+}
+
 #define TREESPEC_MMVQ_TYPE(tag, block_q_t, qk_val, qi_val, vdr_val, vec_dot)                \
   extern "C" __global__ void mmvq_##tag##_x1(                                               \
       const void *__restrict__ vx, const void *__restrict__ vy, float *__restrict__ dst,     \
@@ -832,6 +880,20 @@ static __device__ __forceinline__ void mmvq_rows(const void *vx0, const void *vx
     mmvq_rows<block_q_t, qk_val, qi_val, vdr_val, vec_dot, DP4A_ROWS>(                      \
         vx, vx, vx, nrows_x, nrows_x, vy, dst, ncols_x, nrows_x, stride_col_y,              \
         stride_col_dst);                                                                    \
+  }                                                                                         \
+  extern "C" __global__ void mmvq_##tag##_w(                                                \
+      const void *__restrict__ vx, const void *__restrict__ vy, float *__restrict__ dst,     \
+      const int ncols_x, const int nrows_x, const int stride_col_y,                         \
+      const int stride_col_dst, const int nchunks) {                                        \
+    mmvq_warps<block_q_t, qk_val, qi_val, vdr_val, vec_dot, false>(                         \
+        vx, vx, vx, nrows_x, nrows_x, vy, dst, ncols_x, nrows_x);                           \
+  }                                                                                         \
+  extern "C" __global__ void mmvq_##tag##_wp(                                               \
+      const void *__restrict__ vx, const void *__restrict__ vy, float *__restrict__ dst,     \
+      const int ncols_x, const int nrows_x, const int stride_col_y,                         \
+      const int stride_col_dst, const int nchunks) {                                        \
+    mmvq_warps<block_q_t, qk_val, qi_val, vdr_val, vec_dot, true>(                          \
+        vx, vx, vx, nrows_x, nrows_x, vy, dst, ncols_x, nrows_x);                           \
   }                                                                                         \
   extern "C" __global__ void mmvq_##tag##_x4(                                               \
       const void *__restrict__ vx, const void *__restrict__ vy, float *__restrict__ dst,     \
@@ -862,6 +924,24 @@ static __device__ __forceinline__ void mmvq_rows(const void *vx0, const void *vx
       const int nchunks) {                                                                  \
     mmvq_rows<block_q_t, qk_val, qi_val, vdr_val, vec_dot, DP4A_ROWS>(                      \
         vx0, vx1, vx2, row1, row2, vy, dst, ncols_x, nrows_x, stride_col_y, stride_col_dst);  \
+  }                                                                                         \
+  extern "C" __global__ void mmvq_##tag##_w_stacked(                                        \
+      const void *__restrict__ vx0, const void *__restrict__ vx1,                           \
+      const void *__restrict__ vx2, const int row1, const int row2,                         \
+      const void *__restrict__ vy, float *__restrict__ dst, const int ncols_x,              \
+      const int nrows_x, const int stride_col_y, const int stride_col_dst,                  \
+      const int nchunks) {                                                                  \
+    mmvq_warps<block_q_t, qk_val, qi_val, vdr_val, vec_dot, false>(                         \
+        vx0, vx1, vx2, row1, row2, vy, dst, ncols_x, nrows_x);                              \
+  }                                                                                         \
+  extern "C" __global__ void mmvq_##tag##_wp_stacked(                                       \
+      const void *__restrict__ vx0, const void *__restrict__ vx1,                           \
+      const void *__restrict__ vx2, const int row1, const int row2,                         \
+      const void *__restrict__ vy, float *__restrict__ dst, const int ncols_x,              \
+      const int nrows_x, const int stride_col_y, const int stride_col_dst,                  \
+      const int nchunks) {                                                                  \
+    mmvq_warps<block_q_t, qk_val, qi_val, vdr_val, vec_dot, true>(                          \
+        vx0, vx1, vx2, row1, row2, vy, dst, ncols_x, nrows_x);                              \
   }                                                                                         \
   extern "C" __global__ void mmvq_##tag##_x4_stacked(                                       \
       const void *__restrict__ vx0, const void *__restrict__ vx1,                           \

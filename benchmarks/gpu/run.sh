@@ -2,7 +2,7 @@
 # On the H200 machine, with the binary and the GGUF files staged in /root/stage (in parts, see
 # ../shared/device/README.md): plain decoding speed, the cost table, and the modes side by side on
 # the default pair with and without batch-invariant products. Writes logs and JSON under $OUT and
-# prints the tables last. Usage: benchmarks/gpu/run.sh [llama-build|check|ncu|llama|ar|costs|modes|profile|variance|synth|dp4a-rows]...
+# prints the tables last. Usage: benchmarks/gpu/run.sh [llama-build|check|ncu|llama|ar|costs|modes|profile|variance|synth|dp4a-row]...
 # T=... and D=... replace the target and the drafter (e.g. the files `synth` writes: random weights
 # of the 1.5B's, the 0.5B's or Qwen3-8B's shape and formats, for timing without staging a model).
 set -euo pipefail
@@ -42,7 +42,7 @@ for what in "$@"; do
     mkdir -p /root/llama && tar -xJf "$S/llama.tar.xz" -C /root/llama
     cd /root/llama && setsid nohup bash -c "cmake -S . -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-      -DCMAKE_BUILD_TYPE=Release && cmake --build build --target llama-bench -j12 && touch /root/llama/done" \
+      -DCMAKE_BUILD_TYPE=Release && cmake --build build --target llama-bench llama-speculative-simple -j16 && touch /root/llama/done" \
       > /root/llama/build.log 2>&1 < /dev/null & cd - > /dev/null ;;
   llama)
     while [ ! -f /root/llama/done ]; do sleep 5; done
@@ -65,18 +65,21 @@ for what in "$@"; do
     case ",${MODES:-}," in *,auto,*)
       python3 "$(dirname "$0")/auto-trace.py" "$OUT/gpu-modes.json" > "$OUT/auto-trace.txt" || true ;;
     esac ;;
-  dp4a-rows)
-    # The one-row dp4a kernel with eight weight rows a block and one PDL wait
-    # (TREESPEC_DP4A_ROWS=8) against the default: selftest first, then plain decoding interleaved.
-    TREESPEC_DP4A_ROWS=8 "$B" selftest --device cuda -m "$M" -m "$D" > "$OUT/selftest-dp4a-rows.txt" 2>&1 \
-      || { tail -5 "$OUT/selftest-dp4a-rows.txt"; exit 1; }
+  dp4a-row)
+    # The one-row dp4a kernels against each other (TREESPEC_DP4A_ROW: candle's one weight row a
+    # block, eight rows a block one after another, one row a warp): selftest first (every kernel
+    # bit for bit against candle's), then plain decoding interleaved on SmolLM2 and the drafter.
+    "$B" selftest --device cuda -m "$M" -m "$D" > "$OUT/selftest-dp4a-row.txt" 2>&1 \
+      || { tail -5 "$OUT/selftest-dp4a-row.txt"; exit 1; }
     for m in "$M" "$D"; do
       for i in 1 2 3; do
-        a=$("$B" generate --device cuda -m "$m" -p "$prompt" --max-tokens 256 2>&1 >/dev/null | rate)
-        b=$(TREESPEC_DP4A_ROWS=8 "$B" generate --device cuda -m "$m" -p "$prompt" --max-tokens 256 2>&1 >/dev/null | rate)
-        echo "$(basename "$m") default $a | TREESPEC_DP4A_ROWS=8 $b"
+        r=""
+        for k in block rows8 warps; do
+          r="$r | $k $(TREESPEC_DP4A_ROW=$k "$B" generate --device cuda -m "$m" -p "$prompt" --max-tokens 256 2>&1 >/dev/null | rate)"
+        done
+        echo "$(basename "$m")$r"
       done
-    done | tee "$OUT/dp4a-rows.txt" ;;
+    done | tee "$OUT/dp4a-row.txt" ;;
   profile)
     # Where a round's time goes, span by span (each span waits for the GPU at both ends): one
     # mode at a time, MODE (default linear), LIMIT prompts of each set.

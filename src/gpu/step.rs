@@ -314,10 +314,11 @@ mod cuda {
         gather_rows: CudaFunction,
         att_chunk: CudaFunction,
         att_combine: CudaFunction,
-        mmvq: HashMap<(&'static str, usize), CudaFunction>,
-        /// The dp4a product of up to three stacked matrices in one launch (`mmvq_<tag>_x<n>_
+        /// The dp4a products (`kernels/mmvq.cu`) by (format, kernel).
+        mmvq: HashMap<(&'static str, Dp4a), CudaFunction>,
+        /// The dp4a product of up to three stacked matrices in one launch (`mmvq_<tag>_<kernel>_
         /// stacked`), for the formats of the q/k/v and gate/up projections.
-        mmvq_stacked: HashMap<(&'static str, usize), CudaFunction>,
+        mmvq_stacked: HashMap<(&'static str, Dp4a), CudaFunction>,
         /// Tensor-core products (`kernels/mmtc.cu`) by (format, kernel).
         mmtc: HashMap<(&'static str, Mmtc), CudaFunction>,
         get_rows: Option<CudaFunction>,
@@ -1041,20 +1042,21 @@ mod cuda {
             let Some(first) = mats.first() else {
                 return Ok(());
             };
-            let ncols = mmvq_ncols(n);
+            let stack = Stack::of(mats)?;
             match (self.tensor_core_kernel(first, n), mats) {
                 (Some(kernel), _) => {
                     let f = &self.f.mmtc[&(first.tag, kernel)];
-                    launch_mmtc(self.on(), f, &Stack::of(mats)?, kernel, y, dst, n)
+                    launch_mmtc(self.on(), f, &stack, kernel, y, dst, n)
                 }
                 (None, [w]) => {
-                    let f = &self.f.mmvq[&(w.tag, ncols)];
-                    let shape = (w.rows, w.cols, ncols);
-                    launch_mmvq(self.on(), f, w.ptr, shape, y, dst, n)
+                    let kernel = Dp4a::for_pass(w.tag, w.rows, w.cols, n);
+                    let f = &self.f.mmvq[&(w.tag, kernel)];
+                    launch_mmvq(self.on(), f, kernel, w.ptr, (w.rows, w.cols), y, dst, n)
                 }
                 (None, _) => {
-                    let f = &self.f.mmvq_stacked[&(first.tag, ncols)];
-                    launch_mmvq_stacked(self.on(), f, &Stack::of(mats)?, ncols, y, dst, n)
+                    let kernel = Dp4a::for_pass(first.tag, stack.rows, stack.cols, n);
+                    let f = &self.f.mmvq_stacked[&(first.tag, kernel)];
+                    launch_mmvq_stacked(self.on(), f, kernel, &stack, y, dst, n)
                 }
             }
         }
@@ -1175,21 +1177,31 @@ mod cuda {
     }
 
     /// The dp4a product of a [`Stack`] (`kernels/stacked.cuh`; each row count even, for the
-    /// chunked kernel's row pairs) in one launch (`mmvq_<tag>_x<ncols>_stacked`), otherwise as
-    /// [`launch_mmvq`]: output row r of the stack at `dst + r`.
+    /// chunked kernel's row pairs) in one launch of `kernel` (`mmvq_<tag>_<kernel>_stacked`),
+    /// otherwise as [`launch_mmvq`]: output row r of the stack at `dst + r`.
     fn launch_mmvq_stacked(
         on: LaunchOn,
         f: &CudaFunction,
+        kernel: Dp4a,
         stack: &Stack,
-        ncols: usize,
         y: (u64, usize),
         dst: (u64, usize),
         n: usize,
     ) -> Result<()> {
-        let shape = (stack.rows, stack.cols, ncols);
+        let shape = (stack.rows, stack.cols);
         // SAFETY (of the launch): as in launch_mmvq, for each matrix of the stack; every row
         // count is even, so a block's two rows lie in one matrix.
-        launch_mmvq_on(on, f, &stack.ptrs, Some(stack.split), shape, y, dst, n)
+        launch_mmvq_on(
+            on,
+            f,
+            kernel,
+            &stack.ptrs,
+            Some(stack.split),
+            shape,
+            y,
+            dst,
+            n,
+        )
     }
 
     /// Up to three weights of one format and row length whose products one launch computes,
@@ -1247,19 +1259,21 @@ mod cuda {
         }
     }
 
-    /// The dp4a product (`kernels/mmvq.cu`, `mmvq_<tag>_x<ncols>`, `ncols` 1 or 4) of a `rows x
-    /// cols` weight at `w` with `n` Q8_1 activation rows (`yq` blocks apart, padded to a
-    /// multiple of four when `ncols` is 4) into `n` rows of `dst` (`dst_stride` floats apart).
+    /// The dp4a product (`kernels/mmvq.cu`, `mmvq_<tag>_<kernel>`) of a `rows x cols` weight at
+    /// `w` with `n` Q8_1 activation rows (`yq` blocks apart, padded to a multiple of four for
+    /// [`Dp4a::Chunks`]) into `n` rows of `dst` (`dst_stride` floats apart).
+    #[allow(clippy::too_many_arguments)]
     fn launch_mmvq(
         on: LaunchOn,
         f: &CudaFunction,
+        kernel: Dp4a,
         w: u64,
-        shape: (usize, usize, usize),
+        shape: (usize, usize),
         y: (u64, usize),
         dst: (u64, usize),
         n: usize,
     ) -> Result<()> {
-        launch_mmvq_on(on, f, &[w], None, shape, y, dst, n)
+        launch_mmvq_on(on, f, kernel, &[w], None, shape, y, dst, n)
     }
 
     /// Launch a dp4a product kernel: its weight pointers (one, or three for a stack, with the
@@ -1268,21 +1282,18 @@ mod cuda {
     fn launch_mmvq_on(
         on: LaunchOn,
         f: &CudaFunction,
+        kernel: Dp4a,
         weights: &[u64],
         split: Option<[i32; 2]>,
-        (rows, cols, ncols): (usize, usize, usize),
+        (rows, cols): (usize, usize),
         (y, yq): (u64, usize),
         (dst, dst_stride): (u64, usize),
         n: usize,
     ) -> Result<()> {
         debug_assert_eq!(weights.len(), if split.is_some() { 3 } else { 1 });
-        // A dependent launch only as `_x1r8` (TREESPEC_DP4A_ROWS=8): the other dp4a kernels take
-        // one or two weight rows a block (thousands of blocks) and have no PDL wait, which cost
-        // more than PDL saved there (the 0.5B: 790-820 tok/s with the waits and no PDL, 835-860
-        // with PDL, 965-990 without either; H200, BENCHMARKS.md section 18).
-        let rows_a_block = if ncols == 1 { dp4a_rows() } else { 2 };
+        // A dependent launch only where the kernel waits (Dp4a::dependent).
         let on = LaunchOn {
-            pdl: on.pdl && ncols == 1 && rows_a_block > 1,
+            pdl: on.pdl && kernel.dependent(),
             ..on
         };
         let mut b = Launch::new(f);
@@ -1293,7 +1304,7 @@ mod cuda {
             b.arg(&split[0]).arg(&split[1]);
         }
         let (cols_i, rows_i, sy, sd) = (cols as i32, rows as i32, yq as i32, dst_stride as i32);
-        let chunks = n.div_ceil(ncols) as i32;
+        let chunks = n.div_ceil(kernel.activation_rows()) as i32;
         b.arg(&y)
             .arg(&dst)
             .arg(&cols_i)
@@ -1302,12 +1313,13 @@ mod cuda {
             .arg(&sd)
             .arg(&chunks);
         let cfg = LaunchConfig {
-            grid_dim: (rows.div_ceil(rows_a_block) as u32, 1, 1),
-            block_dim: (32, 4, 1),
+            grid_dim: (rows.div_ceil(kernel.weight_rows()) as u32, 1, 1),
+            block_dim: (32, kernel.warps(), 1),
             shared_mem_bytes: 0,
         };
         // SAFETY: the weights hold rows x cols (padded as candle pads them; a stack's rows split
-        // as `split` says), y and dst hold the activation rows padded to a multiple of `ncols`.
+        // as `split` says), y and dst hold the activation rows padded to a multiple of the
+        // kernel's activation rows.
         unsafe { b.launch(on, cfg) }.map_err(driver)?;
         Ok(())
     }
@@ -1321,7 +1333,7 @@ mod cuda {
         let mut rng = crate::gpu::Uniform(0x2545_F491_4F6C_DD1D);
         let max_n = 64usize;
         let mut out = String::from(
-            "| matrix | rows x cols | n | dp4a us | tensor cores us | one-row tile kernel us |\n| --- | --- | ---: | ---: | ---: | ---: |\n",
+            "| matrix | rows x cols | n | dp4a us | dp4a, a block a row us | tensor cores us | one-row tile kernel us |\n| --- | --- | ---: | ---: | ---: | ---: | ---: |\n",
         );
         for (what, dtype, tag, rows, cols) in [
             ("q, o", GgmlDType::Q4K, "q4_k", 1536usize, 1536usize),
@@ -1330,6 +1342,12 @@ mod cuda {
             ("down", GgmlDType::Q4K, "q4_k", 1536, 8960),
             ("down", GgmlDType::Q6K, "q6_k", 1536, 8960),
             ("LM head", GgmlDType::Q6K, "q6_k", 151_936, 1536),
+            // The 0.5B drafter's shapes.
+            ("0.5B q, o", GgmlDType::Q5_0, "q5_0", 896, 896),
+            ("0.5B k, v", GgmlDType::Q5_0, "q5_0", 128, 896),
+            ("0.5B gate, up", GgmlDType::Q5_0, "q5_0", 4864, 896),
+            ("0.5B down", GgmlDType::Q8_0, "q8_0", 896, 4864),
+            ("0.5B LM head", GgmlDType::Q8_0, "q8_0", 151_936, 896),
         ] {
             let w_host: Vec<f32> = (0..rows * cols).map(|_| rng.next() - 0.5).collect();
             let q = QTensor::quantize(&Tensor::from_vec(w_host, (rows, cols), &device)?, dtype)?;
@@ -1346,23 +1364,32 @@ mod cuda {
             let y_ptr = y.device_ptr(&stream).0;
             let dst = stream.alloc_zeros::<f32>(max_n * rows).map_err(driver)?;
             let d_ptr = dst.device_ptr(&stream).0;
+            let has_tc = matches!(tag, "q4_k" | "q6_k") && rows % 16 == 0 && cols % 256 == 0;
             for n in [1usize, 4, 8, 16, 64] {
-                let ncols = mmvq_ncols(n);
-                let mmvq = mmvq_func(dev, tag, ncols, false)?;
+                // The dp4a kernel the runtime takes and, for one row, the one-row-a-block kernel.
+                let picked = Dp4a::for_pass(tag, rows, cols, n);
+                let dp4a = [
+                    Some(picked),
+                    (n == 1 && picked != Dp4a::Block).then_some(Dp4a::Block),
+                ];
                 // The tile counts the runtime takes, and for one row the 8-row tile kernel too.
                 let tc_kernels = [
-                    Some(mmtc_kernel(n, cols)),
-                    (n == 1).then_some(Mmtc::Tiles(1)),
+                    has_tc.then(|| mmtc_kernel(n, cols)),
+                    (has_tc && n == 1).then_some(Mmtc::Tiles(1)),
                 ];
-                let mut times = [None; 3];
+                let mut times = [None; 4];
                 for (slot, time) in times.iter_mut().enumerate() {
-                    let kernel = match slot {
-                        0 => None,
-                        _ => match tc_kernels[slot - 1] {
-                            Some(t) => Some(t),
+                    let (kernel, mmvq_kernel) = match slot {
+                        0 | 1 => match dp4a[slot] {
+                            Some(k) => (None, k),
+                            None => continue,
+                        },
+                        _ => match tc_kernels[slot - 2] {
+                            Some(t) => (Some(t), picked),
                             None => continue,
                         },
                     };
+                    let mmvq = mmvq_func(dev, tag, mmvq_kernel, false)?;
                     let mmtc = kernel.map(|k| mmtc_func(dev, tag, k)).transpose()?;
                     // Each kernel alone: no dependent launches, which would overlap the 50.
                     let alone = LaunchOn {
@@ -1375,8 +1402,8 @@ mod cuda {
                             launch_mmtc(alone, f, &stack, t, (y_ptr, yq), (d_ptr, rows), n)
                         }
                         _ => {
-                            let shape = (rows, cols, ncols);
-                            launch_mmvq(alone, &mmvq, w_ptr, shape, (y_ptr, yq), (d_ptr, rows), n)
+                            let (y, d) = ((y_ptr, yq), (d_ptr, rows));
+                            launch_mmvq(alone, &mmvq, mmvq_kernel, w_ptr, (rows, cols), y, d, n)
                         }
                     };
                     launch()?;
@@ -1384,9 +1411,11 @@ mod cuda {
                     graph.launch().map_err(driver)?;
                     *time = Some(replay_micros(&stream, &graph, 5)? / 50.0);
                 }
-                let [dp4a, tc, tile] = times.map(|t| t.map_or("-".into(), |t| format!("{t:.1}")));
+                let [dp4a, block, tc, tile] =
+                    times.map(|t| t.map_or("-".into(), |t| format!("{t:.1}")));
                 out.push_str(&format!(
-                    "| {what} {tag} | {rows} x {cols} | {n} | {dp4a} | {tc} | {tile} |\n"
+                    "| {what} {tag} | {rows} x {cols} | {n} | {dp4a} ({}) | {block} | {tc} | {tile} |\n",
+                    picked.suffix()
                 ));
             }
         }
@@ -1590,10 +1619,11 @@ mod cuda {
         Ok(())
     }
 
-    /// Stacked products (`mmvq_<tag>_x<n>_stacked`, and the tensor-core kernels when
+    /// Stacked products (`mmvq_<tag>_<kernel>_stacked`, and the tensor-core kernels when
     /// `tensor_cores`) against one launch per matrix, bit for bit, for two and three stacked
     /// matrices of a few formats, one activation row and five (the chunked kernel), and 20 on
-    /// tensor cores (the 4-tile kernel).
+    /// tensor cores (the 4-tile kernel); on dp4a every kernel ([`Dp4a`]), stacked and not,
+    /// against candle's one-row kernel launched a matrix and an activation row at a time.
     pub(crate) fn selftest_stacked(
         dev: &candle_core::CudaDevice,
         rng: &mut crate::gpu::Uniform,
@@ -1619,11 +1649,13 @@ mod cuda {
             };
             // At 1536 values a row the one-row tensor-core kernel takes 11 rows a block, so
             // blocks span the matrices' boundaries; the dp4a stacks' boundaries are not all
-            // multiples of 8 (the eight-rows-a-block kernel, TREESPEC_DP4A_ROWS=8).
+            // multiples of 8 (the kernels of eight weight rows a block), and at 4608 values a
+            // row each of the one-row kernel's threads takes several quantised blocks (each lane
+            // of the one-row-a-warp kernel, four threads' worth).
             let (cols, stacks) = if tensor_cores {
                 (1536usize, [&[64usize, 16][..], &[48, 16, 16]])
             } else {
-                (512, [&[64usize, 16][..], &[90, 30, 22]])
+                (4608, [&[64usize, 16][..], &[90, 30, 22]])
             };
             let yq = qblocks(cols);
             for row_counts in stacks {
@@ -1642,8 +1674,7 @@ mod cuda {
                 }
                 let total: usize = row_counts.iter().sum();
                 for &n in row_counts_n {
-                    let ncols = mmvq_ncols(n);
-                    let padded = n.div_ceil(ncols) * ncols;
+                    let padded = n.div_ceil(4) * 4;
                     let bytes: Vec<u8> = (0..padded * yq * Q8_BYTES)
                         .map(|i| match i % Q8_BYTES {
                             0 => 0x1f, // d = half 0x1f1f: ~0.0066
@@ -1656,82 +1687,225 @@ mod cuda {
                     let y_ptr = y.device_ptr(&stream).0;
                     let on = LaunchOn::new(&stream);
                     let kernel = mmtc_kernel(n, cols);
-                    // One launch of the stack `stack` into its output rows at `o`.
-                    let launch = |stack: &Stack, o: u64| -> Result<()> {
-                        let (y, dst) = ((y_ptr, yq), (o, total));
-                        if tensor_cores {
-                            let f = mmtc_func(dev, tag, kernel)?;
-                            launch_mmtc(on, &f, stack, kernel, y, dst, n)
-                        } else if stack.ptrs[0] == stack.ptrs[1] {
-                            let f = mmvq_func(dev, tag, ncols, false)?;
-                            let shape = (stack.rows, cols, ncols);
-                            launch_mmvq(on, &f, stack.ptrs[0], shape, y, dst, n)
-                        } else {
-                            let f = mmvq_func(dev, tag, ncols, true)?;
-                            launch_mmvq_stacked(on, &f, stack, ncols, y, dst, n)
-                        }
-                    };
-                    let out = |stacked: bool| -> Result<Vec<f32>> {
+                    // One launch of the stack `stack` over `rows` activation rows from row `from`
+                    // into its output rows at `o` (dp4a: with `dp4a`).
+                    let launch =
+                        |stack: &Stack, o: u64, dp4a: Dp4a, (from, rows): (usize, usize)| {
+                            let y = (y_ptr + (from * yq * Q8_BYTES) as u64, yq);
+                            let dst = (o + (from * total * 4) as u64, total);
+                            if tensor_cores {
+                                let f = mmtc_func(dev, tag, kernel)?;
+                                launch_mmtc(on, &f, stack, kernel, y, dst, rows)
+                            } else if stack.ptrs[0] == stack.ptrs[1] {
+                                let f = mmvq_func(dev, tag, dp4a, false)?;
+                                let shape = (stack.rows, cols);
+                                launch_mmvq(on, &f, dp4a, stack.ptrs[0], shape, y, dst, rows)
+                            } else {
+                                let f = mmvq_func(dev, tag, dp4a, true)?;
+                                launch_mmvq_stacked(on, &f, dp4a, stack, y, dst, rows)
+                            }
+                        };
+                    // The n rows' products, the stack in one launch or one launch a matrix, with
+                    // `dp4a`; `Dp4a::Block` one activation row at a time.
+                    let out = |stacked: bool, dp4a: Dp4a| -> Result<Vec<f32>> {
                         let dst = stream.alloc_zeros::<f32>(padded * total).map_err(driver)?;
                         let d = dst.device_ptr(&stream).0;
-                        if stacked {
-                            let refs: Vec<&Mat> = mats.iter().collect();
-                            launch(&Stack::of(&refs)?, d)?;
-                        } else {
-                            let mut at = 0;
-                            for m in &mats {
-                                launch(&Stack::one(m.ptr, m.rows, cols), d + (at * 4) as u64)?;
-                                at += m.rows;
+                        let passes: Vec<(usize, usize)> = match dp4a {
+                            Dp4a::Block if !tensor_cores => (0..n).map(|r| (r, 1)).collect(),
+                            _ => vec![(0, n)],
+                        };
+                        for pass in passes {
+                            if stacked {
+                                let refs: Vec<&Mat> = mats.iter().collect();
+                                launch(&Stack::of(&refs)?, d, dp4a, pass)?;
+                            } else {
+                                let mut at = 0;
+                                for m in &mats {
+                                    let stack = Stack::one(m.ptr, m.rows, cols);
+                                    launch(&stack, d + (at * 4) as u64, dp4a, pass)?;
+                                    at += m.rows;
+                                }
                             }
                         }
                         stream.clone_dtoh(&dst).map_err(driver)
                     };
-                    let (one, each) = (out(true)?, out(false)?);
-                    let same = one[..n * total]
-                        .iter()
-                        .zip(&each[..n * total])
-                        .all(|(a, b)| a.to_bits() == b.to_bits());
-                    if !same {
-                        return Err(Error::Device(format!(
-                            "stacked {family} product {tag} {row_counts:?} x {cols}, {n} rows: differs from one launch a matrix"
-                        )));
+                    // Reference: one launch a matrix (dp4a: of candle's one-row kernel, a row at
+                    // a time); against it every dp4a kernel for the pass, stacked or not.
+                    let reference = out(false, Dp4a::Block)?;
+                    let kernels: &[Dp4a] = match (tensor_cores, n) {
+                        (true, _) => &[Dp4a::Block],
+                        (false, 1) => &Dp4a::ALL[..4],
+                        (false, _) => &[Dp4a::Chunks],
+                    };
+                    for &dp4a in kernels {
+                        for stacked in [true, false] {
+                            let got = out(stacked, dp4a)?;
+                            let same = got[..n * total]
+                                .iter()
+                                .zip(&reference[..n * total])
+                                .all(|(a, b)| a.to_bits() == b.to_bits());
+                            if !same {
+                                let how = if stacked {
+                                    "stacked"
+                                } else {
+                                    "one launch a matrix"
+                                };
+                                let with = if tensor_cores { "" } else { dp4a.suffix() };
+                                return Err(Error::Device(format!(
+                                    "{family} product {tag} {row_counts:?} x {cols}, {n} rows, {how} {with}: differs from one launch a matrix and a row"
+                                )));
+                            }
+                        }
                     }
                 }
+                let of = if tensor_cores {
+                    "one launch a matrix"
+                } else {
+                    "candle's one-row kernel, a launch a matrix and a row (every dp4a kernel)"
+                };
                 report.push(format!(
-                    "stacked {family} product {tag} {row_counts:?} x {cols}, {row_counts_n:?} rows: = one launch a matrix, bit for bit"
+                    "stacked {family} product {tag} {row_counts:?} x {cols}, {row_counts_n:?} rows: = {of}, bit for bit"
                 ));
             }
         }
         Ok(())
     }
 
-    /// Activation rows a launch of the dp4a product takes at a time: one for a one-row pass, else
-    /// chunks of four (`mmvq_<tag>_x<ncols>`).
-    fn mmvq_ncols(n: usize) -> usize {
-        if n == 1 {
-            1
-        } else {
-            4
+    /// A kernel of `kernels/mmvq.cu`: every one computes a row bit for bit as the others do
+    /// (one order of the same float sums), so a pass may take any of them.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    enum Dp4a {
+        /// One activation row, one weight row a block of four warps (`_x1`: candle's kernel).
+        Block,
+        /// One activation row, eight weight rows a block one after another, a dependent
+        /// launch (`_x1r8`; `TREESPEC_DP4A_ROW=rows8`).
+        Rows8,
+        /// One activation row, one weight row a warp, eight a block (`_w`; `_wp` when
+        /// `dependent`): for short rows, where `Block` leaves most of its threads idle.
+        Warps { dependent: bool },
+        /// Chunks of four activation rows, two weight rows a block (`_x4`).
+        Chunks,
+    }
+
+    impl Dp4a {
+        /// Every kernel the runtime may pick.
+        const ALL: [Dp4a; 5] = [
+            Dp4a::Block,
+            Dp4a::Rows8,
+            Dp4a::Warps { dependent: false },
+            Dp4a::Warps { dependent: true },
+            Dp4a::Chunks,
+        ];
+
+        /// A one-row kernel launched with PDL takes at most this many blocks: a PDL wait costs
+        /// ~100 cycles a block (BENCHMARKS.md section 18: break-even near 750 one-row blocks).
+        const DEPENDENT_BLOCKS: usize = 2048;
+
+        /// The kernel for `n` activation rows of a stack of `rows x cols` weights of format
+        /// `tag`: four rows at a time beyond one; for one row, one weight row a warp where a
+        /// thread of [`Dp4a::Block`] would take at most two quantised blocks of the row, unless
+        /// `TREESPEC_DP4A_ROW` says `block` or `rows8`.
+        fn for_pass(tag: &str, rows: usize, cols: usize, n: usize) -> Dp4a {
+            if n > 1 {
+                return Dp4a::Chunks;
+            }
+            let choice = one_row_choice();
+            match choice {
+                "block" => Dp4a::Block,
+                "rows8" => Dp4a::Rows8,
+                _ => match dp4a_units(tag) {
+                    Some((qk, per_iter)) if cols / qk <= 2 * per_iter => {
+                        let dependent = match choice {
+                            "warps-nowait" => false,
+                            "warps-wait" => true,
+                            _ => rows.div_ceil(8) <= Self::DEPENDENT_BLOCKS,
+                        };
+                        Dp4a::Warps { dependent }
+                    }
+                    _ => Dp4a::Block,
+                },
+            }
+        }
+
+        /// The entry point's suffix in `kernels/mmvq.cu`.
+        fn suffix(self) -> &'static str {
+            match self {
+                Dp4a::Block => "x1",
+                Dp4a::Rows8 => "x1r8",
+                Dp4a::Warps { dependent: false } => "w",
+                Dp4a::Warps { dependent: true } => "wp",
+                Dp4a::Chunks => "x4",
+            }
+        }
+
+        /// Activation rows a launch takes at a time.
+        fn activation_rows(self) -> usize {
+            match self {
+                Dp4a::Chunks => 4,
+                _ => 1,
+            }
+        }
+
+        /// Weight rows a block takes.
+        fn weight_rows(self) -> usize {
+            match self {
+                Dp4a::Block => 1,
+                Dp4a::Rows8 | Dp4a::Warps { .. } => 8,
+                Dp4a::Chunks => 2,
+            }
+        }
+
+        /// Warps a block.
+        fn warps(self) -> u32 {
+            match self {
+                Dp4a::Warps { .. } => 8,
+                _ => 4,
+            }
+        }
+
+        /// Whether the kernel has a PDL wait, and so may be a dependent launch.
+        fn dependent(self) -> bool {
+            matches!(self, Dp4a::Rows8 | Dp4a::Warps { dependent: true })
         }
     }
 
-    /// The dp4a product kernel for weights of format `tag` taking `ncols` rows at a time (of up
-    /// to three stacked matrices when `stacked`).
+    /// `(values a quantised block, blocks a thread of the one-row kernel takes a step)` of the
+    /// formats `kernels/mmvq.cu` has (`qk` and `vdr * 128 / qi` there).
+    fn dp4a_units(tag: &str) -> Option<(usize, usize)> {
+        match tag {
+            "q4_0" | "q4_1" | "q5_0" | "q5_1" => Some((32, 64)),
+            "q8_0" => Some((32, 32)),
+            "q2_k" | "q3_k" | "q4_k" | "q5_k" => Some((256, 8)),
+            "q6_k" => Some((256, 4)),
+            _ => None,
+        }
+    }
+
+    /// `TREESPEC_DP4A_ROW`: `block`, `rows8`, `warps-nowait` / `warps-wait` (one row a warp,
+    /// never / always a dependent launch) or (any other value, or unset) `warps`.
+    fn one_row_choice() -> &'static str {
+        static CHOICE: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+        CHOICE.get_or_init(|| match std::env::var("TREESPEC_DP4A_ROW").as_deref() {
+            Ok("block") => "block",
+            Ok("rows8") => "rows8",
+            Ok("warps-nowait") => "warps-nowait",
+            Ok("warps-wait") => "warps-wait",
+            _ => "warps",
+        })
+    }
+
+    /// The dp4a product kernel `kernel` for weights of format `tag` (of up to three stacked
+    /// matrices when `stacked`).
     fn mmvq_func(
         dev: &candle_core::CudaDevice,
         tag: &str,
-        ncols: usize,
+        kernel: Dp4a,
         stacked: bool,
     ) -> Result<CudaFunction> {
-        // The one-row kernel taking several weight rows a block, when asked for.
-        let rows = if ncols == 1 && dp4a_rows() > 1 {
-            "r8"
-        } else {
-            ""
-        };
+        let suffix = kernel.suffix();
         let name = match stacked {
-            true => format!("mmvq_{tag}_x{ncols}{rows}_stacked"),
-            false => format!("mmvq_{tag}_x{ncols}{rows}"),
+            true => format!("mmvq_{tag}_{suffix}_stacked"),
+            false => format!("mmvq_{tag}_{suffix}"),
         };
         Ok(dev
             .get_or_load_custom_func(&name, "treespec_mmvq", MMVQ_PTX)?
@@ -1809,17 +1983,6 @@ mod cuda {
         ((cols / 64).div_ceil(4)).clamp(1, 16) as u32
     }
 
-    /// Weight rows a block of the one-row dp4a product takes: 1, or 8 with
-    /// `TREESPEC_DP4A_ROWS=8` (`mmvq_<tag>_x1r8`: each row computed exactly as the one-row
-    /// kernel computes it, one PDL wait for the eight; an experiment, BENCHMARKS.md section 18).
-    fn dp4a_rows() -> usize {
-        static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-        *ROWS.get_or_init(|| match std::env::var("TREESPEC_DP4A_ROWS").as_deref() {
-            Ok("8") => 8,
-            _ => 1,
-        })
-    }
-
     /// Graphs unless `TREESPEC_CUDA_GRAPHS=0`.
     fn graphs_allowed() -> bool {
         std::env::var("TREESPEC_CUDA_GRAPHS").as_deref() != Ok("0")
@@ -1882,15 +2045,15 @@ mod cuda {
                 .get_or_load_custom_func(name, "treespec_step", STEP_PTX)?
                 .into_cuda_function())
         };
-        // The dp4a kernels (single or stacked) for the formats of `mats`, one and four rows.
+        // The dp4a kernels (single or stacked) for the formats of `mats`.
         let dp4a = |mats: &mut dyn Iterator<Item = &Mat>, stacked: bool| -> Result<_> {
             let mut funcs = HashMap::new();
             for m in mats {
-                for ncols in [1usize, 4] {
+                for kernel in Dp4a::ALL {
                     if let std::collections::hash_map::Entry::Vacant(slot) =
-                        funcs.entry((m.tag, ncols))
+                        funcs.entry((m.tag, kernel))
                     {
-                        slot.insert(mmvq_func(dev, m.tag, ncols, stacked)?);
+                        slot.insert(mmvq_func(dev, m.tag, kernel, stacked)?);
                     }
                 }
             }
