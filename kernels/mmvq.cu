@@ -784,8 +784,9 @@ mmvq_gguf_quantize_q8_1_f32(const float *__restrict__ x,
 // The one-row product over R weight rows a block, one after another, each computed exactly as
 // the one-row kernel computes it (the same threads, partial sums and reduction), of a stack of
 // up to three matrices (stacked.cuh). R = 1 is the one-row kernel (`_x1`, one weight row a block,
-// never a dependent launch: pdl.cuh); R = DP4A_ROWS (`_x1r8`, TREESPEC_DP4A_ROWS=8, an
-// experiment) pays the PDL wait once for R rows: its rows go to L2 first, then it waits.
+// no PDL wait: pdl.cuh); R = DP4A_ROWS (`_x1r8`, TREESPEC_DP4A_ROW=rows8, an experiment that
+// lost 12% on the H200: BENCHMARKS.md section 19) pays the PDL wait once for R rows: its rows go
+// to L2 first, then it waits.
 #define DP4A_ROWS 8
 template <typename block_q_t, int qk, int qi, int vdr, vec_dot_q_cuda_t vec_dot, int R>
 static __device__ __forceinline__ void mmvq_rows(const void *vx0, const void *vx1,

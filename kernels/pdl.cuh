@@ -12,8 +12,9 @@
 // Built for an architecture before sm_90 both are no-ops, and src/gpu/launch.rs launches without
 // the attribute (plain stream order). Launched without it, `pdl_wait` returns at once, but it
 // is not free: a kernel of thousands of tiny blocks (the dp4a products of kernels/mmvq.cu, one
-// weight row a block) ran 17% slower with it, so those kernels have no wait and are never
-// launched with the attribute.
+// weight row a block) ran 17% slower with it, so those kernels (`_x1`, `_x4`, `_w`) have no
+// wait and are never launched with the attribute; the one-row-a-warp kernel's `_wp` (eight rows
+// a block) and `_x1r8` have one.
 #pragma once
 #include <stdint.h>
 

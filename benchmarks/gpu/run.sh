@@ -2,7 +2,7 @@
 # On the H200 machine, with the binary and the GGUF files staged in /root/stage (in parts, see
 # ../shared/device/README.md): plain decoding speed, the cost table, and the modes side by side on
 # the default pair with and without batch-invariant products. Writes logs and JSON under $OUT and
-# prints the tables last. Usage: benchmarks/gpu/run.sh [llama-build|check|ncu|llama|ar|costs|modes|profile|variance|synth|dp4a-row]...
+# prints the tables last. Usage: benchmarks/gpu/run.sh [llama-build|check|ncu|llama|ar|costs|modes|profile|variance|synth|dp4a-row|llama-spec]...
 # T=... and D=... replace the target and the drafter (e.g. the files `synth` writes: random weights
 # of the 1.5B's, the 0.5B's or Qwen3-8B's shape and formats, for timing without staging a model).
 set -euo pipefail
@@ -50,6 +50,13 @@ for what in "$@"; do
     for m in "$M" "$T" "$D"; do
       echo "$(basename "$m"): $(/root/llama/build/bin/llama-bench -m "$m" -ngl 99 -p 0 -n 256 -r 3 -o md | grep tg256)"
     done | tee "$OUT/llama-bench.md" ;;
+  llama-spec)
+    # llama.cpp's linear speculative decoding on the default pair, the first LIMIT (5) prompts
+    # of each set; compare with `MODES=ar,linear,tree,auto LIMIT=5 run.sh modes`.
+    while [ ! -f /root/llama/done ]; do sleep 5; done
+    export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/root/llama/build/bin
+    python3 "$(dirname "$0")/llama-spec.py" /root/llama/build/bin "$T" "$D" "$OUT" "${LIMIT:-5}" \
+      | tee "$OUT/llama-spec.md" ;;
   synth)
     for shape in qwen2.5-1.5b qwen2.5-0.5b qwen3-8b; do
       "$B" synth --shape "$shape" --out "$S/synth-$shape.gguf"

@@ -291,6 +291,9 @@ impl Engine {
         }
         self.seq = prompt.to_vec();
         self.answer_start = prompt.len();
+        if let Some(p) = &mut self.planner {
+            p.begin_answer();
+        }
         Ok(t0.elapsed())
     }
 

@@ -657,9 +657,9 @@ mod cuda {
             Ok((logits, hidden))
         }
 
-        /// Whether the step's own row, attention and tensor-core kernels launch with PDL
-        /// (`gpu::launch`: sm_90 or later, a build for it, `TREESPEC_PDL` not `0`; the dp4a
-        /// products never do, see `launch_mmvq_on`).
+        /// Whether the step's kernels launch with PDL (`gpu::launch`: sm_90 or later, a build
+        /// for it, `TREESPEC_PDL` not `0`): its row, attention and tensor-core kernels, and the
+        /// dp4a products whose kernel waits ([`Dp4a::dependent`]).
         pub fn dependent_launches(&self) -> bool {
             self.pdl
         }
@@ -1623,7 +1623,8 @@ mod cuda {
     /// `tensor_cores`) against one launch per matrix, bit for bit, for two and three stacked
     /// matrices of a few formats, one activation row and five (the chunked kernel), and 20 on
     /// tensor cores (the 4-tile kernel); on dp4a every kernel ([`Dp4a`]), stacked and not,
-    /// against candle's one-row kernel launched a matrix and an activation row at a time.
+    /// against the one-row kernel taken from candle (`mmvq_<tag>_x1`) launched a matrix and an
+    /// activation row at a time.
     pub(crate) fn selftest_stacked(
         dev: &candle_core::CudaDevice,
         rng: &mut crate::gpu::Uniform,
@@ -1632,30 +1633,34 @@ mod cuda {
     ) -> Result<()> {
         let stream = dev.cuda_stream();
         let device = Device::Cuda(dev.clone());
+        // At 1536 values a row the one-row tensor-core kernel takes 11 rows a block, so blocks
+        // span the matrices' boundaries; the dp4a stacks' boundaries are not all multiples of 8
+        // (the kernels of eight weight rows a block). The dp4a rows: 4608 values, where each of
+        // the one-row kernel's threads takes several quantised blocks (each lane of the
+        // one-row-a-warp kernel, four threads' worth), and the short rows of the models the
+        // warp kernel is for (896: the 0.5B's Q5_0 and Q4_1 rows; 1536 for Q6_K).
         let cases = [
-            (GgmlDType::Q4_0, "q4_0", false),
-            (GgmlDType::Q8_0, "q8_0", false),
-            (GgmlDType::Q4K, "q4_k", false),
-            (GgmlDType::Q4K, "q4_k", true),
-            (GgmlDType::Q6K, "q6_k", true),
+            (GgmlDType::Q4_0, "q4_0", false, 4608usize),
+            (GgmlDType::Q8_0, "q8_0", false, 4608),
+            (GgmlDType::Q4K, "q4_k", false, 4608),
+            (GgmlDType::Q4_1, "q4_1", false, 896),
+            (GgmlDType::Q5_0, "q5_0", false, 896),
+            (GgmlDType::Q6K, "q6_k", false, 1536),
+            (GgmlDType::Q4K, "q4_k", true, 1536),
+            (GgmlDType::Q6K, "q6_k", true, 1536),
         ];
         let with_tc = tensor_cores;
-        for (dtype, tag, tensor_cores) in cases.into_iter().filter(|c| with_tc || !c.2) {
+        for (dtype, tag, tensor_cores, cols) in cases.into_iter().filter(|c| with_tc || !c.2) {
             let family = if tensor_cores { "tensor-core" } else { "dp4a" };
             let row_counts_n = if tensor_cores {
                 &[1usize, 5, 20][..]
             } else {
                 &[1, 5]
             };
-            // At 1536 values a row the one-row tensor-core kernel takes 11 rows a block, so
-            // blocks span the matrices' boundaries; the dp4a stacks' boundaries are not all
-            // multiples of 8 (the kernels of eight weight rows a block), and at 4608 values a
-            // row each of the one-row kernel's threads takes several quantised blocks (each lane
-            // of the one-row-a-warp kernel, four threads' worth).
-            let (cols, stacks) = if tensor_cores {
-                (1536usize, [&[64usize, 16][..], &[48, 16, 16]])
+            let stacks = if tensor_cores {
+                [&[64usize, 16][..], &[48, 16, 16]]
             } else {
-                (4608, [&[64usize, 16][..], &[90, 30, 22]])
+                [&[64usize, 16][..], &[90, 30, 22]]
             };
             let yq = qblocks(cols);
             for row_counts in stacks {
@@ -1729,7 +1734,8 @@ mod cuda {
                         }
                         stream.clone_dtoh(&dst).map_err(driver)
                     };
-                    // Reference: one launch a matrix (dp4a: of candle's one-row kernel, a row at
+                    // Reference: one launch a matrix (dp4a: of the one-row kernel taken from
+                    // candle, `_x1`, a row at
                     // a time); against it every dp4a kernel for the pass, stacked or not.
                     let reference = out(false, Dp4a::Block)?;
                     let kernels: &[Dp4a] = match (tensor_cores, n) {
@@ -1761,7 +1767,7 @@ mod cuda {
                 let of = if tensor_cores {
                     "one launch a matrix"
                 } else {
-                    "candle's one-row kernel, a launch a matrix and a row (every dp4a kernel)"
+                    "the one-row kernel (_x1), a launch a matrix and a row (every dp4a kernel)"
                 };
                 report.push(format!(
                     "stacked {family} product {tag} {row_counts:?} x {cols}, {row_counts_n:?} rows: = {of}, bit for bit"
@@ -1797,14 +1803,17 @@ mod cuda {
             Dp4a::Chunks,
         ];
 
-        /// A one-row kernel launched with PDL takes at most this many blocks: a PDL wait costs
-        /// ~100 cycles a block (BENCHMARKS.md section 18: break-even near 750 one-row blocks).
+        /// [`Dp4a::for_pass`] makes the one-row-a-warp kernel a dependent launch up to this
+        /// many blocks (eight rows each): a PDL wait costs ~100 cycles a block (BENCHMARKS.md
+        /// section 18); in practice this keeps only the LM head (~19,000 blocks) without one.
+        /// Untuned: `warps-wait` (always) measured alike on the H200 (section 19).
         const DEPENDENT_BLOCKS: usize = 2048;
 
         /// The kernel for `n` activation rows of a stack of `rows x cols` weights of format
         /// `tag`: four rows at a time beyond one; for one row, one weight row a warp where a
-        /// thread of [`Dp4a::Block`] would take at most two quantised blocks of the row, unless
-        /// `TREESPEC_DP4A_ROW` says `block` or `rows8`.
+        /// thread of [`Dp4a::Block`] would make at most two passes of its loop over the row
+        /// (each lane of the warp kernel does four threads' work), unless `TREESPEC_DP4A_ROW`
+        /// says otherwise.
         fn for_pass(tag: &str, rows: usize, cols: usize, n: usize) -> Dp4a {
             if n > 1 {
                 return Dp4a::Chunks;
@@ -1869,8 +1878,8 @@ mod cuda {
         }
     }
 
-    /// `(values a quantised block, blocks a thread of the one-row kernel takes a step)` of the
-    /// formats `kernels/mmvq.cu` has (`qk` and `vdr * 128 / qi` there).
+    /// `(values a quantised block, quantised blocks the one-row kernel's 128 threads cover in one
+    /// pass of their loop)` of the formats `kernels/mmvq.cu` has (`qk` and `vdr * 128 / qi`).
     fn dp4a_units(tag: &str) -> Option<(usize, usize)> {
         match tag {
             "q4_0" | "q4_1" | "q5_0" | "q5_1" => Some((32, 64)),
