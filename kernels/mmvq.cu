@@ -865,41 +865,37 @@ static __device__ __forceinline__ void mmvq_warps(const void *vx0, const void *v
   if (threadIdx.x == 0) dst[row] = sum;
 }
 
+// The arguments of every entry point: one weight matrix, or a stack of up to three (stacked.cuh).
+#define MMVQ_PARAMS                                                                          \
+  const void *__restrict__ vx, const void *__restrict__ vy, float *__restrict__ dst,         \
+      const int ncols_x, const int nrows_x, const int stride_col_y, const int stride_col_dst, \
+      const int nchunks
+#define MMVQ_STACKED_PARAMS                                                                  \
+  const void *__restrict__ vx0, const void *__restrict__ vx1, const void *__restrict__ vx2,  \
+      const int row1, const int row2, const void *__restrict__ vy, float *__restrict__ dst,  \
+      const int ncols_x, const int nrows_x, const int stride_col_y, const int stride_col_dst, \
+      const int nchunks
+
 #define TREESPEC_MMVQ_TYPE(tag, block_q_t, qk_val, qi_val, vdr_val, vec_dot)                \
-  extern "C" __global__ void mmvq_##tag##_x1(                                               \
-      const void *__restrict__ vx, const void *__restrict__ vy, float *__restrict__ dst,     \
-      const int ncols_x, const int nrows_x, const int stride_col_y,                         \
-      const int stride_col_dst, const int nchunks) {                                        \
+  extern "C" __global__ void mmvq_##tag##_x1(MMVQ_PARAMS) {                                 \
     mmvq_rows<block_q_t, qk_val, qi_val, vdr_val, vec_dot, 1>(                              \
         vx, vx, vx, nrows_x, nrows_x, vy, dst, ncols_x, nrows_x, stride_col_y,              \
         stride_col_dst);                                                                    \
   }                                                                                         \
-  extern "C" __global__ void mmvq_##tag##_x1r8(                                             \
-      const void *__restrict__ vx, const void *__restrict__ vy, float *__restrict__ dst,     \
-      const int ncols_x, const int nrows_x, const int stride_col_y,                         \
-      const int stride_col_dst, const int nchunks) {                                        \
+  extern "C" __global__ void mmvq_##tag##_x1r8(MMVQ_PARAMS) {                               \
     mmvq_rows<block_q_t, qk_val, qi_val, vdr_val, vec_dot, DP4A_ROWS>(                      \
         vx, vx, vx, nrows_x, nrows_x, vy, dst, ncols_x, nrows_x, stride_col_y,              \
         stride_col_dst);                                                                    \
   }                                                                                         \
-  extern "C" __global__ void mmvq_##tag##_w(                                                \
-      const void *__restrict__ vx, const void *__restrict__ vy, float *__restrict__ dst,     \
-      const int ncols_x, const int nrows_x, const int stride_col_y,                         \
-      const int stride_col_dst, const int nchunks) {                                        \
+  extern "C" __global__ void mmvq_##tag##_w(MMVQ_PARAMS) {                                  \
     mmvq_warps<block_q_t, qk_val, qi_val, vdr_val, vec_dot, false>(                         \
         vx, vx, vx, nrows_x, nrows_x, vy, dst, ncols_x, nrows_x);                           \
   }                                                                                         \
-  extern "C" __global__ void mmvq_##tag##_wp(                                               \
-      const void *__restrict__ vx, const void *__restrict__ vy, float *__restrict__ dst,     \
-      const int ncols_x, const int nrows_x, const int stride_col_y,                         \
-      const int stride_col_dst, const int nchunks) {                                        \
+  extern "C" __global__ void mmvq_##tag##_wp(MMVQ_PARAMS) {                                 \
     mmvq_warps<block_q_t, qk_val, qi_val, vdr_val, vec_dot, true>(                          \
         vx, vx, vx, nrows_x, nrows_x, vy, dst, ncols_x, nrows_x);                           \
   }                                                                                         \
-  extern "C" __global__ void mmvq_##tag##_x4(                                               \
-      const void *__restrict__ vx, const void *__restrict__ vy, float *__restrict__ dst,     \
-      const int ncols_x, const int nrows_x, const int stride_col_y,                         \
-      const int stride_col_dst, const int nchunks) {                                        \
+  extern "C" __global__ void mmvq_##tag##_x4(MMVQ_PARAMS) {                                 \
     for (int c = 0; c < nchunks; ++c) {                                                     \
       mmvq_core_impl<float, qk_val, qi_val, block_q_t, vdr_val, vec_dot, 4>(                \
           vx, (const block_q8_1 *)vy + (size_t)c * 4 * stride_col_y,                        \
@@ -908,48 +904,23 @@ static __device__ __forceinline__ void mmvq_warps(const void *vx0, const void *v
       __syncthreads(); /* the next chunk reuses the partial-sum scratch */                  \
     }                                                                                       \
   }                                                                                         \
-  extern "C" __global__ void mmvq_##tag##_x1_stacked(                                       \
-      const void *__restrict__ vx0, const void *__restrict__ vx1,                           \
-      const void *__restrict__ vx2, const int row1, const int row2,                         \
-      const void *__restrict__ vy, float *__restrict__ dst, const int ncols_x,              \
-      const int nrows_x, const int stride_col_y, const int stride_col_dst,                  \
-      const int nchunks) {                                                                  \
+  extern "C" __global__ void mmvq_##tag##_x1_stacked(MMVQ_STACKED_PARAMS) {                 \
     mmvq_rows<block_q_t, qk_val, qi_val, vdr_val, vec_dot, 1>(                              \
         vx0, vx1, vx2, row1, row2, vy, dst, ncols_x, nrows_x, stride_col_y, stride_col_dst);  \
   }                                                                                         \
-  extern "C" __global__ void mmvq_##tag##_x1r8_stacked(                                     \
-      const void *__restrict__ vx0, const void *__restrict__ vx1,                           \
-      const void *__restrict__ vx2, const int row1, const int row2,                         \
-      const void *__restrict__ vy, float *__restrict__ dst, const int ncols_x,              \
-      const int nrows_x, const int stride_col_y, const int stride_col_dst,                  \
-      const int nchunks) {                                                                  \
+  extern "C" __global__ void mmvq_##tag##_x1r8_stacked(MMVQ_STACKED_PARAMS) {               \
     mmvq_rows<block_q_t, qk_val, qi_val, vdr_val, vec_dot, DP4A_ROWS>(                      \
         vx0, vx1, vx2, row1, row2, vy, dst, ncols_x, nrows_x, stride_col_y, stride_col_dst);  \
   }                                                                                         \
-  extern "C" __global__ void mmvq_##tag##_w_stacked(                                        \
-      const void *__restrict__ vx0, const void *__restrict__ vx1,                           \
-      const void *__restrict__ vx2, const int row1, const int row2,                         \
-      const void *__restrict__ vy, float *__restrict__ dst, const int ncols_x,              \
-      const int nrows_x, const int stride_col_y, const int stride_col_dst,                  \
-      const int nchunks) {                                                                  \
+  extern "C" __global__ void mmvq_##tag##_w_stacked(MMVQ_STACKED_PARAMS) {                  \
     mmvq_warps<block_q_t, qk_val, qi_val, vdr_val, vec_dot, false>(                         \
         vx0, vx1, vx2, row1, row2, vy, dst, ncols_x, nrows_x);                              \
   }                                                                                         \
-  extern "C" __global__ void mmvq_##tag##_wp_stacked(                                       \
-      const void *__restrict__ vx0, const void *__restrict__ vx1,                           \
-      const void *__restrict__ vx2, const int row1, const int row2,                         \
-      const void *__restrict__ vy, float *__restrict__ dst, const int ncols_x,              \
-      const int nrows_x, const int stride_col_y, const int stride_col_dst,                  \
-      const int nchunks) {                                                                  \
+  extern "C" __global__ void mmvq_##tag##_wp_stacked(MMVQ_STACKED_PARAMS) {                 \
     mmvq_warps<block_q_t, qk_val, qi_val, vdr_val, vec_dot, true>(                          \
         vx0, vx1, vx2, row1, row2, vy, dst, ncols_x, nrows_x);                              \
   }                                                                                         \
-  extern "C" __global__ void mmvq_##tag##_x4_stacked(                                       \
-      const void *__restrict__ vx0, const void *__restrict__ vx1,                           \
-      const void *__restrict__ vx2, const int row1, const int row2,                         \
-      const void *__restrict__ vy, float *__restrict__ dst, const int ncols_x,              \
-      const int nrows_x, const int stride_col_y, const int stride_col_dst,                  \
-      const int nchunks) {                                                                  \
+  extern "C" __global__ void mmvq_##tag##_x4_stacked(MMVQ_STACKED_PARAMS) {                 \
     int row0; /* a block's two rows lie in one matrix: every row count is even */           \
     const void *vx = stacked(vx0, vx1, vx2, row1, row2, 2 * blockIdx.x, &row0);             \
     for (int c = 0; c < nchunks; ++c) {                                                     \
