@@ -781,40 +781,22 @@ mmvq_gguf_quantize_q8_1_f32(const float *__restrict__ x,
 // however many rows the pass holds), each chunk reduced exactly as the one-row kernel reduces
 // a row. The activation and destination buffers hold whole chunks (rows padded to four).
 
-// The one-row product over R weight rows a block, one after another, each computed exactly as
-// the one-row kernel computes it (the same threads, partial sums and reduction), of a stack of
-// up to three matrices (stacked.cuh). R = 1 is the one-row kernel (`_x1`, one weight row a block,
-// no PDL wait: pdl.cuh); R = DP4A_ROWS (`_x1r8`, TREESPEC_DP4A_ROW=rows8, an experiment that
-// lost 12% on the H200: BENCHMARKS.md section 19) pays the PDL wait once for R rows: its rows go
-// to L2 first, then it waits.
-#define DP4A_ROWS 8
-template <typename block_q_t, int qk, int qi, int vdr, vec_dot_q_cuda_t vec_dot, int R>
-static __device__ __forceinline__ void mmvq_rows(const void *vx0, const void *vx1,
-                                                 const void *vx2, int row1, int row2,
-                                                 const void *vy, float *dst, int ncols_x,
-                                                 int nrows_x, int stride_col_y,
-                                                 int stride_col_dst) {
-  if (R > 1) {
-    const size_t row_bytes = (size_t)(ncols_x / qk) * sizeof(block_q_t);
-    for (int r = 0; r < R; ++r) {
-      const int row = blockIdx.x * R + r;
-      if (row >= nrows_x) break;
-      int wrow0;
-      const void *vx = stacked(vx0, vx1, vx2, row1, row2, row, &wrow0);
-      prefetch_l2((const char *)vx + (size_t)(row - wrow0) * row_bytes, row_bytes);
-    }
-    pdl_enter();
-  }
-  for (int r = 0; r < R; ++r) {
-    const int row = blockIdx.x * R + r;
-    if (row >= nrows_x) break;
-    int wrow0;
-    const void *vx = stacked(vx0, vx1, vx2, row1, row2, row, &wrow0);
-    mmvq_core_impl<float, qk, qi, block_q_t, vdr, vec_dot, 1>(
-        vx, (const block_q8_1 *)vy, dst, ncols_x, nrows_x, stride_col_y, stride_col_dst, wrow0,
-        row);
-    if (R > 1) __syncthreads(); /* the next row reuses the partial-sum scratch */
-  }
+// The one-row product (`_x1`: one weight row a block of four warps, no PDL wait: pdl.cuh) of a
+// stack of up to three matrices (stacked.cuh). (Eight weight rows a block one after another, each
+// so computed, with one PDL wait for the eight, lost 12% on the H200: BENCHMARKS.md section 19.)
+template <typename block_q_t, int qk, int qi, int vdr, vec_dot_q_cuda_t vec_dot>
+static __device__ __forceinline__ void mmvq_row(const void *vx0, const void *vx1,
+                                                const void *vx2, int row1, int row2,
+                                                const void *vy, float *dst, int ncols_x,
+                                                int nrows_x, int stride_col_y,
+                                                int stride_col_dst) {
+  const int row = blockIdx.x;
+  if (row >= nrows_x) return;
+  int wrow0;
+  const void *vx = stacked(vx0, vx1, vx2, row1, row2, row, &wrow0);
+  mmvq_core_impl<float, qk, qi, block_q_t, vdr, vec_dot, 1>(
+      vx, (const block_q8_1 *)vy, dst, ncols_x, nrows_x, stride_col_y, stride_col_dst, wrow0,
+      row);
 }
 
 // The one-row product, one weight row a warp (`_w`, `_wp`; block (32, WARP_ROWS)): each lane
@@ -823,8 +805,8 @@ static __device__ __forceinline__ void mmvq_rows(const void *vx0, const void *vx
 // memory reduction does, then the same butterfly: every row bit for bit what `_x1` gives it,
 // without its shared memory, barrier and three idle warps' reduction, and with a block for eight
 // rows instead of one. Meant for short rows (src/gpu/step.rs picks it where a thread of the
-// one-row kernel takes at most two units); `_wp` is a dependent launch (its row to L2, then the
-// wait), `_w` is not (no wait: pdl.cuh).
+// one-row kernel makes at most two passes of its loop); `_wp` is a dependent launch (its row to
+// L2, then the wait), `_w` is not (no wait: pdl.cuh).
 #define WARP_ROWS 8
 template <typename block_q_t, int qk, int qi, int vdr, vec_dot_q_cuda_t vec_dot, bool PDL>
 static __device__ __forceinline__ void mmvq_warps(const void *vx0, const void *vx1,
@@ -878,12 +860,7 @@ static __device__ __forceinline__ void mmvq_warps(const void *vx0, const void *v
 
 #define TREESPEC_MMVQ_TYPE(tag, block_q_t, qk_val, qi_val, vdr_val, vec_dot)                \
   extern "C" __global__ void mmvq_##tag##_x1(MMVQ_PARAMS) {                                 \
-    mmvq_rows<block_q_t, qk_val, qi_val, vdr_val, vec_dot, 1>(                              \
-        vx, vx, vx, nrows_x, nrows_x, vy, dst, ncols_x, nrows_x, stride_col_y,              \
-        stride_col_dst);                                                                    \
-  }                                                                                         \
-  extern "C" __global__ void mmvq_##tag##_x1r8(MMVQ_PARAMS) {                               \
-    mmvq_rows<block_q_t, qk_val, qi_val, vdr_val, vec_dot, DP4A_ROWS>(                      \
+    mmvq_row<block_q_t, qk_val, qi_val, vdr_val, vec_dot>(                                  \
         vx, vx, vx, nrows_x, nrows_x, vy, dst, ncols_x, nrows_x, stride_col_y,              \
         stride_col_dst);                                                                    \
   }                                                                                         \
@@ -905,11 +882,7 @@ static __device__ __forceinline__ void mmvq_warps(const void *vx0, const void *v
     }                                                                                       \
   }                                                                                         \
   extern "C" __global__ void mmvq_##tag##_x1_stacked(MMVQ_STACKED_PARAMS) {                 \
-    mmvq_rows<block_q_t, qk_val, qi_val, vdr_val, vec_dot, 1>(                              \
-        vx0, vx1, vx2, row1, row2, vy, dst, ncols_x, nrows_x, stride_col_y, stride_col_dst);  \
-  }                                                                                         \
-  extern "C" __global__ void mmvq_##tag##_x1r8_stacked(MMVQ_STACKED_PARAMS) {               \
-    mmvq_rows<block_q_t, qk_val, qi_val, vdr_val, vec_dot, DP4A_ROWS>(                      \
+    mmvq_row<block_q_t, qk_val, qi_val, vdr_val, vec_dot>(                                  \
         vx0, vx1, vx2, row1, row2, vy, dst, ncols_x, nrows_x, stride_col_y, stride_col_dst);  \
   }                                                                                         \
   extern "C" __global__ void mmvq_##tag##_w_stacked(MMVQ_STACKED_PARAMS) {                  \

@@ -74,14 +74,15 @@ for what in "$@"; do
     esac ;;
   dp4a-row)
     # The one-row dp4a kernels against each other (TREESPEC_DP4A_ROW: candle's one weight row a
-    # block, eight rows a block one after another, one row a warp): selftest first (every kernel
-    # bit for bit against candle's), then plain decoding interleaved on SmolLM2 and the drafter.
+    # block, one row a warp without dependent launches, the default): selftest first (every
+    # kernel bit for bit against candle's), then plain decoding interleaved on SmolLM2 and the
+    # drafter.
     "$B" selftest --device cuda -m "$M" -m "$D" > "$OUT/selftest-dp4a-row.txt" 2>&1 \
       || { tail -5 "$OUT/selftest-dp4a-row.txt"; exit 1; }
     for m in "$M" "$D"; do
       for i in 1 2 3; do
         r=""
-        for k in block rows8 warps; do
+        for k in block warps-nowait warps; do
           r="$r | $k $(TREESPEC_DP4A_ROW=$k "$B" generate --device cuda -m "$m" -p "$prompt" --max-tokens 256 2>&1 >/dev/null | rate)"
         done
         echo "$(basename "$m")$r"

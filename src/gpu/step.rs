@@ -1740,7 +1740,7 @@ mod cuda {
                     let reference = out(false, Dp4a::Block)?;
                     let kernels: &[Dp4a] = match (tensor_cores, n) {
                         (true, _) => &[Dp4a::Block],
-                        (false, 1) => &Dp4a::ALL[..4],
+                        (false, 1) => &Dp4a::ALL[..3],
                         (false, _) => &[Dp4a::Chunks],
                     };
                     for &dp4a in kernels {
@@ -1783,9 +1783,6 @@ mod cuda {
     enum Dp4a {
         /// One activation row, one weight row a block of four warps (`_x1`: candle's kernel).
         Block,
-        /// One activation row, eight weight rows a block one after another, a dependent
-        /// launch (`_x1r8`; `TREESPEC_DP4A_ROW=rows8`).
-        Rows8,
         /// One activation row, one weight row a warp, eight a block (`_w`; `_wp` when
         /// `dependent`): for short rows, where `Block` leaves most of its threads idle.
         Warps { dependent: bool },
@@ -1795,9 +1792,8 @@ mod cuda {
 
     impl Dp4a {
         /// Every kernel the runtime may pick.
-        const ALL: [Dp4a; 5] = [
+        const ALL: [Dp4a; 4] = [
             Dp4a::Block,
-            Dp4a::Rows8,
             Dp4a::Warps { dependent: false },
             Dp4a::Warps { dependent: true },
             Dp4a::Chunks,
@@ -1821,7 +1817,6 @@ mod cuda {
             let choice = one_row_choice();
             match choice {
                 "block" => Dp4a::Block,
-                "rows8" => Dp4a::Rows8,
                 _ => match dp4a_units(tag) {
                     Some((qk, per_iter)) if cols / qk <= 2 * per_iter => {
                         let dependent = match choice {
@@ -1840,7 +1835,6 @@ mod cuda {
         fn suffix(self) -> &'static str {
             match self {
                 Dp4a::Block => "x1",
-                Dp4a::Rows8 => "x1r8",
                 Dp4a::Warps { dependent: false } => "w",
                 Dp4a::Warps { dependent: true } => "wp",
                 Dp4a::Chunks => "x4",
@@ -1859,7 +1853,7 @@ mod cuda {
         fn weight_rows(self) -> usize {
             match self {
                 Dp4a::Block => 1,
-                Dp4a::Rows8 | Dp4a::Warps { .. } => 8,
+                Dp4a::Warps { .. } => 8,
                 Dp4a::Chunks => 2,
             }
         }
@@ -1874,7 +1868,7 @@ mod cuda {
 
         /// Whether the kernel has a PDL wait, and so may be a dependent launch.
         fn dependent(self) -> bool {
-            matches!(self, Dp4a::Rows8 | Dp4a::Warps { dependent: true })
+            matches!(self, Dp4a::Warps { dependent: true })
         }
     }
 
@@ -1890,13 +1884,12 @@ mod cuda {
         }
     }
 
-    /// `TREESPEC_DP4A_ROW`: `block`, `rows8`, `warps-nowait` / `warps-wait` (one row a warp,
+    /// `TREESPEC_DP4A_ROW`: `block`, `warps-nowait` / `warps-wait` (one row a warp,
     /// never / always a dependent launch) or (any other value, or unset) `warps`.
     fn one_row_choice() -> &'static str {
         static CHOICE: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
         CHOICE.get_or_init(|| match std::env::var("TREESPEC_DP4A_ROW").as_deref() {
             Ok("block") => "block",
-            Ok("rows8") => "rows8",
             Ok("warps-nowait") => "warps-nowait",
             Ok("warps-wait") => "warps-wait",
             _ => "warps",
