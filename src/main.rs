@@ -421,7 +421,7 @@ fn run_products(a: &BenchArgs) -> anyhow::Result<()> {
     let candle_core::Device::Cuda(dev) = &opts.device else {
         anyhow::bail!("--products times GPU kernels: pass --device cuda");
     };
-    print!("{}", treespec::gpu::step::bench_products(dev)?);
+    print!("{}", treespec::gpu::products::bench_products(dev)?);
     Ok(())
 }
 

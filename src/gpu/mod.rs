@@ -3,12 +3,14 @@
 //!
 //! - [`row_top_k`], [`row_argmax`] (`topk`): per-row top-k with the log-normaliser; argmax.
 //! - [`attention`] (`attention`): batch-invariant grouped-query attention over per-row key lists.
-//! - [`step`] (`step`, `mmvq`, `mmtc`, `attention`): the decoder's forward pass, with quantised
-//!   products on dp4a (`mmvq`) or tensor cores (`mmtc`, Q4_K and Q6_K).
+//! - [`step`] (`step`, `attention`): the decoder's forward pass, whose quantised products
+//!   (`products`, CUDA builds) run on dp4a (`mmvq`) or tensor cores (`mmtc`, Q4_K and Q6_K).
 
 pub mod attention;
 #[cfg(feature = "cuda")]
 pub(crate) mod launch;
+#[cfg(feature = "cuda")]
+pub mod products;
 pub mod step;
 mod topk;
 
@@ -38,9 +40,9 @@ pub fn selftest(device: &candle_core::Device) -> Result<Vec<String>> {
             }
             _ => true,
         };
-        step::selftest_stacked(dev, &mut rng, &mut report, tensor_cores)?;
+        products::selftest_stacked(dev, &mut rng, &mut report, tensor_cores)?;
         if tensor_cores {
-            step::selftest_products(dev, &mut rng, &mut report)?;
+            products::selftest_products(dev, &mut rng, &mut report)?;
         }
     }
     Ok(report)

@@ -1,0 +1,849 @@
+//! The quantised matrix products of the GPU decoder step (`gpu::step`): which kernel takes a
+//! pass, on dp4a (`kernels/mmvq.cu`, [`Dp4a`]) or tensor cores (`kernels/mmtc.cu`, [`Mmtc`]),
+//! of one matrix or a [`Stack`] of up to three; their launches; and their checks and timings
+//! (`treespec selftest`, `treespec bench --products`). Every kernel computes a row bit for bit
+//! as the others of its family do, so a pass may take any of them (batch invariance).
+
+use super::launch::{Launch, LaunchOn};
+use super::step::Mat;
+use crate::error::{Error, Result};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use cudarc::driver::{sys, CudaFunction, CudaGraph, CudaStream, DevicePtr, LaunchConfig};
+use std::sync::Arc;
+
+const MMVQ_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/mmvq.ptx"));
+const MMTC_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/mmtc.ptx"));
+/// Bytes of a Q8_1 block of 32 values.
+pub(super) const Q8_BYTES: usize = 36;
+/// Activation rows padded to this multiple (llama.cpp's MATRIX_ROW_PADDING).
+pub(super) const ROW_PAD: usize = 512;
+
+/// A driver error of the decoder step's kernels.
+pub(super) fn driver(e: impl std::fmt::Debug) -> Error {
+    crate::gpu::kernel_error("decoder step", e)
+}
+
+/// Q8_1 blocks of an activation row of `width` values, padded to [`ROW_PAD`].
+pub(super) fn qblocks(width: usize) -> usize {
+    width.div_ceil(ROW_PAD) * ROW_PAD / 32
+}
+
+/// The dp4a product of a [`Stack`] (`kernels/stacked.cuh`; each row count even, for the
+/// chunked kernel's row pairs) in one launch of `kernel` (`mmvq_<tag>_<kernel>_stacked`),
+/// otherwise as [`launch_mmvq`]: output row r of the stack at `dst + r`.
+pub(super) fn launch_mmvq_stacked(
+    on: LaunchOn,
+    f: &CudaFunction,
+    kernel: Dp4a,
+    stack: &Stack,
+    y: (u64, usize),
+    dst: (u64, usize),
+    n: usize,
+) -> Result<()> {
+    let shape = (stack.rows, stack.cols);
+    // SAFETY (of the launch): as in launch_mmvq, for each matrix of the stack; every row
+    // count is even, so a block's two rows lie in one matrix.
+    launch_mmvq_on(
+        on,
+        f,
+        kernel,
+        &stack.ptrs,
+        Some(stack.split),
+        shape,
+        y,
+        dst,
+        n,
+    )
+}
+
+/// Up to three weights of one format and row length whose products one launch computes,
+/// output rows back to back, as the kernels take them (`kernels/stacked.cuh`): the three
+/// pointers and the rows where the second and the third start.
+pub(super) struct Stack {
+    pub(super) ptrs: [u64; 3],
+    pub(super) split: [i32; 2],
+    pub(super) rows: usize,
+    pub(super) cols: usize,
+}
+
+impl Stack {
+    /// One matrix (a stack whose second and third start past its last row).
+    pub(super) fn one(ptr: u64, rows: usize, cols: usize) -> Self {
+        Stack {
+            ptrs: [ptr; 3],
+            split: [rows as i32; 2],
+            rows,
+            cols,
+        }
+    }
+
+    /// The stack of one to three matrices, in that order.
+    pub(super) fn of(mats: &[&Mat]) -> Result<Self> {
+        match mats {
+            [a] => Ok(Stack::one(a.ptr, a.rows, a.cols)),
+            [a, b] => Ok(Stack {
+                ptrs: [a.ptr, b.ptr, b.ptr],
+                // No row reaches the third's start.
+                split: [a.rows as i32, (a.rows + b.rows) as i32],
+                rows: a.rows + b.rows,
+                cols: a.cols,
+            }),
+            [a, b, c] => Ok(Stack {
+                ptrs: [a.ptr, b.ptr, c.ptr],
+                split: [a.rows as i32, (a.rows + b.rows) as i32],
+                rows: a.rows + b.rows + c.rows,
+                cols: a.cols,
+            }),
+            _ => Err(Error::Device(format!(
+                "a stacked product of {} matrices (one to three)",
+                mats.len()
+            ))),
+        }
+    }
+
+    /// The kernel arguments a stack is: the three pointers, then the two split rows.
+    pub(super) fn args<'a>(&'a self, b: &mut Launch<'a>) {
+        b.arg(&self.ptrs[0])
+            .arg(&self.ptrs[1])
+            .arg(&self.ptrs[2])
+            .arg(&self.split[0])
+            .arg(&self.split[1]);
+    }
+}
+
+/// The dp4a product (`kernels/mmvq.cu`, `mmvq_<tag>_<kernel>`) of a `rows x cols` weight at
+/// `w` with `n` Q8_1 activation rows (`yq` blocks apart, padded to a multiple of four for
+/// [`Dp4a::Chunks`]) into `n` rows of `dst` (`dst_stride` floats apart).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn launch_mmvq(
+    on: LaunchOn,
+    f: &CudaFunction,
+    kernel: Dp4a,
+    w: u64,
+    shape: (usize, usize),
+    y: (u64, usize),
+    dst: (u64, usize),
+    n: usize,
+) -> Result<()> {
+    launch_mmvq_on(on, f, kernel, &[w], None, shape, y, dst, n)
+}
+
+/// Launch a dp4a product kernel: its weight pointers (one, or three for a stack, with the
+/// rows where the second and third start), then the arguments every entry point shares.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn launch_mmvq_on(
+    on: LaunchOn,
+    f: &CudaFunction,
+    kernel: Dp4a,
+    weights: &[u64],
+    split: Option<[i32; 2]>,
+    (rows, cols): (usize, usize),
+    (y, yq): (u64, usize),
+    (dst, dst_stride): (u64, usize),
+    n: usize,
+) -> Result<()> {
+    debug_assert_eq!(weights.len(), if split.is_some() { 3 } else { 1 });
+    // A dependent launch only where the kernel waits (Dp4a::dependent).
+    let on = LaunchOn {
+        pdl: on.pdl && kernel.dependent(),
+        ..on
+    };
+    let mut b = Launch::new(f);
+    for w in weights {
+        b.arg(w);
+    }
+    if let Some(split) = &split {
+        b.arg(&split[0]).arg(&split[1]);
+    }
+    let (cols_i, rows_i, sy, sd) = (cols as i32, rows as i32, yq as i32, dst_stride as i32);
+    let chunks = n.div_ceil(kernel.activation_rows()) as i32;
+    b.arg(&y)
+        .arg(&dst)
+        .arg(&cols_i)
+        .arg(&rows_i)
+        .arg(&sy)
+        .arg(&sd)
+        .arg(&chunks);
+    let cfg = LaunchConfig {
+        grid_dim: (rows.div_ceil(kernel.weight_rows()) as u32, 1, 1),
+        block_dim: (32, kernel.warps(), 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: the weights hold rows x cols (padded as candle pads them; a stack's rows split
+    // as `split` says), y and dst hold the activation rows padded to a multiple of the
+    // kernel's activation rows.
+    unsafe { b.launch(on, cfg) }.map_err(driver)?;
+    Ok(())
+}
+
+/// Time the dp4a and the tensor-core products on the shapes of Qwen2.5-1.5B's matrices
+/// (random weights), for 1 to 64 activation rows, each launch replayed from a CUDA graph of
+/// 50: a markdown table of microseconds a launch.
+pub fn bench_products(dev: &candle_core::CudaDevice) -> Result<String> {
+    let stream = dev.cuda_stream();
+    let device = Device::Cuda(dev.clone());
+    let mut rng = crate::gpu::Uniform(0x2545_F491_4F6C_DD1D);
+    let max_n = 64usize;
+    let mut out = String::from(
+        "| matrix | rows x cols | n | dp4a us | dp4a, a block a row us | tensor cores us | one-row tile kernel us |\n| --- | --- | ---: | ---: | ---: | ---: | ---: |\n",
+    );
+    for (what, dtype, tag, rows, cols) in [
+        ("q, o", GgmlDType::Q4K, "q4_k", 1536usize, 1536usize),
+        ("k, v", GgmlDType::Q4K, "q4_k", 256, 1536),
+        ("gate, up", GgmlDType::Q4K, "q4_k", 8960, 1536),
+        ("down", GgmlDType::Q4K, "q4_k", 1536, 8960),
+        ("down", GgmlDType::Q6K, "q6_k", 1536, 8960),
+        ("LM head", GgmlDType::Q6K, "q6_k", 151_936, 1536),
+        // The 0.5B drafter's shapes.
+        ("0.5B q, o", GgmlDType::Q5_0, "q5_0", 896, 896),
+        ("0.5B k, v", GgmlDType::Q5_0, "q5_0", 128, 896),
+        ("0.5B gate, up", GgmlDType::Q5_0, "q5_0", 4864, 896),
+        ("0.5B down", GgmlDType::Q8_0, "q8_0", 896, 4864),
+        ("0.5B LM head", GgmlDType::Q8_0, "q8_0", 151_936, 896),
+    ] {
+        let w_host: Vec<f32> = (0..rows * cols).map(|_| rng.next() - 0.5).collect();
+        let q = QTensor::quantize(&Tensor::from_vec(w_host, (rows, cols), &device)?, dtype)?;
+        let w_ptr = q.device_ptr()? as u64;
+        let yq = qblocks(cols);
+        let mut bytes = vec![0u8; max_n * yq * Q8_BYTES];
+        for blk in bytes.chunks_mut(Q8_BYTES) {
+            blk[..2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+            for b in &mut blk[4..] {
+                *b = (rng.next() * 255.0) as u8;
+            }
+        }
+        let y = stream.clone_htod(&bytes).map_err(driver)?;
+        let y_ptr = y.device_ptr(&stream).0;
+        let dst = stream.alloc_zeros::<f32>(max_n * rows).map_err(driver)?;
+        let d_ptr = dst.device_ptr(&stream).0;
+        let has_tc = matches!(tag, "q4_k" | "q6_k") && rows % 16 == 0 && cols % 256 == 0;
+        for n in [1usize, 4, 8, 16, 64] {
+            // The dp4a kernel the runtime takes and, for one row, the one-row-a-block kernel.
+            let picked = Dp4a::for_pass(tag, rows, cols, n);
+            let dp4a = [
+                Some(picked),
+                (n == 1 && picked != Dp4a::Block).then_some(Dp4a::Block),
+            ];
+            // The tile counts the runtime takes, and for one row the 8-row tile kernel too.
+            let tc_kernels = [
+                has_tc.then(|| mmtc_kernel(n, cols)),
+                (has_tc && n == 1).then_some(Mmtc::Tiles(1)),
+            ];
+            let mut times = [None; 4];
+            for (slot, time) in times.iter_mut().enumerate() {
+                let (kernel, mmvq_kernel) = match slot {
+                    0 | 1 => match dp4a[slot] {
+                        Some(k) => (None, k),
+                        None => continue,
+                    },
+                    _ => match tc_kernels[slot - 2] {
+                        Some(t) => (Some(t), picked),
+                        None => continue,
+                    },
+                };
+                let mmvq = mmvq_func(dev, tag, mmvq_kernel, false)?;
+                let mmtc = kernel.map(|k| mmtc_func(dev, tag, k)).transpose()?;
+                // Each kernel alone: no dependent launches, which would overlap the 50.
+                let alone = LaunchOn {
+                    stream: &stream,
+                    pdl: false,
+                };
+                let launch = || match (&mmtc, kernel) {
+                    (Some(f), Some(t)) => {
+                        let stack = Stack::one(w_ptr, rows, cols);
+                        launch_mmtc(alone, f, &stack, t, (y_ptr, yq), (d_ptr, rows), n)
+                    }
+                    _ => {
+                        let (y, d) = ((y_ptr, yq), (d_ptr, rows));
+                        launch_mmvq(alone, &mmvq, mmvq_kernel, w_ptr, (rows, cols), y, d, n)
+                    }
+                };
+                launch()?;
+                let graph = capture(&stream, || (0..50).try_for_each(|_| launch()))?;
+                graph.launch().map_err(driver)?;
+                *time = Some(replay_micros(&stream, &graph, 5)? / 50.0);
+            }
+            let [dp4a, block, tc, tile] =
+                times.map(|t| t.map_or("-".into(), |t| format!("{t:.1}")));
+            out.push_str(&format!(
+                "| {what} {tag} | {rows} x {cols} | {n} | {dp4a} ({}) | {block} | {tc} | {tile} |\n",
+                picked.suffix()
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// The tensor-core product (`kernels/mmtc.cu`) of a stack of `rows x cols` weights (rows a
+/// multiple of 16 each, cols of 256) with `n` Q8_1 activation rows (`yq` blocks apart), into `n`
+/// rows of `dst` (`dst_stride` floats apart) with `kernel`: blocks of 16 weight rows by
+/// `8 * tiles` activation rows, a row's 64-value units spread over [`mmtc_warps`] warps,
+/// which depends only on the row length (so a row's sum order never depends on `n`); one
+/// row goes to [`launch_mmtc_row`].
+pub(super) fn launch_mmtc(
+    on: LaunchOn,
+    f: &CudaFunction,
+    stack: &Stack,
+    kernel: Mmtc,
+    (y, yq): (u64, usize),
+    (dst, dst_stride): (u64, usize),
+    n: usize,
+) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let (rows, cols) = (stack.rows, stack.cols);
+    debug_assert!(
+        rows.is_multiple_of(16) && stack.split.iter().all(|&r| r % 16 == 0),
+        "the tile kernels take a stack's matrices in blocks of 16 rows"
+    );
+    let warps = mmtc_warps(cols);
+    let Mmtc::Tiles(tiles) = kernel else {
+        return launch_mmtc_row(on, f, stack, warps, y, dst);
+    };
+    let shared = warps * (tiles * 8 * 16 * 4) as u32;
+    if shared > 48 * 1024 {
+        // Past the default limit on dynamic shared memory (the H200 allows 227 KiB a block).
+        let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        f.set_attribute(attr, shared as i32).map_err(driver)?;
+    }
+    let mut b = Launch::new(f);
+    let (cols_i, sy, sd, n_i) = (cols as i32, yq as i32, dst_stride as i32, n as i32);
+    stack.args(&mut b);
+    b.arg(&y).arg(&dst).arg(&cols_i).arg(&sy).arg(&sd).arg(&n_i);
+    let cfg = LaunchConfig {
+        grid_dim: ((rows / 16) as u32, n.div_ceil(8 * tiles) as u32, 1),
+        block_dim: (32, warps, 1),
+        shared_mem_bytes: shared,
+    };
+    // SAFETY: the weight holds rows x cols (rows a multiple of 16, cols of 256), y holds n
+    // activation rows of yq Q8_1 blocks (only rows below n are read), dst n rows of
+    // dst_stride (only rows below n are written).
+    unsafe { b.launch(on, cfg) }.map_err(driver)?;
+    Ok(())
+}
+
+/// The one-row kernel (`mmtc_<tag>_row`): blocks of `warps x r` lanes, a lane for each of a
+/// weight row's `warps` splits, `r` weight rows a block, the activation row staged in each
+/// block's shared memory (48 bytes a Q8_1 block).
+pub(super) fn launch_mmtc_row(
+    on: LaunchOn,
+    f: &CudaFunction,
+    stack: &Stack,
+    warps: u32,
+    y: u64,
+    dst: u64,
+) -> Result<()> {
+    let (rows, cols) = (stack.rows, stack.cols);
+    // Rows a block: enough blocks to spread a matrix over every SM (~256 blocks), at least
+    // 64 lanes to stage the activations, at most 256 lanes.
+    let per_block = (rows / 256)
+        .max(64usize.div_ceil(warps as usize))
+        .min((256 / warps) as usize) as u32;
+    let shared = (cols / 32 * 48) as u32;
+    // Past the default 48 KiB of a block with the kernel's 1 KiB of static shared memory.
+    if shared + 1024 > 48 * 1024 {
+        let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        f.set_attribute(attr, shared as i32).map_err(driver)?;
+    }
+    let mut b = Launch::new(f);
+    let (cols_i, rows_i) = (cols as i32, rows as i32);
+    stack.args(&mut b);
+    b.arg(&y).arg(&dst).arg(&cols_i).arg(&rows_i);
+    let cfg = LaunchConfig {
+        grid_dim: (rows.div_ceil(per_block as usize) as u32, 1, 1),
+        block_dim: (warps, per_block, 1),
+        shared_mem_bytes: shared,
+    };
+    // SAFETY: the weight holds rows x cols (cols a multiple of 256), y one activation row of
+    // cols / 32 Q8_1 blocks, dst rows floats (only rows below `rows` are written).
+    unsafe { b.launch(on, cfg) }.map_err(driver)?;
+    Ok(())
+}
+
+/// The tensor-core product against a CPU reference on random Q4_K and Q6_K weights (the
+/// weights dequantised by candle, the activations quantised to Q8_1 here as the kernels of
+/// `kernels/step.cu` do), for row counts across the tile sizes, and batch invariance: every
+/// row of every launch bit for bit the same as that row launched alone.
+pub(crate) fn selftest_products(
+    dev: &candle_core::CudaDevice,
+    rng: &mut crate::gpu::Uniform,
+    report: &mut Vec<String>,
+) -> Result<()> {
+    let stream = dev.cuda_stream();
+    let device = Device::Cuda(dev.clone());
+    for (dtype, tag, rows, cols) in [
+        (GgmlDType::Q4K, "q4_k", 32usize, 768usize),
+        (GgmlDType::Q6K, "q6_k", 48, 1280),
+        (GgmlDType::Q4K, "q4_k", 16, 4864),
+        // The long one-row kernel on Q6_K blocks of both alignments (35 a row), and a row
+        // whose staged activations pass 48 KiB of shared memory.
+        (GgmlDType::Q6K, "q6_k", 16, 8960),
+        (GgmlDType::Q4K, "q4_k", 16, 32768),
+    ] {
+        let w_host: Vec<f32> = (0..rows * cols).map(|_| rng.next() * 2.0 - 1.0).collect();
+        let wt = Tensor::from_vec(w_host, (rows, cols), &device)?;
+        let q = QTensor::quantize(&wt, dtype)?;
+        let w_deq = q
+            .dequantize(&device)?
+            .to_device(&Device::Cpu)?
+            .to_vec2::<f32>()?;
+        let w_ptr = q.device_ptr()? as u64;
+        let max_n = 67usize;
+        let yq = cols / 32;
+        // Activations quantised to Q8_1 (d = amax / 127, half d, half sum, 32 int8).
+        let mut bytes = vec![0u8; max_n * yq * Q8_BYTES];
+        let mut xq = vec![0f32; max_n * cols];
+        for c in 0..max_n {
+            for b in 0..yq {
+                let x: Vec<f32> = (0..32).map(|_| rng.next() * 4.0 - 2.0).collect();
+                let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let d = amax / 127.0;
+                let d16 = half::f16::from_f32(d);
+                let sum = half::f16::from_f32(x.iter().sum());
+                let blk = &mut bytes[(c * yq + b) * Q8_BYTES..][..Q8_BYTES];
+                blk[..2].copy_from_slice(&d16.to_le_bytes());
+                blk[2..4].copy_from_slice(&sum.to_le_bytes());
+                for (i, v) in x.iter().enumerate() {
+                    let qv = if d == 0.0 { 0.0 } else { (v / d).round() };
+                    blk[4 + i] = qv as i8 as u8;
+                    xq[c * cols + b * 32 + i] = qv * d16.to_f32();
+                }
+            }
+        }
+        let y = stream.clone_htod(&bytes).map_err(driver)?;
+        let y_ptr = y.device_ptr(&stream).0;
+        let run = |n: usize, first: usize, kernel: Mmtc| -> Result<Vec<f32>> {
+            let f = mmtc_func(dev, tag, kernel)?;
+            let out = stream.alloc_zeros::<f32>(n * rows).map_err(driver)?;
+            let y_at = y_ptr + (first * yq * Q8_BYTES) as u64;
+            let o = out.device_ptr(&stream).0;
+            let stack = Stack::one(w_ptr, rows, cols);
+            launch_mmtc(
+                LaunchOn::new(&stream),
+                &f,
+                &stack,
+                kernel,
+                (y_at, yq),
+                (o, rows),
+                n,
+            )?;
+            stream.clone_dtoh(&out).map_err(driver)
+        };
+        let mut worst = 0f32;
+        // One row through a tile kernel as well as through the one-row kernel.
+        let mut launches = vec![(1usize, Mmtc::Tiles(1))];
+        for n in [1usize, 3, 8, 9, 16, 17, 40, 64, max_n] {
+            launches.push((n, mmtc_kernel(n, cols)));
+        }
+        for (n, kernel) in launches {
+            let got = run(n, 0, kernel)?;
+            for c in 0..n {
+                let alone = run(1, c, mmtc_kernel(1, cols))?;
+                for r in 0..rows {
+                    let g = got[c * rows + r];
+                    if g.to_bits() != alone[r].to_bits() {
+                        return Err(Error::Device(format!(
+                            "tensor-core product {tag} [{rows} x {cols}]: row {c} of a {n}-row launch ({kernel:?}) differs from its one-row launch ({g} vs {})",
+                            alone[r]
+                        )));
+                    }
+                    let (mut want, mut mag) = (0f64, 0f64);
+                    for k in 0..cols {
+                        let p = w_deq[r][k] as f64 * xq[c * cols + k] as f64;
+                        want += p;
+                        mag += p.abs();
+                    }
+                    let err = ((g as f64 - want).abs() / mag.max(1e-6)) as f32;
+                    worst = worst.max(err);
+                    if err > 2e-3 {
+                        return Err(Error::Device(format!(
+                            "tensor-core product {tag} [{rows} x {cols}], {n} rows: row {c} column {r} is {g}, reference {want}"
+                        )));
+                    }
+                }
+            }
+        }
+        report.push(format!(
+            "tensor-core product {tag} [{rows} x {cols}], 1-67 rows: largest error {worst:.1e} of the absolute sum, rows batch-invariant and equal to the one-row kernel's"
+        ));
+    }
+    Ok(())
+}
+
+/// Stacked products (`mmvq_<tag>_<kernel>_stacked`, and the tensor-core kernels when
+/// `tensor_cores`) against one launch per matrix, bit for bit, for two and three stacked
+/// matrices of a few formats, one activation row and five (the chunked kernel), and 20 on
+/// tensor cores (the 4-tile kernel); on dp4a every kernel ([`Dp4a`]), stacked and not,
+/// against the one-row kernel taken from candle (`mmvq_<tag>_x1`) launched a matrix and an
+/// activation row at a time.
+pub(crate) fn selftest_stacked(
+    dev: &candle_core::CudaDevice,
+    rng: &mut crate::gpu::Uniform,
+    report: &mut Vec<String>,
+    tensor_cores: bool,
+) -> Result<()> {
+    let stream = dev.cuda_stream();
+    let device = Device::Cuda(dev.clone());
+    // At 1536 values a row the one-row tensor-core kernel takes 11 rows a block, so blocks
+    // span the matrices' boundaries; the dp4a stacks' boundaries are not all multiples of 8
+    // (the kernels of eight weight rows a block). The dp4a rows: 4608 values, where each of
+    // the one-row kernel's threads takes several quantised blocks (each lane of the
+    // one-row-a-warp kernel, four threads' worth), and the short rows of the models the
+    // warp kernel is for (896: the 0.5B's Q5_0 and Q4_1 rows; 1536 for Q6_K).
+    let cases = [
+        (GgmlDType::Q4_0, "q4_0", false, 4608usize),
+        (GgmlDType::Q8_0, "q8_0", false, 4608),
+        (GgmlDType::Q4K, "q4_k", false, 4608),
+        (GgmlDType::Q4_1, "q4_1", false, 896),
+        (GgmlDType::Q5_0, "q5_0", false, 896),
+        (GgmlDType::Q6K, "q6_k", false, 1536),
+        (GgmlDType::Q4K, "q4_k", true, 1536),
+        (GgmlDType::Q6K, "q6_k", true, 1536),
+    ];
+    let with_tc = tensor_cores;
+    for (dtype, tag, tensor_cores, cols) in cases.into_iter().filter(|c| with_tc || !c.2) {
+        let family = if tensor_cores { "tensor-core" } else { "dp4a" };
+        let row_counts_n = if tensor_cores {
+            &[1usize, 5, 20][..]
+        } else {
+            &[1, 5]
+        };
+        let stacks = if tensor_cores {
+            [&[64usize, 16][..], &[48, 16, 16]]
+        } else {
+            [&[64usize, 16][..], &[90, 30, 22]]
+        };
+        let yq = qblocks(cols);
+        for row_counts in stacks {
+            let mut mats = vec![];
+            for &rows in row_counts {
+                let w: Vec<f32> = (0..rows * cols).map(|_| rng.next() * 2.0 - 1.0).collect();
+                let q = QTensor::quantize(&Tensor::from_vec(w, (rows, cols), &device)?, dtype)?;
+                let ptr = q.device_ptr()? as u64;
+                mats.push(Mat {
+                    ptr,
+                    tag,
+                    rows,
+                    cols,
+                    _keep: Arc::new(q),
+                });
+            }
+            let total: usize = row_counts.iter().sum();
+            for &n in row_counts_n {
+                let padded = n.div_ceil(4) * 4;
+                let bytes: Vec<u8> = (0..padded * yq * Q8_BYTES)
+                    .map(|i| match i % Q8_BYTES {
+                        0 => 0x1f, // d = half 0x1f1f: ~0.0066
+                        1 => 0x1f,
+                        2 | 3 => 0,
+                        _ => (rng.next() * 255.0) as u8,
+                    })
+                    .collect();
+                let y = stream.clone_htod(&bytes).map_err(driver)?;
+                let y_ptr = y.device_ptr(&stream).0;
+                let on = LaunchOn::new(&stream);
+                let kernel = mmtc_kernel(n, cols);
+                // One launch of the stack `stack` over `rows` activation rows from row `from`
+                // into its output rows at `o` (dp4a: with `dp4a`).
+                let launch = |stack: &Stack, o: u64, dp4a: Dp4a, (from, rows): (usize, usize)| {
+                    let y = (y_ptr + (from * yq * Q8_BYTES) as u64, yq);
+                    let dst = (o + (from * total * 4) as u64, total);
+                    if tensor_cores {
+                        let f = mmtc_func(dev, tag, kernel)?;
+                        launch_mmtc(on, &f, stack, kernel, y, dst, rows)
+                    } else if stack.ptrs[0] == stack.ptrs[1] {
+                        let f = mmvq_func(dev, tag, dp4a, false)?;
+                        let shape = (stack.rows, cols);
+                        launch_mmvq(on, &f, dp4a, stack.ptrs[0], shape, y, dst, rows)
+                    } else {
+                        let f = mmvq_func(dev, tag, dp4a, true)?;
+                        launch_mmvq_stacked(on, &f, dp4a, stack, y, dst, rows)
+                    }
+                };
+                // The n rows' products, the stack in one launch or one launch a matrix, with
+                // `dp4a`; `Dp4a::Block` one activation row at a time.
+                let out = |stacked: bool, dp4a: Dp4a| -> Result<Vec<f32>> {
+                    let dst = stream.alloc_zeros::<f32>(padded * total).map_err(driver)?;
+                    let d = dst.device_ptr(&stream).0;
+                    let passes: Vec<(usize, usize)> = match dp4a {
+                        Dp4a::Block if !tensor_cores => (0..n).map(|r| (r, 1)).collect(),
+                        _ => vec![(0, n)],
+                    };
+                    for pass in passes {
+                        if stacked {
+                            let refs: Vec<&Mat> = mats.iter().collect();
+                            launch(&Stack::of(&refs)?, d, dp4a, pass)?;
+                        } else {
+                            let mut at = 0;
+                            for m in &mats {
+                                let stack = Stack::one(m.ptr, m.rows, cols);
+                                launch(&stack, d + (at * 4) as u64, dp4a, pass)?;
+                                at += m.rows;
+                            }
+                        }
+                    }
+                    stream.clone_dtoh(&dst).map_err(driver)
+                };
+                // Reference: one launch a matrix (dp4a: of the one-row kernel taken from
+                // candle, `_x1`, a row at
+                // a time); against it every dp4a kernel for the pass, stacked or not.
+                let reference = out(false, Dp4a::Block)?;
+                let kernels: &[Dp4a] = match (tensor_cores, n) {
+                    (true, _) => &[Dp4a::Block],
+                    (false, 1) => &Dp4a::ALL[..3],
+                    (false, _) => &[Dp4a::Chunks],
+                };
+                for &dp4a in kernels {
+                    for stacked in [true, false] {
+                        let got = out(stacked, dp4a)?;
+                        let same = got[..n * total]
+                            .iter()
+                            .zip(&reference[..n * total])
+                            .all(|(a, b)| a.to_bits() == b.to_bits());
+                        if !same {
+                            let how = if stacked {
+                                "stacked"
+                            } else {
+                                "one launch a matrix"
+                            };
+                            let with = if tensor_cores { "" } else { dp4a.suffix() };
+                            return Err(Error::Device(format!(
+                                "{family} product {tag} {row_counts:?} x {cols}, {n} rows, {how} {with}: differs from one launch a matrix and a row"
+                            )));
+                        }
+                    }
+                }
+            }
+            let of = if tensor_cores {
+                "one launch a matrix"
+            } else {
+                "the one-row kernel (_x1), a launch a matrix and a row (every dp4a kernel)"
+            };
+            report.push(format!(
+                "stacked {family} product {tag} {row_counts:?} x {cols}, {row_counts_n:?} rows: = {of}, bit for bit"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A kernel of `kernels/mmvq.cu`: every one computes a row bit for bit as the others do
+/// (one order of the same float sums), so a pass may take any of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) enum Dp4a {
+    /// One activation row, one weight row a block of four warps (`_x1`: candle's kernel).
+    Block,
+    /// One activation row, one weight row a warp, eight a block (`_w`; `_wp` when
+    /// `dependent`): for short rows, where `Block` leaves most of its threads idle.
+    Warps { dependent: bool },
+    /// Chunks of four activation rows, two weight rows a block (`_x4`).
+    Chunks,
+}
+
+impl Dp4a {
+    /// Every kernel the runtime may pick.
+    pub(super) const ALL: [Dp4a; 4] = [
+        Dp4a::Block,
+        Dp4a::Warps { dependent: false },
+        Dp4a::Warps { dependent: true },
+        Dp4a::Chunks,
+    ];
+
+    /// [`Dp4a::for_pass`] makes the one-row-a-warp kernel a dependent launch up to this
+    /// many blocks (eight rows each): a PDL wait costs ~100 cycles a block (BENCHMARKS.md
+    /// section 18); in practice this keeps only the LM head (~19,000 blocks) without one.
+    /// Untuned: `warps-wait` (always) measured alike on the H200 (section 19).
+    pub(super) const DEPENDENT_BLOCKS: usize = 2048;
+
+    /// The kernel for `n` activation rows of a stack of `rows x cols` weights of format
+    /// `tag`: four rows at a time beyond one; for one row, one weight row a warp where a
+    /// thread of [`Dp4a::Block`] would make at most two passes of its loop over the row
+    /// (each lane of the warp kernel does four threads' work), unless `TREESPEC_DP4A_ROW`
+    /// says otherwise.
+    pub(super) fn for_pass(tag: &str, rows: usize, cols: usize, n: usize) -> Dp4a {
+        if n > 1 {
+            return Dp4a::Chunks;
+        }
+        let choice = one_row_choice();
+        match choice {
+            "block" => Dp4a::Block,
+            _ => match dp4a_units(tag) {
+                Some((qk, per_iter)) if cols / qk <= 2 * per_iter => {
+                    let dependent = match choice {
+                        "warps-nowait" => false,
+                        "warps-wait" => true,
+                        _ => rows.div_ceil(8) <= Self::DEPENDENT_BLOCKS,
+                    };
+                    Dp4a::Warps { dependent }
+                }
+                _ => Dp4a::Block,
+            },
+        }
+    }
+
+    /// The entry point's suffix in `kernels/mmvq.cu`.
+    pub(super) fn suffix(self) -> &'static str {
+        match self {
+            Dp4a::Block => "x1",
+            Dp4a::Warps { dependent: false } => "w",
+            Dp4a::Warps { dependent: true } => "wp",
+            Dp4a::Chunks => "x4",
+        }
+    }
+
+    /// Activation rows a launch takes at a time.
+    pub(super) fn activation_rows(self) -> usize {
+        match self {
+            Dp4a::Chunks => 4,
+            _ => 1,
+        }
+    }
+
+    /// Weight rows a block takes.
+    pub(super) fn weight_rows(self) -> usize {
+        match self {
+            Dp4a::Block => 1,
+            Dp4a::Warps { .. } => 8,
+            Dp4a::Chunks => 2,
+        }
+    }
+
+    /// Warps a block.
+    pub(super) fn warps(self) -> u32 {
+        match self {
+            Dp4a::Warps { .. } => 8,
+            _ => 4,
+        }
+    }
+
+    /// Whether the kernel has a PDL wait, and so may be a dependent launch.
+    pub(super) fn dependent(self) -> bool {
+        matches!(self, Dp4a::Warps { dependent: true })
+    }
+}
+
+/// `(values a quantised block, quantised blocks the one-row kernel's 128 threads cover in one
+/// pass of their loop)` of the formats `kernels/mmvq.cu` has (`qk` and `vdr * 128 / qi`).
+pub(super) fn dp4a_units(tag: &str) -> Option<(usize, usize)> {
+    match tag {
+        "q4_0" | "q4_1" | "q5_0" | "q5_1" => Some((32, 64)),
+        "q8_0" => Some((32, 32)),
+        "q2_k" | "q3_k" | "q4_k" | "q5_k" => Some((256, 8)),
+        "q6_k" => Some((256, 4)),
+        _ => None,
+    }
+}
+
+/// `TREESPEC_DP4A_ROW`: `block`, `warps-nowait` / `warps-wait` (one row a warp,
+/// never / always a dependent launch) or (any other value, or unset) `warps`.
+pub(super) fn one_row_choice() -> &'static str {
+    static CHOICE: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    CHOICE.get_or_init(|| match std::env::var("TREESPEC_DP4A_ROW").as_deref() {
+        Ok("block") => "block",
+        Ok("warps-nowait") => "warps-nowait",
+        Ok("warps-wait") => "warps-wait",
+        _ => "warps",
+    })
+}
+
+/// The dp4a product kernel `kernel` for weights of format `tag` (of up to three stacked
+/// matrices when `stacked`).
+pub(super) fn mmvq_func(
+    dev: &candle_core::CudaDevice,
+    tag: &str,
+    kernel: Dp4a,
+    stacked: bool,
+) -> Result<CudaFunction> {
+    let suffix = kernel.suffix();
+    let name = match stacked {
+        true => format!("mmvq_{tag}_{suffix}_stacked"),
+        false => format!("mmvq_{tag}_{suffix}"),
+    };
+    Ok(dev
+        .get_or_load_custom_func(&name, "treespec_mmvq", MMVQ_PTX)?
+        .into_cuda_function())
+}
+
+/// The tensor-core product kernel `kernel` for weights of format `tag`.
+pub(super) fn mmtc_func(
+    dev: &candle_core::CudaDevice,
+    tag: &str,
+    kernel: Mmtc,
+) -> Result<CudaFunction> {
+    let name = match kernel {
+        Mmtc::Row => format!("mmtc_{tag}_row"),
+        Mmtc::RowLong => format!("mmtc_{tag}_row_long"),
+        Mmtc::Tiles(tiles) => format!("mmtc_{tag}_t{tiles}"),
+    };
+    Ok(dev
+        .get_or_load_custom_func(&name, "treespec_mmtc", MMTC_PTX)?
+        .into_cuda_function())
+}
+
+/// The launches `launch` makes on `stream`, captured as a CUDA graph (capture ends even
+/// when a launch fails).
+pub(super) fn capture(
+    stream: &Arc<CudaStream>,
+    launch: impl FnOnce() -> Result<()>,
+) -> Result<CudaGraph> {
+    stream
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .map_err(driver)?;
+    let launched = launch();
+    let graph = stream
+        .end_capture(sys::CUgraphInstantiate_flags(0))
+        .map_err(driver);
+    launched?;
+    graph?.ok_or_else(|| Error::Device("empty CUDA graph".into()))
+}
+
+/// Microseconds a replay of `graph` takes on the GPU, over `times` replays back to back.
+pub(super) fn replay_micros(
+    stream: &Arc<CudaStream>,
+    graph: &CudaGraph,
+    times: usize,
+) -> Result<f64> {
+    stream.synchronize().map_err(driver)?;
+    let t0 = std::time::Instant::now();
+    for _ in 0..times {
+        graph.launch().map_err(driver)?;
+    }
+    stream.synchronize().map_err(driver)?;
+    Ok(t0.elapsed().as_secs_f64() * 1e6 / times as f64)
+}
+
+/// A kernel of `kernels/mmtc.cu`: every one computes a row bit for bit as the others do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) enum Mmtc {
+    /// One activation row on dp4a (`mmtc_<tag>_row`): the same integer sums and the same
+    /// float order as the tile kernels (on the H200 faster than candle's dp4a kernel on the
+    /// 1.5B's gate/up and LM head, slower on its smaller matrices).
+    Row,
+    /// [`Mmtc::Row`] for rows of more than 4096 values (`_row_long`: a lane's more than
+    /// four units loaded in one batch).
+    RowLong,
+    /// Tensor cores, blocks of 16 weight rows by this many 8-row activation tiles (1, 2, 4
+    /// or 8; more rows: more blocks along the grid's y).
+    Tiles(usize),
+}
+
+/// The kernel for `n` activation rows of a weight with rows of `cols` values.
+pub(super) fn mmtc_kernel(n: usize, cols: usize) -> Mmtc {
+    match n {
+        0..=1 if cols / 64 > 4 * mmtc_warps(cols) as usize => Mmtc::RowLong,
+        0..=1 => Mmtc::Row,
+        2..=8 => Mmtc::Tiles(1),
+        9..=16 => Mmtc::Tiles(2),
+        17..=32 => Mmtc::Tiles(4),
+        _ => Mmtc::Tiles(8),
+    }
+}
+
+/// Warps a block of the tensor-core product spreads a row of `cols` values over: one batch
+/// of four 64-value units each (`UNITS` in `kernels/mmtc.cu`, loaded before any is summed),
+/// at most 16 warps. A function of the row length alone (batch invariance).
+pub(super) fn mmtc_warps(cols: usize) -> u32 {
+    ((cols / 64).div_ceil(4)).clamp(1, 16) as u32
+}
