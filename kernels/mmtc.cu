@@ -49,7 +49,7 @@ static __device__ __forceinline__ void mma_k16(int c[4], const int a[2], const i
 
 // Units (64 values of a row) a warp loads before it computes on them.
 #define UNITS 4
-// Warps a block spreads a row over at most (`mmtc_warps` in src/gpu/step.rs).
+// Warps a block spreads a row over at most (`mmtc_warps` in src/gpu/products.rs).
 #define MAX_WARPS 16
 
 // A 32-bit word at a 2-byte-aligned address (Q6_K blocks are 210 bytes).

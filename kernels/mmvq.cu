@@ -17,7 +17,7 @@
 // (`mmvq_<type>_x1`) does. `mmvq_<type>_x<n>_stacked` take up to three matrices of one format and
 // row length in one launch (q, k, v; gate, up), each row computed as the single-matrix kernels
 // compute it. CPU reference: treespec's quantised kernels (src/quant); the check
-// lives in `treespec selftest` (src/gpu/step.rs).
+// lives in `treespec selftest` (src/gpu/products.rs).
 #include "cuda_bf16.h"
 #include "cuda_fp16.h"
 #include <stdint.h>
@@ -804,7 +804,7 @@ static __device__ __forceinline__ void mmvq_row(const void *vx0, const void *vx1
 // lane + 96 (the same units in the same order), adds them in the order that kernel's shared-
 // memory reduction does, then the same butterfly: every row bit for bit what `_x1` gives it,
 // without its shared memory, barrier and three idle warps' reduction, and with a block for eight
-// rows instead of one. Meant for short rows (src/gpu/step.rs picks it where a thread of the
+// rows instead of one. Meant for short rows (src/gpu/products.rs picks it where a thread of the
 // one-row kernel makes at most two passes of its loop); `_wp` is a dependent launch (its row to
 // L2, then the wait), `_w` is not (no wait: pdl.cuh).
 #define WARP_ROWS 8
