@@ -2,7 +2,7 @@
 # On the H200 machine, with the binary and the GGUF files staged in /root/stage (in parts, see
 # ../shared/device/README.md): plain decoding speed, the cost table, and the modes side by side on
 # the default pair with and without batch-invariant products. Writes logs and JSON under $OUT and
-# prints the tables last. Usage: benchmarks/gpu/run.sh [llama-build|check|ncu|llama|ar|costs|modes|profile|variance|synth|dp4a-row|llama-spec]...
+# prints the tables last. Usage: benchmarks/gpu/run.sh [llama-build|check|ncu|llama|ar|costs|modes|profile|variance|synth|dp4a-row|llama-spec|train-start|train-status|train-fetch|train-restore]...
 # T=... and D=... replace the target and the drafter (e.g. the files `synth` writes: random weights
 # of the 1.5B's, the 0.5B's or Qwen3-8B's shape and formats, for timing without staging a model).
 set -euo pipefail
@@ -57,6 +57,32 @@ for what in "$@"; do
     export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/root/llama/build/bin
     python3 "$(dirname "$0")/llama-spec.py" /root/llama/build/bin "$T" "$D" "$OUT" "${LIMIT:-5}" \
       | tee "$OUT/llama-spec.md" ;;
+  train-start)
+    # Train an MTP head for the target in the background (issue 12): the machine outlives a
+    # command of 10 minutes, so the run goes on between calls; a run started with the same
+    # --out resumes from its checkpoint (put a fetched one back first: train-restore).
+    # STEPS (2000), SELF_PROMPTS (2000), ANSWER_TOKENS (256) and K (3) set its size.
+    mkdir -p "$S/head"
+    setsid nohup "$B" train-drafter --device cuda --target "$T" --out "$S/head/head.safetensors" \
+      --steps "${STEPS:-2000}" --self-prompts "${SELF_PROMPTS:-2000}" \
+      --answer-tokens "${ANSWER_TOKENS:-256}" --k "${K:-3}" \
+      >> "$S/head/train.log" 2>&1 < /dev/null &
+    sleep 20; tail -c 2000 "$S/head/train.log" ;;
+  train-status)
+    pgrep -f "treespec train-drafter" > /dev/null && echo "training: running" || echo "training: not running"
+    tail -c 3000 "$S/head/train.log"; ls -la "$S/head" ;;
+  train-fetch)
+    # The head and its record back through $OUT in parts of 15 MiB (8 files a call at most:
+    # PART=0 for the first eight, 1 for the next...); join them here with
+    # `cat head.tar.gz.* | tar -xz`.
+    (cd "$S/head" && tar -cz --exclude=train.log -f /tmp/head.tar.gz . && rm -f /tmp/head.tar.gz.* \
+      && split -b 15M -d -a 2 /tmp/head.tar.gz /tmp/head.tar.gz.)
+    ls /tmp/head.tar.gz.* | sed -n "$((8 * ${PART:-0} + 1)),$((8 * ${PART:-0} + 8))p" | xargs -r -I{} cp {} "$OUT/"
+    ls -la /tmp/head.tar.gz.* ;;
+  train-restore)
+    # A head fetched in an earlier session, carried back in (as the models are: .stage/head/
+    # head.tar.gz.NN, 50 MiB a call), unpacked where train-start resumes from it.
+    mkdir -p "$S/head" && cat .stage/head/head.tar.gz.* | tar -xz -C "$S/head" && ls -la "$S/head" ;;
   synth)
     for shape in qwen2.5-1.5b qwen2.5-0.5b qwen3-8b; do
       "$B" synth --shape "$shape" --out "$S/synth-$shape.gguf"
