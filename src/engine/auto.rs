@@ -198,9 +198,7 @@ impl Planner {
         if self.look > 0 {
             self.look -= 1;
             self.looking = true;
-            let arm = (1..self.arms.len())
-                .max_by(|&i, &j| self.arms[i].rate().total_cmp(&self.arms[j].rate()))
-                .unwrap_or(0);
+            let arm = self.fastest(1..self.arms.len());
             return (arm, self.arms[arm].settings);
         }
         // Arm 0 is ar.
@@ -279,10 +277,8 @@ impl Planner {
             a.seconds += w * (seconds - a.seconds);
         }
         a.pulls += 1;
-        let fastest = (0..self.arms.len())
-            .filter(|&i| self.arms[i].pulls >= WARM_UP_PULLS)
-            .max_by(|&i, &j| self.arms[i].rate().total_cmp(&self.arms[j].rate()))
-            .unwrap_or(0);
+        let fastest =
+            self.fastest((0..self.arms.len()).filter(|&i| self.arms[i].pulls >= WARM_UP_PULLS));
         let current = self.arms[self.best].rate();
         let best = if self.arms[self.best].pulls < WARM_UP_PULLS
             || self.arms[fastest].rate() > current * (1.0 + SWITCH_MARGIN)
@@ -297,6 +293,12 @@ impl Planner {
             self.backoff = PROBE_MIN;
             self.next_probe = self.step + PROBE_MIN;
         }
+    }
+
+    /// The arm of `arms` with the best estimate (`ar`, arm 0, when `arms` is empty).
+    fn fastest(&self, arms: impl Iterator<Item = usize>) -> usize {
+        arms.max_by(|&i, &j| self.arms[i].rate().total_cmp(&self.arms[j].rate()))
+            .unwrap_or(0)
     }
 
     /// The candidates' settings, best first, with their measured tokens per second.

@@ -3,8 +3,8 @@
 //! finishes (its blocks are scheduled, its weights prefetched to L2), and waits inside for that
 //! kernel's results (`kernels/pdl.cuh` says what each kernel may do before the wait). In a CUDA
 //! graph the launch becomes a programmatic edge where the node before it is a kernel; after a
-//! copy, or a kernel launched without the attribute, the order stays the plain stream order. cudarc's launch builder has no launch
-//! attributes, so this calls `cuLaunchKernelEx` itself.
+//! copy, or a kernel launched without the attribute, the order stays the plain stream order.
+//! cudarc's launch builder has no launch attributes, so this calls `cuLaunchKernelEx` itself.
 
 use cudarc::driver::{sys, CudaFunction, CudaStream, DeviceRepr, DriverError, LaunchConfig};
 use std::ffi::c_void;

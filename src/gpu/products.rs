@@ -29,34 +29,6 @@ pub(super) fn qblocks(width: usize) -> usize {
     width.div_ceil(ROW_PAD) * ROW_PAD / 32
 }
 
-/// The dp4a product of a [`Stack`] (`kernels/stacked.cuh`; each row count even, for the
-/// chunked kernel's row pairs) in one launch of `kernel` (`mmvq_<tag>_<kernel>_stacked`),
-/// otherwise as [`launch_mmvq`]: output row r of the stack at `dst + r`.
-pub(super) fn launch_mmvq_stacked(
-    on: LaunchOn,
-    f: &CudaFunction,
-    kernel: Dp4a,
-    stack: &Stack,
-    y: (u64, usize),
-    dst: (u64, usize),
-    n: usize,
-) -> Result<()> {
-    let shape = (stack.rows, stack.cols);
-    // SAFETY (of the launch): as in launch_mmvq, for each matrix of the stack; every row
-    // count is even, so a block's two rows lie in one matrix.
-    launch_mmvq_on(
-        on,
-        f,
-        kernel,
-        &stack.ptrs,
-        Some(stack.split),
-        shape,
-        y,
-        dst,
-        n,
-    )
-}
-
 /// Up to three weights of one format and row length whose products one launch computes,
 /// output rows back to back, as the kernels take them (`kernels/stacked.cuh`): the three
 /// pointers and the rows where the second and the third start.
@@ -102,6 +74,11 @@ impl Stack {
         }
     }
 
+    /// Whether the stack is one matrix (its second starts past its last row).
+    pub(super) fn is_one(&self) -> bool {
+        self.split[0] as usize == self.rows
+    }
+
     /// The kernel arguments a stack is: the three pointers, then the two split rows.
     pub(super) fn args<'a>(&'a self, b: &mut Launch<'a>) {
         b.arg(&self.ptrs[0])
@@ -112,50 +89,32 @@ impl Stack {
     }
 }
 
-/// The dp4a product (`kernels/mmvq.cu`, `mmvq_<tag>_<kernel>`) of a `rows x cols` weight at
-/// `w` with `n` Q8_1 activation rows (`yq` blocks apart, padded to a multiple of four for
-/// [`Dp4a::Chunks`]) into `n` rows of `dst` (`dst_stride` floats apart).
-#[allow(clippy::too_many_arguments)]
+/// The dp4a product (`kernels/mmvq.cu`) with `kernel` of `stack` with `n` Q8_1 activation rows
+/// (`yq` blocks apart, padded to a multiple of four for [`Dp4a::Chunks`]) into `n` rows of `dst`
+/// (`dst_stride` floats apart), output row r of the stack at `dst + r`: `f` is the entry point
+/// for one matrix (`mmvq_<tag>_<kernel>`) when the stack is one, else `mmvq_<tag>_<kernel>_
+/// stacked` (`kernels/stacked.cuh`; each row count even, for the chunked kernel's row pairs).
 pub(super) fn launch_mmvq(
     on: LaunchOn,
     f: &CudaFunction,
     kernel: Dp4a,
-    w: u64,
-    shape: (usize, usize),
-    y: (u64, usize),
-    dst: (u64, usize),
-    n: usize,
-) -> Result<()> {
-    launch_mmvq_on(on, f, kernel, &[w], None, shape, y, dst, n)
-}
-
-/// Launch a dp4a product kernel: its weight pointers (one, or three for a stack, with the
-/// rows where the second and third start), then the arguments every entry point shares.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn launch_mmvq_on(
-    on: LaunchOn,
-    f: &CudaFunction,
-    kernel: Dp4a,
-    weights: &[u64],
-    split: Option<[i32; 2]>,
-    (rows, cols): (usize, usize),
+    stack: &Stack,
     (y, yq): (u64, usize),
     (dst, dst_stride): (u64, usize),
     n: usize,
 ) -> Result<()> {
-    debug_assert_eq!(weights.len(), if split.is_some() { 3 } else { 1 });
     // A dependent launch only where the kernel waits (Dp4a::dependent).
     let on = LaunchOn {
         pdl: on.pdl && kernel.dependent(),
         ..on
     };
     let mut b = Launch::new(f);
-    for w in weights {
-        b.arg(w);
+    if stack.is_one() {
+        b.arg(&stack.ptrs[0]);
+    } else {
+        stack.args(&mut b);
     }
-    if let Some(split) = &split {
-        b.arg(&split[0]).arg(&split[1]);
-    }
+    let (rows, cols) = (stack.rows, stack.cols);
     let (cols_i, rows_i, sy, sd) = (cols as i32, rows as i32, yq as i32, dst_stride as i32);
     let chunks = n.div_ceil(kernel.activation_rows()) as i32;
     b.arg(&y)
@@ -171,8 +130,8 @@ pub(super) fn launch_mmvq_on(
         shared_mem_bytes: 0,
     };
     // SAFETY: the weights hold rows x cols (padded as candle pads them; a stack's rows split
-    // as `split` says), y and dst hold the activation rows padded to a multiple of the
-    // kernel's activation rows.
+    // as `split` says, every row count even, so a chunked block's two rows lie in one matrix),
+    // y and dst hold the activation rows padded to a multiple of the kernel's activation rows.
     unsafe { b.launch(on, cfg) }.map_err(driver)?;
     Ok(())
 }
@@ -255,8 +214,9 @@ pub fn bench_products(dev: &candle_core::CudaDevice) -> Result<String> {
                         launch_mmtc(alone, f, &stack, t, (y_ptr, yq), (d_ptr, rows), n)
                     }
                     _ => {
-                        let (y, d) = ((y_ptr, yq), (d_ptr, rows));
-                        launch_mmvq(alone, &mmvq, mmvq_kernel, w_ptr, (rows, cols), y, d, n)
+                        let (stack, y, d) =
+                            (Stack::one(w_ptr, rows, cols), (y_ptr, yq), (d_ptr, rows));
+                        launch_mmvq(alone, &mmvq, mmvq_kernel, &stack, y, d, n)
                     }
                 };
                 launch()?;
@@ -553,13 +513,9 @@ pub(crate) fn selftest_stacked(
                     if tensor_cores {
                         let f = mmtc_func(dev, tag, kernel)?;
                         launch_mmtc(on, &f, stack, kernel, y, dst, rows)
-                    } else if stack.ptrs[0] == stack.ptrs[1] {
-                        let f = mmvq_func(dev, tag, dp4a, false)?;
-                        let shape = (stack.rows, cols);
-                        launch_mmvq(on, &f, dp4a, stack.ptrs[0], shape, y, dst, rows)
                     } else {
-                        let f = mmvq_func(dev, tag, dp4a, true)?;
-                        launch_mmvq_stacked(on, &f, dp4a, stack, y, dst, rows)
+                        let f = mmvq_func(dev, tag, dp4a, !stack.is_one())?;
+                        launch_mmvq(on, &f, dp4a, stack, y, dst, rows)
                     }
                 };
                 // The n rows' products, the stack in one launch or one launch a matrix, with
@@ -587,15 +543,17 @@ pub(crate) fn selftest_stacked(
                     stream.clone_dtoh(&dst).map_err(driver)
                 };
                 // Reference: one launch a matrix (dp4a: of the one-row kernel taken from
-                // candle, `_x1`, a row at
-                // a time); against it every dp4a kernel for the pass, stacked or not.
+                // candle, `_x1`, a row at a time); against it every dp4a kernel for the pass
+                // (those of one activation row, or the chunked one), stacked or not.
                 let reference = out(false, Dp4a::Block)?;
-                let kernels: &[Dp4a] = match (tensor_cores, n) {
-                    (true, _) => &[Dp4a::Block],
-                    (false, 1) => &Dp4a::ALL[..3],
-                    (false, _) => &[Dp4a::Chunks],
+                let kernels: Vec<Dp4a> = match tensor_cores {
+                    true => vec![Dp4a::Block],
+                    false => Dp4a::ALL
+                        .into_iter()
+                        .filter(|k| (k.activation_rows() == 1) == (n == 1))
+                        .collect(),
                 };
-                for &dp4a in kernels {
+                for dp4a in kernels {
                     for stacked in [true, false] {
                         let got = out(stacked, dp4a)?;
                         let same = got[..n * total]

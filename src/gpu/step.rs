@@ -15,8 +15,9 @@
 //! stacked in one launch where they share a format and kernel. On sm_90 and later (with a build
 //! for it) the step's row, attention and tensor-core kernels are programmatic dependent launches
 //! (`gpu::launch`): their blocks start while the kernel before them finishes, the products'
-//! with their weights on the way; the dp4a products are not (a wait in each of their thousands
-//! of blocks costs more than it saves).
+//! with their weights on the way; of the dp4a products only the one-row-a-warp kernel's launches
+//! of up to 2048 blocks are (a wait in each of thousands of one-row blocks costs more than it
+//! saves: `gpu::products::Dp4a`).
 //!
 //! Per-step values (token ids, positions, cache slots, the key lists) live in one device buffer
 //! the kernels read, so a pass is captured once per shape (rows, logits rows, key-table width
@@ -220,8 +221,8 @@ mod cuda {
     use super::*;
     use crate::gpu::launch::{Launch, LaunchOn};
     use crate::gpu::products::{
-        capture, driver, launch_mmtc, launch_mmvq, launch_mmvq_stacked, mmtc_func, mmtc_kernel,
-        mmvq_func, qblocks, replay_micros, Dp4a, Mmtc, Stack, Q8_BYTES,
+        capture, driver, launch_mmtc, launch_mmvq, mmtc_func, mmtc_kernel, mmvq_func, qblocks,
+        replay_micros, Dp4a, Mmtc, Stack, Q8_BYTES,
     };
     use crate::model::config::RopeStyle;
     use crate::model::weights::Embedding;
@@ -393,8 +394,8 @@ mod cuda {
         tensor_cores: bool,
         /// Where graphs replay when not on candle's stream (see [`GpuStep::set_high_priority`]).
         replay_on: Option<ReplayStream>,
-        /// The step's row, attention and tensor-core kernels launch with PDL (`gpu::launch`;
-        /// not the dp4a products).
+        /// The step's kernels launch with PDL (`gpu::launch`; of the dp4a products only those
+        /// whose kernel waits, [`Dp4a::dependent`]).
         pdl: bool,
         _keep: Vec<Tensor>,
     }
@@ -1029,20 +1030,26 @@ mod cuda {
                 return Ok(());
             };
             let stack = Stack::of(mats)?;
-            match (self.tensor_core_kernel(first, n), mats) {
-                (Some(kernel), _) => {
+            match self.tensor_core_kernel(first, n) {
+                Some(kernel) => {
                     let f = &self.f.mmtc[&(first.tag, kernel)];
                     launch_mmtc(self.on(), f, &stack, kernel, y, dst, n)
                 }
-                (None, [w]) => {
-                    let kernel = Dp4a::for_pass(w.tag, w.rows, w.cols, n);
-                    let f = &self.f.mmvq[&(w.tag, kernel)];
-                    launch_mmvq(self.on(), f, kernel, w.ptr, (w.rows, w.cols), y, dst, n)
-                }
-                (None, _) => {
+                None => {
                     let kernel = Dp4a::for_pass(first.tag, stack.rows, stack.cols, n);
-                    let f = &self.f.mmvq_stacked[&(first.tag, kernel)];
-                    launch_mmvq_stacked(self.on(), f, kernel, &stack, y, dst, n)
+                    let funcs = match stack.is_one() {
+                        true => &self.f.mmvq,
+                        false => &self.f.mmvq_stacked,
+                    };
+                    launch_mmvq(
+                        self.on(),
+                        &funcs[&(first.tag, kernel)],
+                        kernel,
+                        &stack,
+                        y,
+                        dst,
+                        n,
+                    )
                 }
             }
         }
@@ -1050,7 +1057,7 @@ mod cuda {
         /// [`Self::matmul`] of matrices that share their input (q, k and v; gate and up), each
         /// `(weight, first output column)`: runs of up to three that one launch takes
         /// ([`Self::stacks`]) go to one launch of the tensor-core kernel or of
-        /// `mmvq_<tag>_x<n>_stacked` (one launch instead of three; each row computed exactly as
+        /// `mmvq_<tag>_<kernel>_stacked` (one launch instead of three; each row computed exactly as
         /// alone), the rest one launch each.
         fn matmul_stacked(
             &self,
