@@ -822,9 +822,8 @@ static __device__ __forceinline__ void mmvq_warps(const void *vx0, const void *v
   const void *vx = stacked(vx0, vx1, vx2, row1, row2, row, &wrow0);
   if (PDL) {
     const size_t row_bytes = (size_t)blocks_per_row_x * sizeof(block_q_t);
-    const char *w = (const char *)vx + (size_t)(row - wrow0) * row_bytes;
-    for (size_t off = (size_t)threadIdx.x * 128; off < row_bytes; off += WARP_SIZE * 128)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(w + off));
+    prefetch_l2_by((const char *)vx + (size_t)(row - wrow0) * row_bytes, row_bytes, threadIdx.x,
+                   WARP_SIZE);
     pdl_enter();
   }
   const block_q8_1 *y = (const block_q8_1 *)vy;

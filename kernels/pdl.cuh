@@ -37,11 +37,16 @@ static __device__ __forceinline__ void pdl_enter() {
 }
 
 // Ask for `bytes` bytes at `p` (read-only data: weights) to be brought into L2, one 128-byte
-// line a thread at a time, by all the block's threads.
-static __device__ __forceinline__ void prefetch_l2(const void *p, size_t bytes) {
-  const int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-  const int nthreads = blockDim.x * blockDim.y * blockDim.z;
+// line a thread at a time, by `nthreads` threads of which this is `tid`.
+static __device__ __forceinline__ void prefetch_l2_by(const void *p, size_t bytes, int tid,
+                                                      int nthreads) {
   const char *c = (const char *)p;
   for (size_t off = (size_t)tid * 128; off < bytes; off += (size_t)nthreads * 128)
     asm volatile("prefetch.global.L2 [%0];" ::"l"(c + off));
+}
+
+// The same by all the block's threads.
+static __device__ __forceinline__ void prefetch_l2(const void *p, size_t bytes) {
+  const int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  prefetch_l2_by(p, bytes, tid, blockDim.x * blockDim.y * blockDim.z);
 }
