@@ -8,7 +8,8 @@ use crate::fetch;
 use crate::model::chat_template::ChatTemplate;
 use crate::model::source::{self, ModelFiles};
 use crate::model::tokenizer::TextTokenizer;
-use crate::model::{self, LoadOptions, LoadedModel};
+use crate::model::weights::read_gguf_header;
+use crate::model::{self, mtp_gguf, LoadOptions, LoadedModel};
 
 /// Resolve a model argument to something [`model::load`] takes, fetching a known model
 /// (`target`, `drafter`, `smollm2`) into the cache on first use.
@@ -28,8 +29,9 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
 pub const MTP_DRAFTER: &str = "mtp";
 
 /// Load a drafter for `target`: its own MTP head ([`MTP_DRAFTER`]), an MTP head trained for it
-/// (a `.safetensors` file from `treespec train-drafter`), a DFlash checkpoint (recognised by its
-/// config) or a small causal LM, which must share the target's vocabulary.
+/// (a `.safetensors` file from `treespec train-drafter`, or a `.gguf` file from `treespec
+/// export-head`, recognised by its header), a DFlash checkpoint (recognised by its config) or a
+/// small causal LM, which must share the target's vocabulary.
 pub fn load_drafter(
     spec: &str,
     target: &LoadedModel,
@@ -49,14 +51,25 @@ pub fn load_drafter(
         return Ok(Box::new(MtpDrafter::new(head, cfg, name)));
     }
     let head_file = std::path::Path::new(spec);
+    let head_name = || {
+        head_file
+            .file_name()
+            .map_or(spec.to_string(), |n| n.to_string_lossy().into_owned())
+    };
     if head_file.is_file() && spec.ends_with(".safetensors") {
         // An MTP head trained for this target (`treespec train-drafter`).
         on_target();
         let head = model::load_mimo_head(&[head_file.to_path_buf()], cfg, 0, opts, context)?;
-        let name = head_file
-            .file_name()
-            .map_or(spec.to_string(), |n| n.to_string_lossy().into_owned());
-        return Ok(Box::new(MtpDrafter::new(head, cfg, name)));
+        return Ok(Box::new(MtpDrafter::new(head, cfg, head_name())));
+    }
+    if head_file.is_file() && spec.ends_with(".gguf") {
+        let content = read_gguf_header(head_file)?;
+        if mtp_gguf::is_head(&content) {
+            // An MTP head exported for this target (`treespec export-head`).
+            on_target();
+            let head = mtp_gguf::load(head_file, content, &target.name, cfg, opts, context)?;
+            return Ok(Box::new(MtpDrafter::new(head, cfg, head_name())));
+        }
     }
     let path = model_path(spec)?;
     if let ModelFiles::Checkpoint(dir) = source::resolve(&path)? {

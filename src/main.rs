@@ -51,6 +51,27 @@ enum Command {
     /// Train an MTP head for a target on the target's own answers (resumes where --out left off);
     /// draft with it by `--drafter OUT`.
     TrainDrafter(TrainArgs),
+    /// Write a trained MTP head (the safetensors `train-drafter` saves) as a compact GGUF file,
+    /// its matrices quantised; draft with it by `--drafter OUT`.
+    ExportHead(ExportArgs),
+}
+
+#[derive(Args)]
+struct ExportArgs {
+    /// The head (safetensors, from `train-drafter`); its record beside it (HEAD.json) goes into
+    /// the file's metadata.
+    #[arg(long)]
+    head: PathBuf,
+    /// The GGUF file to write.
+    #[arg(long)]
+    out: PathBuf,
+    /// Format of the head's matrices: q8_0, f16, f32, q4_k, ... (vectors stay f32).
+    #[arg(long = "type", default_value = "q8_0")]
+    format: String,
+    /// The target the head was trained for (as `train-drafter --target`): its shape is checked
+    /// and recorded in the file, which is refused for a target of another shape.
+    #[arg(long, short = 'm', alias = "model", default_value = "target")]
+    target: String,
 }
 
 #[derive(Args)]
@@ -703,6 +724,7 @@ fn main() -> ExitCode {
         Command::Selftest(a) => run_selftest(a),
         Command::Synth(a) => run_synth(a),
         Command::TrainDrafter(a) => run_train(a),
+        Command::ExportHead(a) => run_export(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -754,6 +776,27 @@ fn run_train(a: TrainArgs) -> anyhow::Result<()> {
         r.held_out_loss,
         r.held_out_agreement,
         r.simulated_tau
+    );
+    Ok(())
+}
+
+fn run_export(a: ExportArgs) -> anyhow::Result<()> {
+    use treespec::model::mtp_gguf;
+    let format = mtp_gguf::parse_format(&a.format)?;
+    let files = treespec::model::source::resolve(&load::model_path(&a.target)?)?;
+    let cfg = treespec::model::read_config(&files)?;
+    let target = mtp_gguf::HeadTarget::of(&files.display_name(), &cfg);
+    let mut record = a.head.clone().into_os_string();
+    record.push(".json");
+    let source = std::fs::read_to_string(&record)
+        .unwrap_or_else(|_| format!("exported from {}", a.head.display()));
+    let done = mtp_gguf::export(&a.head, &a.out, format, &target, &source)?;
+    println!(
+        "wrote {}: {:.1} MB, {} tensors (matrices in {}), an MTP head for {target}",
+        a.out.display(),
+        done.bytes as f64 / 1e6,
+        done.tensors,
+        a.format.to_ascii_lowercase()
     );
     Ok(())
 }

@@ -308,13 +308,5 @@ pub fn write(shape: &Shape, path: &Path, seed: u64) -> Result<()> {
         (format!("{arch}.rope.freq_base"), V::F32(1_000_000.0)),
     ];
     md.extend(tokenizer_metadata(&tokens, 256..specials, 257));
-    let md_refs: Vec<(&str, &V)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let io = |e: std::io::Error| Error::InvalidArgument(format!("writing {}: {e}", path.display()));
-    let file = std::fs::File::create(path).map_err(io)?;
-    let mut out = std::io::BufWriter::new(file);
-    gguf_file::write(&mut out, &md_refs, &t_refs)?;
-    // A full disk must fail here, not leave a short file behind a success.
-    std::io::Write::flush(&mut out).map_err(io)?;
-    Ok(())
+    crate::model::weights::write_gguf(path, &md, &tensors)
 }

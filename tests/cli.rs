@@ -331,6 +331,55 @@ fn a_drafter_with_another_vocabulary_is_refused() {
     );
 }
 
+/// `export-head` writes a trained head as a Q8_0 GGUF file with its training record, which
+/// `generate --drafter` drafts with; a format the head's rows do not fit, or an unknown one, is
+/// one clear line.
+#[test]
+fn an_exported_head_drafts_for_generate() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = common::write_tiny_gguf(dir.path(), "llama", 25);
+    let spec = target.to_str().unwrap();
+    let t = treespec::load::load_model(spec, &treespec::model::LoadOptions::default()).unwrap();
+    let head = treespec::train::head::TrainableHead::new(
+        t.decoder.config(),
+        &candle_core::Device::Cpu,
+        3,
+        None,
+    )
+    .unwrap();
+    let st = dir.path().join("head.safetensors");
+    head.vars().save(&st).unwrap();
+    std::fs::write(dir.path().join("head.safetensors.json"), "{\"step\": 7}").unwrap();
+    let gguf = dir.path().join("head.gguf");
+    let export = |format: &str| {
+        let (st, gguf) = (st.to_str().unwrap(), gguf.to_str().unwrap());
+        let args = ["export-head", "--head", st, "--out", gguf, "-m", spec];
+        treespec(&[&args[..], &["--type", format]].concat(), &[], dir.path())
+    };
+    let out = export("Q8_0");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains("13 tensors") && said.contains(" MB"),
+        "{said}"
+    );
+    let header = treespec::model::weights::read_gguf_header(&gguf).unwrap();
+    let source = &header.metadata[treespec::model::mtp_gguf::KEY_SOURCE];
+    assert_eq!(source.to_string().unwrap(), "{\"step\": 7}");
+    let out = generate_with(dir.path(), &target, &gguf, "mtp", &["-p", "abc"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_clean_error(&export("q4_k"), "not a multiple of q4_k's block of 256");
+    assert_clean_error(&export("q9"), "unknown weight format `q9`");
+}
+
 #[test]
 fn selftest_runs_the_kernel_checks() {
     // On the CPU the kernels are their references; the command must still run every check.

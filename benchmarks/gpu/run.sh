@@ -61,9 +61,10 @@ for what in "$@"; do
     # Train an MTP head for the target in the background (issue 12): the machine outlives a
     # command of 10 minutes, so the run goes on between calls; a run started with the same
     # --out resumes from its checkpoint (put a fetched one back first: train-restore).
-    # STEPS (2000), SELF_PROMPTS (2000), ANSWER_TOKENS (256) and K (3) set its size.
+    # STEPS (2000), SELF_PROMPTS (2000), ANSWER_TOKENS (256) and K (3) set its size; a context of
+    # 16384 lets the answers be written 32 side by side.
     mkdir -p "$S/head"
-    setsid nohup "$B" train-drafter --device cuda --target "$T" --out "$S/head/head.safetensors" \
+    setsid nohup "$B" train-drafter --device cuda --context 16384 --target "$T" --out "$S/head/head.safetensors" \
       --steps "${STEPS:-2000}" --self-prompts "${SELF_PROMPTS:-2000}" \
       --answer-tokens "${ANSWER_TOKENS:-256}" --k "${K:-3}" \
       >> "$S/head/train.log" 2>&1 < /dev/null &

@@ -7,6 +7,7 @@ pub mod decoder;
 pub mod kv_cache;
 pub mod layer;
 pub mod mtp;
+pub mod mtp_gguf;
 pub mod source;
 pub mod tokenizer;
 pub mod visibility;
@@ -117,15 +118,7 @@ fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
 
 fn load_checkpoint(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     let name = ModelFiles::Checkpoint(dir.to_path_buf()).display_name();
-    let cfg_path = dir.join("config.json");
-    let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::io(&cfg_path, e))?;
-    let cfg = ModelConfig::from_hf_json(&text).map_err(|e| match e {
-        Error::Config(m) => Error::BadCheckpoint {
-            path: cfg_path.clone(),
-            reason: m,
-        },
-        other => other,
-    })?;
+    let cfg = checkpoint_config(dir)?;
     let tokenizer = TextTokenizer::from_dir(dir)?;
     let template_src = read_template(dir).unwrap_or_else(|| CHATML.to_string());
     let template = ChatTemplate::new(&template_src, tokenizer.bos_text(), tokenizer.eos_text())?;
@@ -141,6 +134,27 @@ fn load_checkpoint(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
         tokenizer,
         template,
     })
+}
+
+/// A checkpoint's configuration (its `config.json`).
+fn checkpoint_config(dir: &Path) -> Result<ModelConfig> {
+    let cfg_path = dir.join("config.json");
+    let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::io(&cfg_path, e))?;
+    ModelConfig::from_hf_json(&text).map_err(|e| match e {
+        Error::Config(m) => Error::BadCheckpoint {
+            path: cfg_path,
+            reason: m,
+        },
+        other => other,
+    })
+}
+
+/// The configuration of a model's files, read without loading its weights.
+pub fn read_config(files: &ModelFiles) -> Result<ModelConfig> {
+    match files {
+        ModelFiles::Gguf(path) => ModelConfig::from_gguf(&read_gguf_header(path)?),
+        ModelFiles::Checkpoint(dir) => checkpoint_config(dir),
+    }
 }
 
 /// Load the target's own MTP head `i` from its files, with a cache of `context` positions.

@@ -305,6 +305,29 @@ fn check_shape(name: &str, w: &Weight, expected: &[usize]) -> Result<()> {
     Ok(())
 }
 
+/// GGUF stems of a layer's tensors and their Hugging Face module names (other stems, such as an
+/// MTP head's `input_proj`, are the same in both).
+const LAYER_MODULES: &[(&str, &str)] = &[
+    ("attn_norm", "input_layernorm"),
+    ("ffn_norm", "post_attention_layernorm"),
+    ("attn_q", "self_attn.q_proj"),
+    ("attn_k", "self_attn.k_proj"),
+    ("attn_v", "self_attn.v_proj"),
+    ("attn_output", "self_attn.o_proj"),
+    ("attn_q_norm", "self_attn.q_norm"),
+    ("attn_k_norm", "self_attn.k_norm"),
+    ("ffn_gate", "mlp.gate_proj"),
+    ("ffn_up", "mlp.up_proj"),
+    ("ffn_down", "mlp.down_proj"),
+    ("token_norm", "token_layernorm"),
+    ("hidden_norm", "hidden_layernorm"),
+    ("final_norm", "final_layernorm"),
+];
+
+/// GGUF prefixes of layer tensors and their Hugging Face prefixes: decoder layers and MiMo's MTP
+/// layers.
+const LAYER_STEMS: [(&str, &str); 2] = [("blk.", "layers."), ("mtp.", "mtp_layers.")];
+
 /// Translate a GGUF tensor name to its Hugging Face name (`prefix` is `model.` or empty); an MTP
 /// head's `mtp.{i}.*` names go to `mtp_layers.{i}.*` (MiMo).
 pub fn hf_name(gguf: &str, prefix: &str) -> String {
@@ -314,7 +337,7 @@ pub fn hf_name(gguf: &str, prefix: &str) -> String {
         "output.weight" => return "lm_head.weight".to_string(),
         _ => {}
     }
-    for (gguf_stem, hf_stem) in [("blk.", "layers."), ("mtp.", "mtp_layers.")] {
+    for (gguf_stem, hf_stem) in LAYER_STEMS {
         let Some((layer, tail)) = gguf
             .strip_prefix(gguf_stem)
             .and_then(|rest| rest.split_once('.'))
@@ -322,26 +345,46 @@ pub fn hf_name(gguf: &str, prefix: &str) -> String {
             continue;
         };
         let (stem, suffix) = tail.rsplit_once('.').unwrap_or((tail, "weight"));
-        let module = match stem {
-            "attn_norm" => "input_layernorm",
-            "ffn_norm" => "post_attention_layernorm",
-            "attn_q" => "self_attn.q_proj",
-            "attn_k" => "self_attn.k_proj",
-            "attn_v" => "self_attn.v_proj",
-            "attn_output" => "self_attn.o_proj",
-            "attn_q_norm" => "self_attn.q_norm",
-            "attn_k_norm" => "self_attn.k_norm",
-            "ffn_gate" => "mlp.gate_proj",
-            "ffn_up" => "mlp.up_proj",
-            "ffn_down" => "mlp.down_proj",
-            "token_norm" => "token_layernorm",
-            "hidden_norm" => "hidden_layernorm",
-            "final_norm" => "final_layernorm",
-            other => other,
-        };
+        let module = LAYER_MODULES
+            .iter()
+            .find(|(g, _)| *g == stem)
+            .map_or(stem, |(_, m)| m);
         return format!("{prefix}{hf_stem}{layer}.{module}.{suffix}");
     }
     format!("{prefix}{gguf}")
+}
+
+/// The GGUF name of a layer tensor's Hugging Face name, with or without the `model.` prefix
+/// (`model.mtp_layers.0.self_attn.q_proj.weight` -> `mtp.0.attn_q.weight`): the inverse of
+/// [`hf_name`] for layer tensors; `None` for any other name.
+pub fn gguf_layer_name(hf: &str) -> Option<String> {
+    let name = hf.strip_prefix("model.").unwrap_or(hf);
+    LAYER_STEMS.iter().find_map(|(gguf_stem, hf_stem)| {
+        let (layer, tail) = name.strip_prefix(hf_stem)?.split_once('.')?;
+        layer.parse::<usize>().ok()?;
+        let (module, suffix) = tail.rsplit_once('.')?;
+        let stem = LAYER_MODULES
+            .iter()
+            .find(|(_, m)| *m == module)
+            .map_or(module, |(g, _)| g);
+        Some(format!("{gguf_stem}{layer}.{stem}.{suffix}"))
+    })
+}
+
+/// Write a GGUF file of `metadata` and `tensors` to `path`; a write that fails (a full disk)
+/// is an error, never a short file behind a success.
+pub fn write_gguf(
+    path: &Path,
+    metadata: &[(String, gguf_file::Value)],
+    tensors: &[(String, QTensor)],
+) -> Result<()> {
+    let md: Vec<(&str, &gguf_file::Value)> =
+        metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let ts: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let file = File::create(path).map_err(|e| Error::io(path, e))?;
+    let mut out = std::io::BufWriter::new(file);
+    gguf_file::write(&mut out, &md, &ts)?;
+    std::io::Write::flush(&mut out).map_err(|e| Error::io(path, e))
 }
 
 /// Parse a GGUF header, turning every failure (bad magic, cut-short file, tensor data past the
@@ -568,5 +611,26 @@ impl Embedding {
             Embedding::Quantized(q) => Linear::new(Weight::Quantized(q.clone()), None),
             Embedding::Dense(t) => Linear::new(Weight::Dense(t.clone()), None),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layer_names_go_to_hugging_face_and_back() {
+        let stems = LAYER_MODULES.iter().map(|(g, _)| *g).chain(["input_proj"]);
+        for stem in stems {
+            for gguf in [format!("blk.3.{stem}.weight"), format!("mtp.0.{stem}.bias")] {
+                for prefix in ["model.", ""] {
+                    let hf = hf_name(&gguf, prefix);
+                    assert_eq!(gguf_layer_name(&hf).as_deref(), Some(gguf.as_str()), "{hf}");
+                }
+            }
+        }
+        assert_eq!(gguf_layer_name("model.embed_tokens.weight"), None);
+        assert_eq!(gguf_layer_name("lm_head.weight"), None);
+        assert_eq!(gguf_layer_name("model.layers.x.mlp.up_proj.weight"), None);
     }
 }

@@ -155,11 +155,16 @@ impl Trainer {
     }
 }
 
+/// Candidates a self-written prompt's token is drawn from: the target's top [`crate::gpu::TOP_K_MAX`]
+/// (found on the device, so that a step of 32 rows brings back 32 short lists, not 32 whole
+/// vocabularies to sort on the host).
+const SELF_PROMPT_TOP_K: usize = crate::gpu::TOP_K_MAX;
+
 /// Prompts the target writes itself (as in Magpie): after `prefix` (the chat template up to an
-/// open user turn), `count` user messages sampled from the target (temperature 1, top-p 0.95) up to
-/// a stop token or `max_len` tokens, each returned as its content's token ids; empty draws are
-/// drawn again (up to three more rounds). Decoded side by side as [`answers_batched`] does.
-/// Deterministic for a `seed` on one device.
+/// open user turn), `count` user messages sampled from the target (temperature 1 over its top
+/// [`SELF_PROMPT_TOP_K`] tokens, top-p 0.95) up to a stop token or `max_len` tokens, each
+/// returned as its content's token ids; empty draws are drawn again (up to three more rounds).
+/// Decoded side by side as [`answers_batched`] does. Deterministic for a `seed` on one device.
 pub fn self_prompts(
     target: &mut Decoder,
     prefix: &[u32],
@@ -181,14 +186,15 @@ pub fn self_prompts(
         top_p: 0.95,
     };
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    // Each row of a step's logits: one draw, rows in order.
+    // Each row of a step's logits: one draw among its top candidates, rows in order.
     let mut draw = |logits: &Tensor| -> Result<Vec<u32>> {
-        let rows = logits.to_dtype(DType::F32)?.to_vec2::<f32>()?;
-        Ok(rows
+        Ok(crate::gpu::row_top_k(logits, SELF_PROMPT_TOP_K)?
             .iter()
-            .map(|row| {
-                let q = crate::sampling::distribution(row, &params);
-                crate::sampling::draw(&q, &mut rng).unwrap_or(0)
+            .map(|top| {
+                let q = crate::sampling::distribution(&top.log_probs, &params);
+                crate::sampling::draw(&q, &mut rng)
+                    .and_then(|i| top.tokens.get(i as usize).copied())
+                    .unwrap_or(0)
             })
             .collect())
     };

@@ -142,6 +142,28 @@ fn bar(len: u64, template: &str) -> indicatif::ProgressBar {
     b
 }
 
+/// A line above the bar; where the bar draws nothing (standard error is not a terminal: a log
+/// file), on standard error.
+fn say(b: &indicatif::ProgressBar, line: String) {
+    if b.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        b.println(line);
+    }
+}
+
+/// `what: done/all after N s`, for a log (see [`say`]).
+fn logged(b: &indicatif::ProgressBar, what: &str, done: usize, started: std::time::Instant) {
+    b.set_position(done as u64);
+    if b.is_hidden() {
+        let all = b.length().unwrap_or(0);
+        eprintln!(
+            "{what}: {done}/{all} after {:.0} s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+}
+
 /// Run (or resume) training; returns the final record.
 pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     let mut t = crate::load::load_model(&cfg.target, &cfg.load)?;
@@ -194,6 +216,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
                     cfg.self_prompts as u64,
                     "self-written prompts [{bar:30}] {pos}/{len} eta {eta}",
                 );
+                let started = std::time::Instant::now();
                 let written = crate::train::self_prompts(
                     &mut t.decoder,
                     &prefix,
@@ -201,7 +224,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
                     SELF_PROMPT_TOKENS,
                     &stops,
                     cfg.seed,
-                    |i| b.set_position(i as u64),
+                    |i| logged(&b, "self-written prompts", i, started),
                 )?;
                 b.finish_and_clear();
                 for content in written {
@@ -213,8 +236,9 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
                 prompts.len() as u64,
                 "target's answers [{bar:30}] {pos}/{len} eta {eta}",
             );
+            let started = std::time::Instant::now();
             let seqs = answers_batched(&mut t.decoder, &prompts, cfg.answer_tokens, &stops, |i| {
-                b.set_position(i as u64)
+                logged(&b, "target's answers", i, started)
             })?;
             b.finish_and_clear();
             write_json(
@@ -254,6 +278,9 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
             step = r.step;
         }
     }
+    // The head's f32 products on tensor cores (TF32), as PyTorch trains by default; the
+    // target's own passes do not go through cuBLAS.
+    candle_core::cuda::set_gemm_reduced_precision_f32(true);
     let mut trainer = Trainer::new(&t.decoder, head, cfg.opts)?;
     let mut order: Vec<usize> = (0..train.len()).collect();
     let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed);
@@ -309,6 +336,19 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     let started = std::time::Instant::now();
     let mut tokens = 0usize;
     let mut last = None;
+    let report = |b: &indicatif::ProgressBar, rec: &RunRecord| {
+        say(
+            b,
+            format!(
+                "step {}: held-out loss {:.3}, agreement {:?}, simulated tau {:.2}",
+                rec.step, rec.held_out_loss, rec.held_out_agreement, rec.simulated_tau
+            ),
+        )
+    };
+    if step == 0 {
+        // Where the training curve starts: the head as initialised.
+        report(&b, &record(&mut trainer, &mut t, 0)?);
+    }
     while step < cfg.steps {
         let seq = &train[order[step % order.len()]];
         let r = trainer.step(&mut t.decoder, seq, true)?;
@@ -320,18 +360,19 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
             *e = 0.95 * *e + 0.05 * a;
         }
         let agree: Vec<String> = agree_ema.iter().map(|a| format!("{a:.2}")).collect();
-        b.set_message(format!(
+        let message = format!(
             "loss {l:.3} agree {} {:.0} tok/s",
             agree.join("/"),
             tokens as f64 / started.elapsed().as_secs_f64()
-        ));
+        );
+        if b.is_hidden() && step % 50 == 0 {
+            eprintln!("step {step}: {message}");
+        }
+        b.set_message(message);
         b.set_position(step as u64);
         if step % 200 == 0 || step == cfg.steps {
             let rec = record(&mut trainer, &mut t, step)?;
-            b.println(format!(
-                "step {step}: held-out loss {:.3}, agreement {:?}, simulated tau {:.2}",
-                rec.held_out_loss, rec.held_out_agreement, rec.simulated_tau
-            ));
+            report(&b, &rec);
             last = Some(rec);
         }
     }
