@@ -50,7 +50,7 @@ fn target_and_head(dir: &Path) -> (PathBuf, LoadedModel, PathBuf) {
     let mut trainer = Trainer::new(&t.decoder, head, train).unwrap();
     for step in 0..TRAIN_STEPS {
         trainer
-            .step(&mut t.decoder, &data[step % data.len()], true)
+            .step(&mut t.decoder, &data[step % data.len()], 0, true)
             .unwrap();
     }
     let file = dir.join("head.safetensors");

@@ -152,12 +152,12 @@ fn training_lowers_the_loss_on_the_targets_own_answers() {
     };
     let mut trainer = Trainer::new(&t, head, opts).unwrap();
     let eval = |tr: &mut Trainer, t: &mut Decoder| -> (f32, f32) {
-        let r = tr.step(t, &data[5], false).unwrap();
+        let r = tr.step(t, &data[5], 0, false).unwrap();
         (r.loss, r.agreement[0])
     };
     let (before, agree_before) = eval(&mut trainer, &mut t);
     for step in 0..150 {
-        trainer.step(&mut t, &data[step % 5], true).unwrap();
+        trainer.step(&mut t, &data[step % 5], 0, true).unwrap();
     }
     let (after, agree_after) = eval(&mut trainer, &mut t);
     eprintln!("held-out loss {before:.3} -> {after:.3}, step-1 agreement {agree_before:.2} -> {agree_after:.2}");
@@ -169,6 +169,32 @@ fn training_lowers_the_loss_on_the_targets_own_answers() {
         agree_after > agree_before + 0.3,
         "agreement {agree_before} -> {agree_after}"
     );
+}
+
+/// Only the predictions of answer tokens count: from `answer_from` on, each chain step predicts
+/// the tokens after the answer's first (the root a draft starts from), however long the prompt.
+#[test]
+fn only_predictions_of_answer_tokens_count() {
+    let mut t = target(Family::Qwen2, RopeStyle::HalfSplit, 5);
+    let cfg = t.config().clone();
+    let seq: Vec<u32> = (0..20u32).map(|i| (i * 7 + 3) % 61).collect();
+    let head = TrainableHead::new(&cfg, &Device::Cpu, 7, None).unwrap();
+    let opts = TrainOptions {
+        k: 2,
+        lr: 3e-3,
+        max_len: 64,
+    };
+    let mut trainer = Trainer::new(&t, head, opts).unwrap();
+    // Step j's row p predicts token p + j + 2; rows run while the target's distribution does.
+    let all = trainer.step(&mut t, &seq, 0, false).unwrap();
+    assert_eq!(all.predicted, 19 + 18);
+    // Answer from 17: tokens 18, 19 and the one after the sequence, at each chain step.
+    let answer = trainer.step(&mut t, &seq, 17, false).unwrap();
+    assert_eq!(answer.predicted, 3 + 3);
+    assert_eq!(answer.agreement.len(), 2);
+    // An answer past the end still counts one prediction a step.
+    let past = trainer.step(&mut t, &seq, 40, false).unwrap();
+    assert_eq!(past.predicted, 2);
 }
 
 /// A whole run on a tiny GGUF target: the head, its record and its data are written; a second run

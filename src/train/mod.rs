@@ -47,6 +47,8 @@ pub struct StepReport {
     pub agreement: Vec<f32>,
     /// Positions of the sequence.
     pub tokens: usize,
+    /// Predictions counted, over all chain steps.
+    pub predicted: usize,
 }
 
 /// A training run over a frozen target.
@@ -98,8 +100,17 @@ impl Trainer {
     }
 
     /// One optimiser step on the sequence `seq` (cut to `max_len`); with `learn` false, only the
-    /// loss and agreement (held-out evaluation).
-    pub fn step(&mut self, target: &mut Decoder, seq: &[u32], learn: bool) -> Result<StepReport> {
+    /// loss and agreement (held-out evaluation). The head reads the whole sequence, but only the
+    /// predictions of tokens after `answer_from` count (0: every prediction): a draft is only ever
+    /// asked for past the answer's first token, and the chat template's fixed text, which every
+    /// sequence repeats, would otherwise inflate the agreement and take the head's capacity.
+    pub fn step(
+        &mut self,
+        target: &mut Decoder,
+        seq: &[u32],
+        answer_from: usize,
+        learn: bool,
+    ) -> Result<StepReport> {
         let seq = &seq[..seq.len().min(self.opts.max_len)];
         if seq.len() < 3 {
             return Err(Error::InvalidArgument(format!(
@@ -127,11 +138,19 @@ impl Trainer {
         let t = seq.len();
         let mut losses = vec![];
         let mut agreement = vec![];
+        let mut counted = 0;
         for (j, o) in unrolled.outputs.iter().enumerate() {
-            // Step j + 1's row p predicts the token after position p + j + 1.
-            let rows = o.dim(0)?;
-            let want = probs.narrow(0, j + 1, rows.min(t - j - 1))?;
-            let logits = o.matmul(&self.lm_head.t()?)?;
+            // Step j + 1's row p predicts the token after position p + j + 1 (the target's
+            // distribution at p + j + 1), token p + j + 2: counted from row `first` on.
+            let rows = o.dim(0)?.min(t - j - 1);
+            if rows == 0 {
+                continue;
+            }
+            let first = (answer_from + 1).saturating_sub(j + 2).min(rows - 1);
+            let n = rows - first;
+            let want = probs.narrow(0, j + 1 + first, n)?;
+            let logits = o.narrow(0, first, n)?.matmul(&self.lm_head.t()?)?;
+            counted += n;
             let logp = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
             let ce = (want.mul(&logp)?.sum(D::Minus1)?.neg()?).mean_all()?;
             losses.push(ce);
@@ -151,6 +170,7 @@ impl Trainer {
             loss: loss.to_scalar::<f32>()?,
             agreement,
             tokens: t,
+            predicted: counted,
         })
     }
 }
@@ -163,8 +183,8 @@ const SELF_PROMPT_TOP_K: usize = crate::gpu::TOP_K_MAX;
 /// Prompts the target writes itself (as in Magpie): after `prefix` (the chat template up to an
 /// open user turn), `count` user messages sampled from the target (temperature 1 over its top
 /// [`SELF_PROMPT_TOP_K`] tokens, top-p 0.95) up to a stop token or `max_len` tokens, each
-/// returned as its content's token ids; empty draws are drawn again (up to three more rounds).
-/// Decoded side by side as [`answers_batched`] does. Deterministic for a `seed` on one device.
+/// returned as its content's token ids; empty and repetitive draws are drawn again (up to three
+/// more rounds). Decoded side by side as [`answers_batched`] does. Deterministic for a `seed` on one device.
 pub fn self_prompts(
     target: &mut Decoder,
     prefix: &[u32],
@@ -199,7 +219,7 @@ pub fn self_prompts(
             .collect())
     };
     let mut out: Vec<Vec<u32>> = Vec::with_capacity(count);
-    // Empty draws (a stop token first) are drawn again, up to three more rounds.
+    // Empty (a stop token first) and repetitive draws are drawn again, up to three more rounds.
     for _ in 0..4 {
         let missing = count - out.len();
         if missing == 0 {
@@ -219,12 +239,19 @@ pub fn self_prompts(
             if content.last().is_some_and(|t| stops.contains(t)) {
                 content.pop();
             }
-            if !content.is_empty() {
+            if !content.is_empty() && !degenerate(&content) {
                 out.push(content);
             }
         }
     }
     Ok(out)
+}
+
+/// True for a self-written prompt that is mostly repetition (`/ / / / ...`): of 16 tokens or
+/// more, fewer than a quarter distinct.
+fn degenerate(content: &[u32]) -> bool {
+    let distinct: std::collections::BTreeSet<&u32> = content.iter().collect();
+    content.len() >= 16 && distinct.len() * 4 < content.len()
 }
 
 /// Most sequences [`answers_batched`] decodes side by side.

@@ -98,18 +98,44 @@ struct DataFile {
     #[serde(default)]
     self_prompts: usize,
     sequences: Vec<Vec<u32>>,
+    /// Per sequence, where its answer starts (its prompt's length).
+    #[serde(default)]
+    answer_from: Vec<usize>,
+    /// The self-written prompts' texts, in the order of their sequences (after the others).
+    #[serde(default)]
+    self_written: Vec<String>,
 }
+
+/// Most sequences held out for evaluation (a tenth of them, at least one).
+const HELD_OUT_MAX: usize = 32;
 
 /// Longest self-written prompt, in tokens.
 const SELF_PROMPT_TOKENS: usize = 96;
 
+/// System prompts that steer the target's self-written prompts to the domains a user asks about
+/// (as Magpie steers its queries): code, math, open chat and writing, knowledge and reasoning.
+/// They only open the turn the prompt is written in; the answers are written to the prompt alone,
+/// under the template's own system prompt, as a user would ask it.
+const SELF_PROMPT_DOMAINS: [&str; 4] = [
+    "You are a programming assistant. Users ask you to write, explain, fix or complete code.",
+    "You are a math tutor. Users ask you to solve math word problems and exercises step by step.",
+    "You are a helpful assistant. Users ask you for advice, ideas, stories, letters, summaries \
+     and everyday help.",
+    "You are a knowledgeable assistant. Users ask you questions about science, history, \
+     geography and logic puzzles.",
+];
+
 /// A user message text no template changes, to find where the user turn opens.
 const USER_MARKER: &str = "\u{1}treespec-user-turn\u{1}";
 
-/// The token ids of the chat template up to the content of an opened user turn.
-fn open_user_turn(t: &crate::model::LoadedModel) -> Result<Vec<u32>> {
+/// The token ids of the chat template up to the content of an opened user turn, after the
+/// system prompt `system`.
+fn open_user_turn(t: &crate::model::LoadedModel, system: &str) -> Result<Vec<u32>> {
     let text = t.template.render(
-        &[ChatMessage::new(Role::User, USER_MARKER.to_string())],
+        &[
+            ChatMessage::new(Role::System, system.to_string()),
+            ChatMessage::new(Role::User, USER_MARKER.to_string()),
+        ],
         true,
     )?;
     let cut = text.find(USER_MARKER).ok_or_else(|| {
@@ -205,31 +231,45 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
                 && d.answer_tokens == cfg.answer_tokens
                 && d.prompts == asked
                 && d.self_prompts == cfg.self_prompts
+                && d.answer_from.len() == d.sequences.len()
         });
-    let sequences = match cached {
-        Some(d) => d.sequences,
+    let (sequences, answer_from) = match cached {
+        Some(d) => (d.sequences, d.answer_from),
         None => {
             let stops = t.tokenizer.stop_ids().clone();
+            let mut self_written = vec![];
             if cfg.self_prompts > 0 {
-                let prefix = open_user_turn(&t)?;
                 let b = bar(
                     cfg.self_prompts as u64,
                     "self-written prompts [{bar:30}] {pos}/{len} eta {eta}",
                 );
                 let started = std::time::Instant::now();
-                let written = crate::train::self_prompts(
-                    &mut t.decoder,
-                    &prefix,
-                    cfg.self_prompts,
-                    SELF_PROMPT_TOKENS,
-                    &stops,
-                    cfg.seed,
-                    |i| logged(&b, "self-written prompts", i, started),
-                )?;
+                let domains = SELF_PROMPT_DOMAINS.len();
+                let mut by_domain = vec![];
+                for (i, system) in SELF_PROMPT_DOMAINS.iter().enumerate() {
+                    let count =
+                        cfg.self_prompts / domains + usize::from(i < cfg.self_prompts % domains);
+                    let done = cfg.self_prompts / domains * i + i.min(cfg.self_prompts % domains);
+                    let prefix = open_user_turn(&t, system)?;
+                    by_domain.push(crate::train::self_prompts(
+                        &mut t.decoder,
+                        &prefix,
+                        count,
+                        SELF_PROMPT_TOKENS,
+                        &stops,
+                        cfg.seed + i as u64,
+                        |n| logged(&b, "self-written prompts", done + n, started),
+                    )?);
+                }
                 b.finish_and_clear();
-                for content in written {
-                    let text = t.tokenizer.decode(&content)?;
-                    prompts.push(user_turn(&t, text)?);
+                // Domains interleaved, so that the held-out sequences (the last) span them all.
+                let longest = by_domain.iter().map(Vec::len).max().unwrap_or(0);
+                for j in 0..longest {
+                    for content in by_domain.iter().filter_map(|d| d.get(j)) {
+                        let text = t.tokenizer.decode(content)?;
+                        prompts.push(user_turn(&t, text.clone())?);
+                        self_written.push(text);
+                    }
                 }
             }
             let b = bar(
@@ -241,6 +281,11 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
                 logged(&b, "target's answers", i, started)
             })?;
             b.finish_and_clear();
+            let answer_from: Vec<usize> = prompts
+                .iter()
+                .filter(|p| !p.is_empty())
+                .map(Vec::len)
+                .collect();
             write_json(
                 &data_path,
                 &DataFile {
@@ -249,12 +294,19 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
                     prompts: asked,
                     self_prompts: cfg.self_prompts,
                     sequences: seqs.clone(),
+                    answer_from: answer_from.clone(),
+                    self_written,
                 },
             )?;
-            seqs
+            (seqs, answer_from)
         }
     };
-    let held = (sequences.len() / 10).clamp(1, 16);
+    let sequences: Vec<(&[u32], usize)> = sequences
+        .iter()
+        .zip(answer_from)
+        .map(|(s, a)| (s.as_slice(), a))
+        .collect();
+    let held = (sequences.len() / 10).clamp(1, HELD_OUT_MAX);
     let (train, held_out) = sequences.split_at(sequences.len() - held);
 
     // The head: the target's last layer as its block, or where a checkpoint exists, that.
@@ -289,8 +341,8 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     let record = |trainer: &mut Trainer, t: &mut crate::model::LoadedModel, step: usize| {
         let mut loss = 0.0;
         let mut agree = vec![0.0; cfg.opts.k];
-        for s in held_out {
-            let r = trainer.step(&mut t.decoder, s, false)?;
+        for &(s, from) in held_out {
+            let r = trainer.step(&mut t.decoder, s, from, false)?;
             loss += r.loss / held_out.len() as f32;
             for (a, x) in agree.iter_mut().zip(&r.agreement) {
                 *a += x / held_out.len() as f32;
@@ -350,8 +402,8 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
         report(&b, &record(&mut trainer, &mut t, 0)?);
     }
     while step < cfg.steps {
-        let seq = &train[order[step % order.len()]];
-        let r = trainer.step(&mut t.decoder, seq, true)?;
+        let (seq, from) = train[order[step % order.len()]];
+        let r = trainer.step(&mut t.decoder, seq, from, true)?;
         step += 1;
         tokens += r.tokens;
         let l = loss_ema.map_or(r.loss, |e| 0.95 * e + 0.05 * r.loss);
