@@ -23,7 +23,9 @@
 //! the kernels read, so a pass is captured once per shape (rows, logits rows, key-table width
 //! rounded up to a power of two, attention-length bucket) as a CUDA graph and replayed: one
 //! launch for the whole pass instead of ~300. That covers the one-row decoding step, the
-//! drafter's catch-up passes and verify passes up to [`GRAPH_MAX_ROWS`] rows
+//! drafter's catch-up passes and verify passes up to [`GRAPH_MAX_ROWS`] rows, those that copy
+//! out hidden states for a drafter that reads them (MTP, DFlash) included (the graph copies them
+//! into buffers of the step's own; the key names the layers)
 //! (`TREESPEC_CUDA_GRAPHS=0` runs every pass eagerly). Any capture failure turns graphs off with
 //! one log line and the pass runs eagerly.
 //!
@@ -292,6 +294,8 @@ mod cuda {
         att: CudaSlice<f32>,
         part: CudaSlice<f32>,
         logits: CudaSlice<f32>,
+        /// Graphs copy the hidden states a pass wants here, one buffer per slot (`rows x h`).
+        hidden: Vec<CudaSlice<f32>>,
     }
 
     struct Funcs {
@@ -330,6 +334,26 @@ mod cuda {
         m: usize,
         width: usize,
         chunks: usize,
+        /// The layers whose hidden states the pass copies out, one bit each.
+        hidden: u64,
+    }
+
+    /// The layers of `layers` as bits of a graph key (whose replays fill the slots in the
+    /// order captured); `None` for layers out of ascending order or past the 64th (such passes
+    /// run eagerly).
+    fn layer_bits(layers: &[usize]) -> Option<u64> {
+        let ascending = layers.windows(2).all(|w| w[0] < w[1]);
+        layers.iter().try_fold(0u64, |bits, &l| {
+            (ascending && l < 64).then(|| bits | 1 << l)
+        })
+    }
+
+    /// Where a pass's hidden states go: fresh tensors, one per wanted layer (eager passes), or
+    /// the step's own buffers by slot (a pass captured as a graph, which must not allocate;
+    /// copied out after each replay).
+    enum HiddenOut {
+        Fresh(Vec<Option<Tensor>>),
+        Buffers(Vec<u64>),
     }
 
     /// Offsets into the per-pass metadata buffer (u32 elements).
@@ -387,6 +411,8 @@ mod cuda {
         graphs_on: bool,
         /// A capture failed: graphs stay off for this decoder.
         graphs_failed: bool,
+        /// A pass copying hidden states out failed to capture: such passes run eagerly.
+        hidden_graphs_failed: bool,
         /// Passes run eagerly on a shape's first sight or captured on its second (see
         /// [`Self::cold_passes`]).
         cold: u64,
@@ -556,6 +582,7 @@ mod cuda {
                 seen: HashSet::new(),
                 graphs_on: graphs_allowed(),
                 graphs_failed: false,
+                hidden_graphs_failed: false,
                 cold: 0,
                 tensor_cores: false,
                 replay_on: None,
@@ -589,27 +616,40 @@ mod cuda {
                 host[meta.out_slots + r] = slot as u32;
             }
             host[meta.table..].copy_from_slice(&input.keys.packed_to(width));
-            self.ensure(n.max(m), chunks, meta.len)?;
+            self.ensure(n.max(m), chunks, meta.len, input.hidden_layers.len())?;
             let bufs = self.bufs.as_mut().expect("ensured");
             self.stream
                 .memcpy_htod(&host, &mut bufs.meta.slice_mut(..meta.len))
                 .map_err(driver)?;
 
+            let bits = layer_bits(input.hidden_layers);
             let key = GraphKey {
                 n,
                 m,
                 width,
                 chunks,
+                hidden: bits.unwrap_or(0),
             };
-            let graphed = self.graphs_on && n <= GRAPH_MAX_ROWS && input.hidden_layers.is_empty();
+            let graphed = self.graphs_on
+                && n <= GRAPH_MAX_ROWS
+                && bits.is_some_and(|b| b == 0 || !self.hidden_graphs_failed);
             // A shape runs eagerly the first time it is seen, from a graph after that.
             let first_sight = graphed && self.seen.insert(key);
             if graphed && (first_sight || !self.graphs.contains_key(&key)) {
                 self.cold += 1;
             }
             if graphed && !first_sight {
-                match self.replay(key, meta) {
-                    Ok(t) => return Ok((t, vec![])),
+                match self.replay(key, meta, input.hidden_layers) {
+                    Ok(out) => return Ok(out),
+                    Err(e) if key.hidden != 0 => {
+                        // Passes that copy hidden states out run eagerly; the others keep
+                        // their graphs.
+                        self.hidden_graphs_failed = true;
+                        self.graphs.remove(&key);
+                        eprintln!(
+                            "treespec: CUDA graph capture of a pass with hidden states failed, running those eagerly: {e}"
+                        );
+                    }
                     Err(e) => {
                         self.graphs_on = false;
                         self.graphs_failed = true;
@@ -620,7 +660,7 @@ mod cuda {
                     }
                 }
             }
-            let mut hidden = vec![];
+            let mut hidden = HiddenOut::Fresh(vec![None; input.hidden_layers.len()]);
             let logits = if m > 0 {
                 let mut out = self
                     .stream
@@ -640,6 +680,10 @@ mod cuda {
             } else {
                 self.launch_all(n, 0, chunks, meta, 0, input.hidden_layers, &mut hidden)?;
                 None
+            };
+            let hidden = match hidden {
+                HiddenOut::Fresh(slots) => slots.into_iter().flatten().collect(),
+                HiddenOut::Buffers(_) => vec![],
             };
             Ok((logits, hidden))
         }
@@ -715,18 +759,40 @@ mod cuda {
 
         /// Replay (capturing first if needed) the pass of shape `key`; its logits (`[m, vocab]`,
         /// copied out of the graph's buffer) unless `m` is 0.
-        fn replay(&mut self, key: GraphKey, meta: Meta) -> Result<Option<Tensor>> {
-            let logits_ptr = {
+        /// Replay the pass of shape `key` (capturing it first if it is not yet), its hidden
+        /// states of `hidden_layers` (the layers `key.hidden` holds) copied out after it.
+        fn replay(
+            &mut self,
+            key: GraphKey,
+            meta: Meta,
+            hidden_layers: &[usize],
+        ) -> Result<(Option<Tensor>, Vec<Tensor>)> {
+            let (logits_ptr, hidden_ptrs) = {
                 let bufs = self.bufs.as_ref().expect("ensured");
-                bufs.logits.device_ptr(&self.stream).0
+                let s = &self.stream;
+                (
+                    bufs.logits.device_ptr(s).0,
+                    bufs.hidden[..hidden_layers.len()]
+                        .iter()
+                        .map(|b| b.device_ptr(s).0)
+                        .collect::<Vec<_>>(),
+                )
             };
             if !self.graphs.contains_key(&key) {
                 if self.graphs.len() >= GRAPH_CACHE {
                     self.graphs.clear();
                 }
                 let graph = capture(&self.stream, || {
-                    let mut none = vec![];
-                    self.launch_all(key.n, key.m, key.chunks, meta, logits_ptr, &[], &mut none)
+                    let mut into = HiddenOut::Buffers(hidden_ptrs.clone());
+                    self.launch_all(
+                        key.n,
+                        key.m,
+                        key.chunks,
+                        meta,
+                        logits_ptr,
+                        hidden_layers,
+                        &mut into,
+                    )
                 })?;
                 if let Some(times) = profile_replays() {
                     // TREESPEC_STEP_PROFILE=N: the graph alone, N replays back to back.
@@ -754,15 +820,27 @@ mod cuda {
                 }
                 None => graph.launch().map_err(driver)?,
             }
-            if key.m == 0 {
-                return Ok(None);
-            }
             let bufs = self.bufs.as_ref().expect("ensured");
+            let mut hidden = Vec::with_capacity(hidden_layers.len());
+            for b in &bufs.hidden[..hidden_layers.len()] {
+                let copy = self
+                    .stream
+                    .clone_dtod(&b.slice(..key.n * self.h))
+                    .map_err(driver)?;
+                hidden.push(crate::gpu::tensor_from_slice(
+                    &self.dev,
+                    copy,
+                    (key.n, self.h),
+                ));
+            }
+            if key.m == 0 {
+                return Ok((None, hidden));
+            }
             let out = self
                 .stream
                 .clone_dtod(&bufs.logits.slice(..key.m * self.vocab))
                 .map_err(driver)?;
-            Ok(Some(self.wrap(out, key.m)?))
+            Ok((Some(self.wrap(out, key.m)?), hidden))
         }
 
         fn wrap(&self, out: CudaSlice<f32>, m: usize) -> Result<Tensor> {
@@ -771,22 +849,34 @@ mod cuda {
             Ok(if rows == m { t } else { t.narrow(0, 0, m)? })
         }
 
-        /// Grow the buffers to `n` rows, `chunks` attention chunks and `meta_len` metadata
-        /// entries (dropping captured graphs, whose addresses change).
-        fn ensure(&mut self, n: usize, chunks: usize, meta_len: usize) -> Result<()> {
+        /// Grow the buffers to `n` rows, `chunks` attention chunks, `meta_len` metadata
+        /// entries and `hidden` hidden-state slots (dropping captured graphs, whose addresses
+        /// change).
+        fn ensure(
+            &mut self,
+            n: usize,
+            chunks: usize,
+            meta_len: usize,
+            hidden: usize,
+        ) -> Result<()> {
             let rows = n.div_ceil(4) * 4;
             if let Some(b) = &self.bufs {
-                if b.rows >= rows && b.chunks >= chunks && b.meta_len >= meta_len {
+                if b.rows >= rows
+                    && b.chunks >= chunks
+                    && b.meta_len >= meta_len
+                    && b.hidden.len() >= hidden
+                {
                     return Ok(());
                 }
             }
-            let (rows, chunks, meta_len) = match &self.bufs {
+            let (rows, chunks, meta_len, hidden) = match &self.bufs {
                 Some(b) => (
                     b.rows.max(rows),
                     b.chunks.max(chunks),
                     b.meta_len.max(meta_len),
+                    b.hidden.len().max(hidden),
                 ),
-                None => (rows.max(4), chunks.max(8), meta_len.max(64)),
+                None => (rows.max(4), chunks.max(8), meta_len.max(64), hidden),
             };
             self.graphs.clear();
             self.bufs = None;
@@ -807,12 +897,16 @@ mod cuda {
                 part: alloc(rows * self.nh * chunks * (self.hd + 2))?,
                 // Graphs write their logits here: up to GRAPH_MAX_ROWS rows, padded to four.
                 logits: alloc(rows.min(GRAPH_MAX_ROWS) * self.vocab)?,
+                // And their hidden states here.
+                hidden: (0..hidden)
+                    .map(|_| alloc(rows.min(GRAPH_MAX_ROWS) * self.h))
+                    .collect::<Result<_>>()?,
             });
             Ok(())
         }
 
         /// Every launch of a pass over `n` rows, `m` of them to `logits` (a `[m, vocab]` buffer,
-        /// rows padded to four); hidden states of `hidden_layers` copied out.
+        /// rows padded to four); hidden states of `hidden_layers` copied out to `hidden`.
         #[allow(clippy::too_many_arguments)]
         fn launch_all(
             &self,
@@ -822,7 +916,7 @@ mod cuda {
             meta: Meta,
             logits: u64,
             hidden_layers: &[usize],
-            hidden: &mut Vec<Tensor>,
+            hidden: &mut HiddenOut,
         ) -> Result<()> {
             let b = self.bufs.as_ref().expect("ensured");
             let s = &self.stream;
@@ -842,13 +936,12 @@ mod cuda {
             let n_i = n as i32;
             self.embed(n, ids, x)?;
             let mut pending_hidden: Option<usize> = None;
-            let mut slots_of_hidden = vec![None; hidden_layers.len()];
             for (li, l) in self.layers.iter().enumerate() {
                 // x += previous layer's down output (its residual), norm, quantise.
                 let delta = if li == 0 { 0u64 } else { proj };
                 self.norm_q8(n, x, delta, l.attn_norm, 0, q8, h)?;
                 if let Some(prev) = pending_hidden.take() {
-                    self.copy_hidden(n, x, prev, hidden_layers, &mut slots_of_hidden)?;
+                    self.copy_hidden(n, x, prev, hidden_layers, hidden)?;
                 }
                 self.matmul_stacked(&l.qkv, q8, qblocks(h), proj, self.qkv_width, n)?;
                 let mut bld = Launch::new(&self.f.qkv_rope);
@@ -907,39 +1000,50 @@ mod cuda {
             // x += last down output; final norm of the logits rows into their slots.
             self.norm_q8(n, x, proj, self.norm, out_slots, q8, h)?;
             if let Some(prev) = pending_hidden.take() {
-                self.copy_hidden(n, x, prev, hidden_layers, &mut slots_of_hidden)?;
+                self.copy_hidden(n, x, prev, hidden_layers, hidden)?;
             }
             if m > 0 {
                 self.matmul(&[&self.lm_head], (q8, qblocks(h)), (logits, self.vocab), m)?;
             }
-            hidden.extend(slots_of_hidden.into_iter().flatten());
             Ok(())
         }
 
+        /// Copy the `n x h` hidden states at `x` (layer `layer`'s output) to every slot of
+        /// `wanted` that asks for that layer.
         fn copy_hidden(
             &self,
             n: usize,
             x: u64,
             layer: usize,
             wanted: &[usize],
-            out: &mut [Option<Tensor>],
+            out: &mut HiddenOut,
         ) -> Result<()> {
-            let mut dst = self.stream.alloc_zeros::<f32>(n * self.h).map_err(driver)?;
-            let dptr = dst.device_ptr_mut(&self.stream).0;
-            // SAFETY: both buffers hold n x hidden f32; same stream.
-            unsafe {
-                cudarc::driver::result::memcpy_dtod_async(
-                    dptr,
-                    x,
-                    n * self.h * 4,
-                    self.stream.cu_stream(),
-                )
-            }
-            .map_err(driver)?;
-            let t = crate::gpu::tensor_from_slice(&self.dev, dst, (n, self.h));
-            for (slot, &want) in wanted.iter().enumerate() {
-                if want == layer {
-                    out[slot] = Some(t.clone());
+            let copy = |dst: u64| {
+                // SAFETY: both buffers hold at least n x hidden f32; same stream.
+                unsafe {
+                    cudarc::driver::result::memcpy_dtod_async(
+                        dst,
+                        x,
+                        n * self.h * 4,
+                        self.stream.cu_stream(),
+                    )
+                }
+                .map_err(driver)
+            };
+            let slots = wanted.iter().enumerate().filter(|(_, &w)| w == layer);
+            match out {
+                HiddenOut::Fresh(tensors) => {
+                    let mut dst = self.stream.alloc_zeros::<f32>(n * self.h).map_err(driver)?;
+                    copy(dst.device_ptr_mut(&self.stream).0)?;
+                    let t = crate::gpu::tensor_from_slice(&self.dev, dst, (n, self.h));
+                    for (slot, _) in slots {
+                        tensors[slot] = Some(t.clone());
+                    }
+                }
+                HiddenOut::Buffers(ptrs) => {
+                    for (slot, _) in slots {
+                        copy(ptrs[slot])?;
+                    }
                 }
             }
             Ok(())
@@ -1360,26 +1464,55 @@ pub fn check_model(
         }
     }
     // Invariance: the last rows in one pass (one chunk of four rows with a tail; chunks plus a
-    // tail; five chunks), replayed from a graph and launched eagerly, against one-row steps.
+    // tail; five chunks), replayed from a graph and launched eagerly, against one-row steps; the
+    // pass also copies out two layers' hidden states (as a verify pass for a drafter that reads
+    // them does), which must come out of the graph as they do eagerly.
     let same_bits = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+    let layers = vec![0, decoder.config().n_layers - 1];
     for len in [3usize, 13, 20] {
         let split = n - len;
         let mut blocks = vec![];
+        let mut states = vec![];
         for graphs in [true, false] {
             decoder.set_cuda_graphs(graphs);
             // With graphs, the second run of the shape replays one (the first runs eagerly).
             let runs = if graphs { 2 } else { 1 };
-            let mut block = vec![];
+            let (mut block, mut state) = (vec![], vec![]);
             for _ in 0..runs {
                 decoder.reset();
                 logits(decoder, 0, &tokens[..split])?;
-                block = logits(decoder, split, &tokens[split..])?.to_vec2::<f32>()?;
+                let out = decoder.forward(
+                    &Batch::causal(&tokens[split..], split)
+                        .all_logits()
+                        .with_hidden_layers(layers.clone()),
+                )?;
+                block = out
+                    .logits
+                    .ok_or_else(|| Error::Device("no logits".into()))?
+                    .to_device(&Device::Cpu)?
+                    .to_vec2::<f32>()?;
+                state = out
+                    .hidden
+                    .iter()
+                    .map(|h| h.to_device(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>())
+                    .collect::<candle_core::Result<Vec<_>>>()?;
             }
             blocks.push(block);
+            states.push(state);
+        }
+        if states[0].len() != layers.len()
+            || !states[0]
+                .iter()
+                .zip(&states[1])
+                .all(|(a, b)| a.len() == b.len() && same_bits(a, b))
+        {
+            return Err(Error::Device(format!(
+                "the hidden states of a {len}-row pass replayed from a CUDA graph differ from the same pass launched eagerly"
+            )));
         }
         decoder.set_cuda_graphs(true);
         let how = if decoder.cuda_graphs_on() {
-            "graph replay = eager launches"
+            "graph replay = eager launches, logits and two layers' hidden states"
         } else {
             "CUDA graphs off"
         };
