@@ -2,7 +2,7 @@
 # On the H200 machine, with the binary and the GGUF files staged in /root/stage (in parts, see
 # ../shared/device/README.md): plain decoding speed, the cost table, and the modes side by side on
 # the default pair with and without batch-invariant products. Writes logs and JSON under $OUT and
-# prints the tables last. Usage: benchmarks/gpu/run.sh [llama-build|check|ncu|llama|ar|costs|modes|profile|variance|synth|dp4a-row|llama-spec|train-start|train-status|train-fetch|train-restore]...
+# prints the tables last. Usage: benchmarks/gpu/run.sh [llama-build|check|ncu|llama|ar|costs|modes|profile|variance|synth|dp4a-row|llama-spec|train-start|train-status|train-fetch|train-export|train-restore]...
 # T=... and D=... replace the target and the drafter (e.g. the files `synth` writes: random weights
 # of the 1.5B's, the 0.5B's or Qwen3-8B's shape and formats, for timing without staging a model).
 set -euo pipefail
@@ -80,6 +80,13 @@ for what in "$@"; do
       && split -b 15M -d -a 2 /tmp/head.tar.gz /tmp/head.tar.gz.)
     ls /tmp/head.tar.gz.* | sed -n "$((8 * ${PART:-0} + 1)),$((8 * ${PART:-0} + 8))p" | xargs -r -I{} cp {} "$OUT/"
     ls -la /tmp/head.tar.gz.* ;;
+  train-export)
+    # The head as a Q8_0 GGUF (~54 MB for the 1.5B: one call of parts), its record and its data,
+    # through $OUT at once: what to bring back first (a machine that stops answering is gone).
+    "$B" export-head -m "$T" --head "$S/head/head.safetensors" --out "$S/head/head.gguf"
+    rm -f /tmp/head.gguf.*; split -b 15M -d -a 2 "$S/head/head.gguf" /tmp/head.gguf.
+    cp /tmp/head.gguf.* "$S/head/head.safetensors.json" "$OUT/"
+    gzip -c "$S/head/head.safetensors.data.json" > "$OUT/head.data.json.gz"; ls -la "$OUT" ;;
   train-restore)
     # A head fetched in an earlier session, carried back in (as the models are: .stage/head/
     # head.tar.gz.NN, 50 MiB a call), unpacked where train-start resumes from it.
