@@ -21,6 +21,17 @@ fn target(family: Family, style: RopeStyle, seed: u64) -> Decoder {
     Decoder::load(&mut store, cfg, 64).unwrap()
 }
 
+/// A trainer of a fresh head for `t`: two chain steps, a learning rate for tiny models.
+fn fresh_trainer(t: &Decoder) -> Trainer {
+    let head = TrainableHead::new(t.config(), &Device::Cpu, 7, None).unwrap();
+    let opts = TrainOptions {
+        k: 2,
+        lr: 3e-3,
+        max_len: 64,
+    };
+    Trainer::new(t, head, opts).unwrap()
+}
+
 /// The reference for `answers_batched`: the target's greedy answers decoded one sequence at a
 /// time, each prompt followed by up to `max_new` tokens the target writes after it.
 fn answers(
@@ -138,19 +149,12 @@ fn batched_answers_are_the_sequential_answers() {
 #[test]
 fn training_lowers_the_loss_on_the_targets_own_answers() {
     let mut t = target(Family::Qwen2, RopeStyle::HalfSplit, 5);
-    let cfg = t.config().clone();
     let prompts: Vec<Vec<u32>> = (0..6u32)
         .map(|s| (0..4).map(|i| (s * 11 + i * 5 + 1) % 61).collect())
         .collect();
     let data = answers(&mut t, &prompts, 24, &BTreeSet::new(), |_| {}).unwrap();
     assert!(data.iter().all(|s| s.len() == 28));
-    let head = TrainableHead::new(&cfg, &Device::Cpu, 7, None).unwrap();
-    let opts = TrainOptions {
-        k: 2,
-        lr: 3e-3,
-        max_len: 64,
-    };
-    let mut trainer = Trainer::new(&t, head, opts).unwrap();
+    let mut trainer = fresh_trainer(&t);
     let eval = |tr: &mut Trainer, t: &mut Decoder| -> (f32, f32) {
         let r = tr.step(t, &data[5], 0, false).unwrap();
         (r.loss, r.agreement[0])
@@ -176,15 +180,8 @@ fn training_lowers_the_loss_on_the_targets_own_answers() {
 #[test]
 fn only_predictions_of_answer_tokens_count() {
     let mut t = target(Family::Qwen2, RopeStyle::HalfSplit, 5);
-    let cfg = t.config().clone();
     let seq: Vec<u32> = (0..20u32).map(|i| (i * 7 + 3) % 61).collect();
-    let head = TrainableHead::new(&cfg, &Device::Cpu, 7, None).unwrap();
-    let opts = TrainOptions {
-        k: 2,
-        lr: 3e-3,
-        max_len: 64,
-    };
-    let mut trainer = Trainer::new(&t, head, opts).unwrap();
+    let mut trainer = fresh_trainer(&t);
     // Step j's row p predicts token p + j + 2; rows run while the target's distribution does.
     let all = trainer.step(&mut t, &seq, 0, false).unwrap();
     assert_eq!(all.predicted, 19 + 18);

@@ -62,7 +62,8 @@ for what in "$@"; do
     # command of 10 minutes, so the run goes on between calls; a run started with the same
     # --out resumes from its checkpoint (put a fetched one back first: train-restore).
     # STEPS (2000), SELF_PROMPTS (2000), ANSWER_TOKENS (256) and K (3) set its size; a context of
-    # 16384 lets the answers be written 32 side by side.
+    # 16384 lets the answers be written 32 side by side. TREESPEC_PROFILE=1 adds where a step's
+    # time goes (target pass, head, loss, backward) to each held-out record in the log.
     mkdir -p "$S/head"
     setsid nohup "$B" train-drafter --device cuda --context 16384 --target "$T" --out "$S/head/head.safetensors" \
       --steps "${STEPS:-2000}" --self-prompts "${SELF_PROMPTS:-2000}" \

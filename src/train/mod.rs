@@ -119,6 +119,9 @@ impl Trainer {
             )));
         }
         let last = target.config().n_layers - 1;
+        // Where a step's time goes, with TREESPEC_PROFILE=1 (`crate::profile`).
+        let device = target.device().clone();
+        let span = crate::profile::span("train: target pass", &device);
         target.reset();
         let out = target.forward(
             &Batch::causal(seq, 0)
@@ -132,9 +135,13 @@ impl Trainer {
         let probs = candle_nn::ops::softmax_last_dim(&logits.to_dtype(DType::F32)?)?.detach();
         let hidden = out.hidden[0].to_dtype(DType::F32)?.detach();
         let embeds = target.embed(seq)?.to_dtype(DType::F32)?.detach();
+        drop(span);
+        let span = crate::profile::span("train: head's unrolled forward", &device);
         let unrolled = self
             .head
             .forward(&hidden, &embeds, &self.cos, &self.sin, self.opts.k)?;
+        drop(span);
+        let span = crate::profile::span("train: LM head, loss, agreement", &device);
         let t = seq.len();
         let mut losses = vec![];
         let mut agreement = vec![];
@@ -163,7 +170,9 @@ impl Trainer {
             agreement.push(same);
         }
         let loss = (Tensor::stack(&losses, 0)?.mean_all())?;
+        drop(span);
         if learn {
+            let _span = crate::profile::span("train: backward and AdamW", &device);
             self.opt.backward_step(&loss)?;
         }
         Ok(StepReport {

@@ -425,6 +425,9 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
         if step % 200 == 0 || step == cfg.steps {
             let rec = record(&mut trainer, &mut t, step)?;
             report(&b, &rec);
+            if crate::profile::enabled() {
+                say(&b, crate::profile::report());
+            }
             last = Some(rec);
         }
     }
