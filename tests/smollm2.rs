@@ -103,15 +103,21 @@ fn chat_template_renders_chatml() {
 }
 
 fn generate(extra: &[&str]) -> (String, String) {
+    generate_with("What is the capital of France?", "48", extra)
+}
+
+/// `treespec generate` on SmolLM2 with `prompt`, at most `max_tokens` new tokens: the answer and
+/// the stats line.
+fn generate_with(prompt: &str, max_tokens: &str, extra: &[&str]) -> (String, String) {
     let path = common::smollm2_path().unwrap();
     let mut args = vec![
         "generate",
         "-m",
         path.to_str().unwrap(),
         "-p",
-        "What is the capital of France?",
+        prompt,
         "--max-tokens",
-        "48",
+        max_tokens,
     ];
     args.extend_from_slice(extra);
     let out = Command::new(env!("CARGO_BIN_EXE_treespec"))
@@ -137,4 +143,29 @@ fn answers_capital_of_france() {
     // that quantisation flips into a French answer; candle's own quantized_llama does the same.
     let (text, _) = generate(&["--system", "You are a helpful assistant."]);
     assert!(text.contains("Paris"), "answer: {text}");
+}
+
+/// Lossless on quantised weights: with SmolLM2 drafting for itself, `linear` and `tree` emit
+/// exactly `ar`'s tokens on a GSM8K prompt whose 11th answer token is a near tie. Before the host
+/// ran attention a row and head a thread (`gpu::attention`), candle's matmuls summed a verify
+/// pass's scores in another order than a one-token step's, and `tree` took the other branch
+/// ("collected by Adam" for "that the class has collected").
+#[test]
+fn speculative_modes_emit_ar_tokens_through_a_near_tie() {
+    let Some(path) = common::smollm2_path() else {
+        return;
+    };
+    let prompt = "Students in class 3B are collecting school points for behavior. If they get enough \
+        points in total, they can go on a trip. In the class, there are Adam, Martha, Betty, and \
+        Tom. Adam has collected 50 points. Betty was better than Adam and collected 30% more. Marta \
+        managed to collect 3 times more points than Tom, who has 30 points less than Betty. How many \
+        points is the class missing to go on the trip if the minimum threshold is 400 points?\n\
+        Think step by step, then give the final answer on its own line.";
+    let drafter = path.to_str().unwrap();
+    let (ar, _) = generate_with(prompt, "24", &["--mode", "ar"]);
+    assert!(ar.contains("that the class has collected"), "ar: {ar}");
+    for mode in ["linear", "tree"] {
+        let (text, _) = generate_with(prompt, "24", &["--mode", mode, "--drafter", drafter]);
+        assert_eq!(text, ar, "{mode} against ar");
+    }
 }

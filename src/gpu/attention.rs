@@ -2,8 +2,11 @@
 //! new row attends to the cached keys a [`VisibleKeys`] lists for it, in rank order, and its output
 //! depends only on those keys and its query, never on the other rows of the pass. On the GPU this
 //! is two launches per layer (chunks of 128 ranks, then their combination) in place of candle's
-//! matmul / scale / mask / softmax / matmul / transpose chain; elsewhere [`reference`] computes
-//! the same thing on the host.
+//! matmul / scale / mask / softmax / matmul / transpose chain. On the host [`attention`] runs
+//! each row and head whole on one thread ([`host`]), so the CPU's passes are batch-invariant too
+//! (candle's matmuls are not: their summation order depends on the rows of the pass, which made
+//! a verify pass and a one-token step differ in the last bits and a near tie flip); [`reference`]
+//! is the definition both are tested against.
 
 use crate::error::{Error, Result};
 use crate::model::visibility::VisibleKeys;
@@ -78,7 +81,87 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, table: &KeyTable) -> Result
     if let Device::Cuda(dev) = q.device() {
         return cuda::attention(dev, q, k, v, table);
     }
-    reference(q, k, v, &table.keys)
+    host(q, k, v, &table.keys)
+}
+
+/// The dot product of two rows of a head's width (a multiple of 32), summed in eight lanes
+/// combined in one fixed order: the same for every call, whatever pass the rows belong to.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    for (x, y) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
+        for l in 0..8 {
+            lanes[l] += x[l] * y[l];
+        }
+    }
+    ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
+        + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]))
+}
+
+/// Where a host tensor `[a, b, c]` of f32 with its last dimension contiguous keeps its rows:
+/// its start offset and the strides of its first two dimensions; `None` for any other layout,
+/// type or storage.
+fn host_rows(t: &Tensor) -> Option<[usize; 3]> {
+    let (storage, layout) = t.storage_and_layout();
+    let stride = layout.stride();
+    let ok = t.dtype() == DType::F32
+        && stride.len() == 3
+        && stride[2] == 1
+        && matches!(&*storage, candle_core::Storage::Cpu(_));
+    ok.then(|| [layout.start_offset(), stride[0], stride[1]])
+}
+
+/// Attention on the host, batch-invariant: per row and query head, over the row's listed keys in
+/// rank order, the scores ([`dot`]), their softmax and the weighted sum of the values each in one
+/// fixed order, every (row, head) computed whole by one thread; the keys and values are read in
+/// place in the cache. Returns `[n, heads * hd]` as [`reference`] does, to float rounding.
+fn host(q: &Tensor, k: &Tensor, v: &Tensor, keys: &VisibleKeys) -> Result<Tensor> {
+    use rayon::prelude::*;
+    let (nh, n, hd) = q.dims3()?;
+    let device = q.device().clone();
+    let nkv = k.dim(0)?;
+    let (k, v) = (k.to_dtype(DType::F32)?, v.to_dtype(DType::F32)?);
+    let (Some([ko, k0, k1]), Some([vo, v0, v1])) = (host_rows(&k), host_rows(&v)) else {
+        let (k, v) = (k.contiguous()?, v.contiguous()?);
+        if host_rows(&k).is_none() || host_rows(&v).is_none() {
+            return reference(q, &k, &v, keys);
+        }
+        return host(q, &k, &v, keys);
+    };
+    let (kst, vst) = (k.storage_and_layout().0, v.storage_and_layout().0);
+    let (candle_core::Storage::Cpu(kc), candle_core::Storage::Cpu(vc)) = (&*kst, &*vst) else {
+        return Err(Error::Device(
+            "attention: the cache is not on the host".into(),
+        ));
+    };
+    let (kbuf, vbuf) = (kc.as_slice::<f32>()?, vc.as_slice::<f32>()?);
+    let q = q.to_dtype(DType::F32)?.to_vec3::<f32>()?;
+    let lists: Vec<Vec<usize>> = (0..n).map(|i| keys.keys(i).collect()).collect();
+    let scale = 1.0 / (hd as f32).sqrt();
+    let group = nh / nkv;
+    let mut out = vec![0f32; n * nh * hd];
+    out.par_chunks_mut(hd).enumerate().for_each(|(at, o)| {
+        let (i, h) = (at / nh, at % nh);
+        let g = h / group;
+        let key = |j: usize| &kbuf[ko + g * k0 + j * k1..][..hd];
+        let value = |j: usize| &vbuf[vo + g * v0 + j * v1..][..hd];
+        let scores: Vec<f32> = lists[i]
+            .iter()
+            .map(|&j| dot(&q[h][i], key(j)) * scale)
+            .collect();
+        let m = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut total = 0f32;
+        for (&j, &s) in lists[i].iter().zip(&scores) {
+            let w = (s - m).exp();
+            total += w;
+            for (acc, x) in o.iter_mut().zip(value(j)) {
+                *acc += w * x;
+            }
+        }
+        for acc in o.iter_mut() {
+            *acc /= total;
+        }
+    });
+    Ok(Tensor::from_vec(out, (n, nh * hd), &device)?)
 }
 
 /// The host reference: per row and head, softmax-weighted values over the listed keys, summed in

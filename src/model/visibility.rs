@@ -3,7 +3,9 @@
 //! for `r < lead`, else `extra[r - lead]`. Two rows that see the same keys in the same rank order
 //! get the same attention output from the GPU kernel (`gpu::attention`), wherever those keys sit
 //! in the cache: that is what makes a draft tree's verify pass agree bit for bit with plain
-//! decoding. The CPU runs the same visibility as a dense additive mask ([`VisibleKeys::dense_mask`]).
+//! decoding; the host computes it as the kernel does (`gpu::attention`, a row and head a thread).
+//! Head shapes the kernel does not take run the same visibility as a dense additive mask
+//! ([`VisibleKeys::dense_mask`]) through candle's ops.
 
 use crate::error::Result;
 use crate::gpu::attention::KeyTable;
@@ -20,11 +22,12 @@ pub enum Visibility {
 }
 
 impl Visibility {
-    /// Whether models shaped as `cfg` on `device` take the kernel: on a GPU, unless batch
-    /// invariance is turned off (`TREESPEC_GPU_BATCH_INVARIANT=0`), for head shapes it supports.
+    /// Whether models shaped as `cfg` on `device` take the kernel: for head shapes it supports,
+    /// on the host always (its other path, candle's matmuls, sums in an order that depends on
+    /// the pass's rows), on a GPU unless batch invariance is turned off
+    /// (`TREESPEC_GPU_BATCH_INVARIANT=0`).
     pub fn listed_for(cfg: &ModelConfig, device: &Device) -> bool {
-        device.is_cuda()
-            && crate::model::weights::gpu_batch_invariant()
+        (!device.is_cuda() || crate::model::weights::gpu_batch_invariant())
             && crate::gpu::attention::supports(cfg.n_heads, cfg.n_kv_heads, cfg.head_dim)
     }
 
