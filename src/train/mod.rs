@@ -132,7 +132,25 @@ impl Trainer {
         let logits = out
             .logits
             .ok_or_else(|| Error::InvalidArgument("the target gave no logits".into()))?;
-        let probs = candle_nn::ops::softmax_last_dim(&logits.to_dtype(DType::F32)?)?.detach();
+        let t = seq.len();
+        // Step j + 1's row p predicts the token after position p + j + 1 (the target's
+        // distribution at p + j + 1), token p + j + 2: (j, the first row counted, rows counted).
+        let counted_rows: Vec<(usize, usize, usize)> = (0..self.opts.k.min(t - 1))
+            .map(|j| {
+                let rows = t - j - 1;
+                let first = (answer_from + 1).saturating_sub(j + 2).min(rows - 1);
+                (j, first, rows - first)
+            })
+            .collect();
+        // The target's distributions of the rows any step counts, from `lo` on.
+        let lo = counted_rows
+            .iter()
+            .map(|&(j, first, _)| j + 1 + first)
+            .min()
+            .unwrap_or(1);
+        let probs =
+            candle_nn::ops::softmax_last_dim(&logits.narrow(0, lo, t - lo)?.to_dtype(DType::F32)?)?
+                .detach();
         let hidden = out.hidden[0].to_dtype(DType::F32)?.detach();
         let embeds = target.embed(seq)?.to_dtype(DType::F32)?.detach();
         drop(span);
@@ -142,33 +160,26 @@ impl Trainer {
             .forward(&hidden, &embeds, &self.cos, &self.sin, self.opts.k)?;
         drop(span);
         let span = crate::profile::span("train: LM head, loss, agreement", &device);
-        let t = seq.len();
         let mut losses = vec![];
         let mut agreement = vec![];
         let mut counted = 0;
-        for (j, o) in unrolled.outputs.iter().enumerate() {
-            // Step j + 1's row p predicts the token after position p + j + 1 (the target's
-            // distribution at p + j + 1), token p + j + 2: counted from row `first` on.
-            let rows = o.dim(0)?.min(t - j - 1);
-            if rows == 0 {
-                continue;
-            }
-            let first = (answer_from + 1).saturating_sub(j + 2).min(rows - 1);
-            let n = rows - first;
-            let want = probs.narrow(0, j + 1 + first, n)?;
+        for (&(j, first, n), o) in counted_rows.iter().zip(&unrolled.outputs) {
+            let want = probs.narrow(0, j + 1 + first - lo, n)?;
             let logits = o.narrow(0, first, n)?.matmul(&self.lm_head.t()?)?;
             counted += n;
             let logp = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
             let ce = (want.mul(&logp)?.sum(D::Minus1)?.neg()?).mean_all()?;
             losses.push(ce);
-            let same = logits
-                .argmax(D::Minus1)?
-                .eq(&want.argmax(D::Minus1)?)?
-                .to_dtype(DType::F32)?
-                .mean_all()?
-                .to_scalar::<f32>()?;
-            agreement.push(same);
+            // Kept on the device: one wait for all steps' figures, at the end.
+            agreement.push(
+                logits
+                    .argmax(D::Minus1)?
+                    .eq(&want.argmax(D::Minus1)?)?
+                    .to_dtype(DType::F32)?
+                    .mean_all()?,
+            );
         }
+        let agreement = Tensor::stack(&agreement, 0)?;
         let loss = (Tensor::stack(&losses, 0)?.mean_all())?;
         drop(span);
         if learn {
@@ -177,7 +188,7 @@ impl Trainer {
         }
         Ok(StepReport {
             loss: loss.to_scalar::<f32>()?,
-            agreement,
+            agreement: agreement.to_vec1::<f32>()?,
             tokens: t,
             predicted: counted,
         })
