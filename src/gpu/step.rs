@@ -121,6 +121,9 @@ pub struct StepInput<'a> {
     pub logits_rows: &'a [usize],
     /// Layers whose output hidden states are wanted.
     pub hidden_layers: &'a [usize],
+    /// Rows fed to the first layer in place of the tokens' embeddings (`[n, hidden]` f32 on the
+    /// step's GPU): an MTP head's input projection. `tokens` are then not read.
+    pub inputs: Option<&'a Tensor>,
 }
 
 #[cfg(feature = "cuda")]
@@ -336,6 +339,9 @@ mod cuda {
         chunks: usize,
         /// The layers whose hidden states the pass copies out, one bit each.
         hidden: u64,
+        /// Whether the pass gathers its input rows from the embedding (else they are copied
+        /// into place before it: [`StepInput::inputs`]).
+        embed: bool,
     }
 
     /// The layers of `layers` as bits of a graph key (whose replays fill the slots in the
@@ -621,6 +627,30 @@ mod cuda {
             self.stream
                 .memcpy_htod(&host, &mut bufs.meta.slice_mut(..meta.len))
                 .map_err(driver)?;
+            if let Some(rows) = input.inputs {
+                // The input rows into place, ahead of the pass (or its graph).
+                let rows = rows.to_dtype(candle_core::DType::F32)?.contiguous()?;
+                if rows.dims() != [n, self.h] {
+                    return Err(Error::InvalidArgument(format!(
+                        "GPU step: input rows {:?} for a pass of {n} rows of {}",
+                        rows.dims(),
+                        self.h
+                    )));
+                }
+                let src = tensor_ptr(&rows, &self.stream).map_err(Error::Device)?;
+                let dst = bufs.x.device_ptr(&self.stream).0;
+                // SAFETY: x holds at least n rows of h f32 (ensured); rows is n x h f32 and
+                // alive until the copy is queued behind; same stream.
+                unsafe {
+                    cudarc::driver::result::memcpy_dtod_async(
+                        dst,
+                        src,
+                        n * self.h * 4,
+                        self.stream.cu_stream(),
+                    )
+                }
+                .map_err(driver)?;
+            }
 
             let bits = layer_bits(input.hidden_layers);
             let key = GraphKey {
@@ -629,6 +659,7 @@ mod cuda {
                 width,
                 chunks,
                 hidden: bits.unwrap_or(0),
+                embed: input.inputs.is_none(),
             };
             let graphed = self.graphs_on
                 && n <= GRAPH_MAX_ROWS
@@ -667,18 +698,10 @@ mod cuda {
                     .alloc_zeros::<f32>(m.div_ceil(4) * 4 * self.vocab)
                     .map_err(driver)?;
                 let out_ptr = out.device_ptr_mut(&self.stream).0;
-                self.launch_all(
-                    n,
-                    m,
-                    chunks,
-                    meta,
-                    out_ptr,
-                    input.hidden_layers,
-                    &mut hidden,
-                )?;
+                self.launch_all(key, meta, out_ptr, input.hidden_layers, &mut hidden)?;
                 Some(self.wrap(out, m)?)
             } else {
-                self.launch_all(n, 0, chunks, meta, 0, input.hidden_layers, &mut hidden)?;
+                self.launch_all(key, meta, 0, input.hidden_layers, &mut hidden)?;
                 None
             };
             let hidden = match hidden {
@@ -784,15 +807,7 @@ mod cuda {
                 }
                 let graph = capture(&self.stream, || {
                     let mut into = HiddenOut::Buffers(hidden_ptrs.clone());
-                    self.launch_all(
-                        key.n,
-                        key.m,
-                        key.chunks,
-                        meta,
-                        logits_ptr,
-                        hidden_layers,
-                        &mut into,
-                    )
+                    self.launch_all(key, meta, logits_ptr, hidden_layers, &mut into)
                 })?;
                 if let Some(times) = profile_replays() {
                     // TREESPEC_STEP_PROFILE=N: the graph alone, N replays back to back.
@@ -905,19 +920,18 @@ mod cuda {
             Ok(())
         }
 
-        /// Every launch of a pass over `n` rows, `m` of them to `logits` (a `[m, vocab]` buffer,
-        /// rows padded to four); hidden states of `hidden_layers` copied out to `hidden`.
-        #[allow(clippy::too_many_arguments)]
+        /// Every launch of a pass of shape `key`: `key.n` rows, `key.m` of them to `logits` (a
+        /// `[m, vocab]` buffer, rows padded to four), from the embedding or from rows already in
+        /// place (`key.embed`); hidden states of `hidden_layers` copied out to `hidden`.
         fn launch_all(
             &self,
-            n: usize,
-            m: usize,
-            chunks: usize,
+            key: GraphKey,
             meta: Meta,
             logits: u64,
             hidden_layers: &[usize],
             hidden: &mut HiddenOut,
         ) -> Result<()> {
+            let (n, m, chunks) = (key.n, key.m, key.chunks);
             let b = self.bufs.as_ref().expect("ensured");
             let s = &self.stream;
             let p = |x: &CudaSlice<f32>| x.device_ptr(s).0;
@@ -934,7 +948,9 @@ mod cuda {
             );
             let (h, nh, nkv, hd, ffn) = (self.h, self.nh, self.nkv, self.hd, self.ffn);
             let n_i = n as i32;
-            self.embed(n, ids, x)?;
+            if key.embed {
+                self.embed(n, ids, x)?;
+            }
             let mut pending_hidden: Option<usize> = None;
             for (li, l) in self.layers.iter().enumerate() {
                 // x += previous layer's down output (its residual), norm, quantise.

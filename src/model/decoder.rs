@@ -13,7 +13,7 @@
 //! cache that can be truncated and compacted ([`Decoder::truncate`], [`Decoder::keep`]).
 
 use crate::error::{Error, Result};
-use crate::gpu::step::{GpuStep, LayerWeights, StepInput, StepWeights};
+use crate::gpu::step::{GpuStep, StepInput, StepWeights};
 use crate::model::config::{ModelConfig, RopeStyle};
 use crate::model::kv_cache::KvCache;
 use crate::model::layer::DecoderLayer;
@@ -357,26 +357,23 @@ impl Decoder {
         StepWeights {
             cfg: &self.cfg,
             embed: &self.embed,
-            layers: self
-                .layers
-                .iter()
-                .map(|l| LayerWeights {
-                    attn_norm: &l.attn_norm,
-                    qkv: l.attn.qkv.linears(),
-                    q_norm: l.attn.q_norm.as_ref(),
-                    k_norm: l.attn.k_norm.as_ref(),
-                    o: &l.attn.o,
-                    ffn_norm: &l.mlp.norm,
-                    gate_up: l.mlp.gate_up.linears(),
-                    down: &l.mlp.down,
-                })
-                .collect(),
+            layers: self.layers.iter().map(|l| l.step_weights()).collect(),
             norm: &self.norm,
             lm_head: &self.lm_head,
             cos: &self.cos,
             sin: &self.sin,
             caches: self.caches.iter().map(|c| c.storage()).collect(),
         }
+    }
+
+    /// The token embedding (what an MTP head's GPU step is built with).
+    pub(crate) fn embedding(&self) -> &Embedding {
+        &self.embed
+    }
+
+    /// The LM head (what an MTP head's GPU step is built with).
+    pub(crate) fn lm_head_weights(&self) -> &Linear {
+        &self.lm_head
     }
 
     /// The model's configuration.
@@ -562,6 +559,7 @@ impl Decoder {
                 keys: &visible,
                 logits_rows: &batch.logits_rows,
                 hidden_layers: &batch.hidden_layers,
+                inputs: None,
             })?;
             for c in &mut self.caches {
                 c.advance(n)?;

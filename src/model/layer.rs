@@ -272,6 +272,20 @@ pub struct DecoderLayer {
 }
 
 impl DecoderLayer {
+    /// The layer's weights as the GPU step reads them.
+    pub(crate) fn step_weights(&self) -> crate::gpu::step::LayerWeights<'_> {
+        crate::gpu::step::LayerWeights {
+            attn_norm: &self.attn_norm,
+            qkv: self.attn.qkv.linears(),
+            q_norm: self.attn.q_norm.as_ref(),
+            k_norm: self.attn.k_norm.as_ref(),
+            o: &self.attn.o,
+            ffn_norm: &self.mlp.norm,
+            gate_up: self.mlp.gate_up.linears(),
+            down: &self.mlp.down,
+        }
+    }
+
     /// Load the layer whose GGUF names start `{blk}.` (`blk.3` for the decoder's fourth layer).
     pub fn load(store: &mut WeightStore, blk: &str, cfg: &ModelConfig) -> Result<Self> {
         Ok(DecoderLayer {

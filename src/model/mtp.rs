@@ -19,6 +19,7 @@
 //! it drafted. The head shares the target's embedding and LM head.
 
 use crate::error::{Error, Result};
+use crate::gpu::step::{GpuStep, StepInput, StepWeights};
 use crate::model::config::ModelConfig;
 use crate::model::decoder::{rope_tables, Decoder};
 use crate::model::kv_cache::KvCache;
@@ -92,6 +93,11 @@ pub struct MtpHead {
     listed_attention: bool,
     /// The concatenation's order: hidden state first (MiMo) or embedding first.
     hidden_first: bool,
+    /// On a GPU, the block, its final norm and cache as a one-layer pass of the GPU step (fed
+    /// the input projection's rows), built on the first forward there: `Some(None)` when the
+    /// step cannot run these weights (an f32 head: `treespec export-head` writes Q8_0) and
+    /// candle's ops run the block.
+    step: Option<Option<GpuStep>>,
 }
 
 impl MtpHead {
@@ -129,6 +135,7 @@ impl MtpHead {
             listed_attention: Visibility::listed_for(cfg, &device),
             hidden_first: names.hidden_first,
             cfg: cfg.clone(),
+            step: None,
         })
     }
 
@@ -150,6 +157,54 @@ impl MtpHead {
     /// Forget every position from `len` on.
     pub fn truncate(&mut self, len: usize) {
         self.cache.truncate(len);
+    }
+
+    /// The block over input rows `u` at positions from `start` through the GPU step (one graphed
+    /// launch for a chain step instead of ~30 of candle's), its K/V into the cache: the block's
+    /// output `y` (before the final norm), or `None` off a GPU, with `TREESPEC_GPU_STEP=0` or
+    /// `TREESPEC_MTP_GPU_STEP=0` (to compare), or where the step cannot run the head's weights.
+    fn step_forward(
+        &mut self,
+        target: &Decoder,
+        u: &Tensor,
+        start: usize,
+    ) -> Result<Option<Tensor>> {
+        let off = || std::env::var("TREESPEC_MTP_GPU_STEP").as_deref() == Ok("0");
+        if !u.device().is_cuda() || !crate::gpu::step::enabled() || off() {
+            return Ok(None);
+        }
+        if self.step.is_none() {
+            let built = GpuStep::new(
+                &StepWeights {
+                    cfg: &self.cfg,
+                    embed: target.embedding(),
+                    layers: vec![self.block.step_weights()],
+                    norm: &self.final_norm,
+                    lm_head: target.lm_head_weights(),
+                    cos: &self.cos,
+                    sin: &self.sin,
+                    caches: vec![self.cache.storage()],
+                },
+                u.device(),
+            );
+            self.step = Some(built.ok());
+        }
+        let Some(Some(step)) = &mut self.step else {
+            return Ok(None);
+        };
+        let n = u.dim(0)?;
+        let positions: Vec<usize> = (start..start + n).collect();
+        let (_, hidden) = step.forward(&StepInput {
+            tokens: &vec![0; n],
+            positions: &positions,
+            prefix: start,
+            keys: &VisibleKeys::new(None, None, n, start),
+            logits_rows: &[],
+            hidden_layers: &[0],
+            inputs: Some(u),
+        })?;
+        self.cache.advance(n)?;
+        Ok(hidden.into_iter().next())
     }
 
     /// Run rows at consecutive positions from [`MtpHead::len`]: row `r` pairs the hidden state
@@ -189,6 +244,9 @@ impl MtpHead {
             Tensor::cat(&[&e, &g], 1)?
         };
         let u = self.input_proj.forward(&cat)?;
+        if let Some(y) = self.step_forward(target, &u, start)? {
+            return Ok(candle_nn::ops::rms_norm(&y, &self.final_norm, eps)?);
+        }
         let cos = self.cos.narrow(0, start, n)?;
         let sin = self.sin.narrow(0, start, n)?;
         let visible = Visibility::new(
