@@ -130,6 +130,10 @@ struct SelftestArgs {
     /// ops and for batch invariance.
     #[arg(long = "model", short = 'm')]
     models: Vec<String>,
+    /// Also check this MTP head (a GGUF file from `export-head`) on the GPU step against
+    /// candle's ops, over the first model given with -m.
+    #[arg(long)]
+    head: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -691,6 +695,9 @@ fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
 const SELFTEST_TEXT: &str = "def is_prime(n):\n    if n < 2:\n        return False\n    for i in range(2, int(n ** 0.5) + 1):\n        if n % i == 0:\n            return False\n    return True\n\nThe function above checks whether a number is prime by trial division up to its square root.";
 
 fn run_selftest(a: SelftestArgs) -> anyhow::Result<()> {
+    if a.head.is_some() && a.models.is_empty() {
+        anyhow::bail!("--head is checked over a target: give one with -m");
+    }
     let dev = device::parse_device(&a.device)?;
     for line in treespec::gpu::selftest(&dev)? {
         println!("{line}");
@@ -706,7 +713,17 @@ fn run_selftest(a: SelftestArgs) -> anyhow::Result<()> {
         for line in treespec::gpu::step::check_model(&mut m.decoder, &mut cpu.decoder, &ids)? {
             println!("{}: {line}", m.name);
         }
+        if let (Some(path), true) = (&a.head, Some(spec) == a.models.first()) {
+            let header = treespec::model::weights::read_gguf_header(path)?;
+            let (cfg, context) = (m.decoder.config().clone(), m.decoder.context());
+            let mut head =
+                treespec::model::mtp_gguf::load(path, header, &m.name, &cfg, &opts, context)?;
+            for line in head.check_gpu_step(&mut m.decoder, &ids)? {
+                println!("{}: {line}", path.display());
+            }
+        }
     }
+
     println!(
         "selftest on {}: every kernel matches its reference",
         a.device

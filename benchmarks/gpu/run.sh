@@ -2,7 +2,7 @@
 # On the H200 machine, with the binary and the GGUF files staged in /root/stage (in parts, see
 # ../shared/device/README.md): plain decoding speed, the cost table, and the modes side by side on
 # the default pair with and without batch-invariant products. Writes logs and JSON under $OUT and
-# prints the tables last. Usage: benchmarks/gpu/run.sh [llama-build|check|ncu|llama|ar|costs|modes|profile|variance|synth|dp4a-row|llama-spec|train-start|train-status|train-fetch|train-export|train-restore]...
+# prints the tables last. Usage: benchmarks/gpu/run.sh [llama-build|check|ncu|llama|ar|costs|modes|profile|variance|synth|dp4a-row|llama-spec|train-start|train-status|train-fetch|train-export|head-check|train-restore]...
 # T=... and D=... replace the target and the drafter (e.g. the files `synth` writes: random weights
 # of the 1.5B's, the 0.5B's or Qwen3-8B's shape and formats, for timing without staging a model).
 set -euo pipefail
@@ -88,6 +88,14 @@ for what in "$@"; do
     rm -f /tmp/head.gguf.*; split -b 15M -d -a 2 "$S/head/head.gguf" /tmp/head.gguf.
     cp /tmp/head.gguf.* "$S/head/head.safetensors.json" "$OUT/"
     gzip -c "$S/head/head.safetensors.data.json" > "$OUT/head.data.json.gz"; ls -la "$OUT" ;;
+  head-check)
+    # The exported head (train-export) on the GPU step against candle's ops, and mtp's speed
+    # with and without it (TREESPEC_MTP_GPU_STEP=0), interleaved.
+    "$B" selftest --device cuda -m "$T" --head "$S/head/head.gguf" 2>&1 | grep -i "mtp head\|error" | tee "$OUT/head-check.txt"
+    for i in 1 2; do for g in 1 0; do
+      echo "TREESPEC_MTP_GPU_STEP=$g: $(TREESPEC_MTP_GPU_STEP=$g "$B" generate --device cuda -m "$T" \
+        --drafter "$S/head/head.gguf" --mode mtp -p "$prompt" --max-tokens 256 2>&1 >/dev/null | tail -1)"
+    done; done | tee -a "$OUT/head-check.txt" ;;
   train-restore)
     # A head fetched in an earlier session, carried back in (as the models are: .stage/head/
     # head.tar.gz.NN, 50 MiB a call), unpacked where train-start resumes from it.

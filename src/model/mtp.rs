@@ -207,6 +207,90 @@ impl MtpHead {
         Ok(hidden.into_iter().next())
     }
 
+    /// Check the head's GPU step against candle's ops on the same GPU (`treespec selftest
+    /// --head`): over the target's hidden states of `tokens`, the first pass's outputs and two
+    /// chain steps (the second replays a graph), the largest difference relative to the largest
+    /// value and how often the LM head's top token agrees. An error when the step does not run
+    /// or its top tokens agree on fewer than nine rows in ten.
+    pub fn check_gpu_step(&mut self, target: &mut Decoder, tokens: &[u32]) -> Result<Vec<String>> {
+        use crate::model::decoder::{argmax_rows, Batch};
+        let n = tokens.len();
+        if n < 8 {
+            return Err(Error::InvalidArgument(
+                "the head check needs at least 8 tokens".into(),
+            ));
+        }
+        if !target.device().is_cuda() {
+            return Err(Error::Device(
+                "the MTP head's GPU step check needs a GPU (--device cuda)".into(),
+            ));
+        }
+        let last = target.config().n_layers - 1;
+        target.reset();
+        let hidden = target
+            .forward(
+                &Batch::causal(tokens, 0)
+                    .with_logits_rows(vec![])
+                    .with_hidden_layers(vec![last]),
+            )?
+            .hidden
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::Device("the target gave no hidden states".into()))?;
+        target.reset();
+        // The first pass over the context, then chain steps fed back their own outputs.
+        let run = |head: &mut MtpHead| -> Result<Vec<Tensor>> {
+            head.truncate(0);
+            let o = head.forward(target, &hidden.narrow(0, 0, n - 1)?, &tokens[1..])?;
+            let mut outs = vec![o.clone()];
+            let mut x = o.narrow(0, n - 2, 1)?;
+            for &t in &tokens[..3] {
+                x = head.forward(target, &x, &[t])?;
+                outs.push(x.clone());
+            }
+            head.truncate(0);
+            Ok(outs)
+        };
+        let step = run(self)?;
+        if !matches!(self.step, Some(Some(_))) {
+            return Err(Error::Device(
+                "the MTP head does not run on the GPU step (an f32 head? `treespec export-head` writes one it runs)".into(),
+            ));
+        }
+        let built = self.step.take();
+        self.step = Some(None);
+        let candle = run(self);
+        self.step = built;
+        let candle = candle?;
+        let mut report = vec![];
+        for (i, (got, want)) in step.iter().zip(&candle).enumerate() {
+            let scale = want.abs()?.max_all()?.to_scalar::<f32>()?;
+            let diff = (got - want)?.abs()?.max_all()?.to_scalar::<f32>()?;
+            let rows = got.dim(0)?;
+            let same = argmax_rows(&target.lm_head(got)?)?
+                .iter()
+                .zip(argmax_rows(&target.lm_head(want)?)?)
+                .filter(|(a, b)| **a == *b)
+                .count();
+            let what = if i == 0 {
+                "first pass".to_string()
+            } else {
+                format!("chain step {i}")
+            };
+            report.push(format!(
+                "MTP head on the GPU step vs candle's ops, {what} ({rows} rows): max difference {:.2e} of {scale:.1}, top token agrees on {same}/{rows}",
+                diff
+            ));
+            if same * 10 < rows * 9 {
+                return Err(Error::Device(format!(
+                    "the MTP head's GPU step disagrees with candle's ops: {}",
+                    report.join("; ")
+                )));
+            }
+        }
+        Ok(report)
+    }
+
     /// Run rows at consecutive positions from [`MtpHead::len`]: row `r` pairs the hidden state
     /// `hidden[r]` (`[n, hidden]`) with `tokens[r]`. Returns `o` (`[n, hidden]`, after the final
     /// norm: the LM head's input, and the hidden state a chain feeds back).
