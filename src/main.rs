@@ -98,6 +98,10 @@ struct TrainArgs {
     /// them the bundled sets (the benchmark's prompts) are left out unless given with --data.
     #[arg(long, default_value_t = 0)]
     self_prompts: usize,
+    /// Measure the head as it trains on prompt sets it never trains on (JSON lines; the first 16
+    /// of each): `--eval` alone takes the bundled humaneval, gsm8k and chat sets.
+    #[arg(long, num_args = 0.., value_name = "FILE")]
+    eval: Option<Vec<PathBuf>>,
     /// Most new tokens of each answer the target writes to train on.
     #[arg(long, default_value_t = 256)]
     answer_tokens: usize,
@@ -779,6 +783,7 @@ fn run_train(a: TrainArgs) -> anyhow::Result<()> {
         },
         data: a.data,
         self_prompts: a.self_prompts,
+        eval: a.eval,
         answer_tokens: a.answer_tokens,
         seed: a.seed,
         load,
@@ -794,6 +799,12 @@ fn run_train(a: TrainArgs) -> anyhow::Result<()> {
         r.held_out_agreement,
         r.simulated_tau
     );
+    for e in &r.eval {
+        println!(
+            "  {}: agreement by chain step {:?}, simulated tau {:.2}",
+            e.set, e.agreement, e.simulated_tau
+        );
+    }
     Ok(())
 }
 

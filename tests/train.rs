@@ -209,6 +209,12 @@ fn a_run_writes_a_head_that_resumes_and_drafts() {
         "{\"prompt\": \"abc\"}\n{\"prompt\": \"hello there\"}\n{\"prompt\": \"xyz\"}\n",
     )
     .unwrap();
+    let held_set = dir.path().join("unseen.jsonl");
+    std::fs::write(
+        &held_set,
+        "{\"prompt\": \"never seen\"}\n{\"prompt\": \"nor this\"}\n",
+    )
+    .unwrap();
     let out = dir.path().join("head.safetensors");
     let mut cfg = RunConfig {
         target: gguf.display().to_string(),
@@ -221,6 +227,7 @@ fn a_run_writes_a_head_that_resumes_and_drafts() {
         },
         data: vec![prompts],
         self_prompts: 0,
+        eval: Some(vec![held_set]),
         answer_tokens: 6,
         seed: 1,
         load: treespec::model::LoadOptions {
@@ -235,6 +242,11 @@ fn a_run_writes_a_head_that_resumes_and_drafts() {
     assert_eq!(first.held_out_agreement.len(), 2);
     let a = &first.held_out_agreement;
     assert!((first.simulated_tau - (1.0 + a[0] + a[0] * a[1])).abs() < 1e-6);
+    // The evaluation set: measured, its answers kept beside the head.
+    assert_eq!(first.eval.len(), 1);
+    assert_eq!(first.eval[0].set, "unseen");
+    assert_eq!(first.eval[0].agreement.len(), 2);
+    assert!(dir.path().join("head.safetensors.eval.json").is_file());
     let data = dir.path().join("head.safetensors.data.json");
     let written = std::fs::metadata(&data).unwrap().modified().unwrap();
     cfg.steps = 9;
@@ -285,6 +297,7 @@ fn self_written_prompts_are_written_once_and_trained_on() {
         },
         data: vec![],
         self_prompts: 3,
+        eval: None,
         answer_tokens: 4,
         seed: 5,
         load: treespec::model::LoadOptions {

@@ -62,12 +62,13 @@ for what in "$@"; do
     # command of 10 minutes, so the run goes on between calls; a run started with the same
     # --out resumes from its checkpoint (put a fetched one back first: train-restore).
     # STEPS (2000), SELF_PROMPTS (2000), ANSWER_TOKENS (256) and K (3) set its size; a context of
-    # 16384 lets the answers be written 32 side by side. TREESPEC_PROFILE=1 adds where a step's
+    # 16384 lets the answers be written 32 side by side; --eval measures the head on the first
+    # 16 bundled prompts of each set (never trained on) at every record. TREESPEC_PROFILE=1 adds where a step's
     # time goes (target pass, head, loss, backward) to each held-out record in the log.
     mkdir -p "$S/head"
     setsid nohup "$B" train-drafter --device cuda --context 16384 --target "$T" --out "$S/head/head.safetensors" \
       --steps "${STEPS:-2000}" --self-prompts "${SELF_PROMPTS:-2000}" \
-      --answer-tokens "${ANSWER_TOKENS:-256}" --k "${K:-3}" \
+      --answer-tokens "${ANSWER_TOKENS:-256}" --k "${K:-3}" --eval \
       >> "$S/head/train.log" 2>&1 < /dev/null &
     sleep 20; tail -c 2000 "$S/head/train.log" ;;
   train-status)

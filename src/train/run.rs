@@ -36,6 +36,9 @@ pub struct RunConfig {
     pub data: Vec<PathBuf>,
     /// Prompts the target writes itself before answering them (Magpie-style; 0: none).
     pub self_prompts: usize,
+    /// Prompt sets never trained on, to measure the head on as it trains (the first
+    /// [`EVAL_PROMPTS`] of each; empty: none). `Some(vec![])`: the bundled sets.
+    pub eval: Option<Vec<PathBuf>>,
     /// Most new tokens of each answer the target writes for training.
     pub answer_tokens: usize,
     /// Seed of the order the sequences are visited in.
@@ -74,6 +77,56 @@ pub struct RunRecord {
     /// Tokens per step a greedy chain of k would emit if each step's agreement held whatever
     /// came before: `1 + a1 + a1 a2 + ...` (an estimate from teacher-forced agreement).
     pub simulated_tau: f32,
+    /// The same figures on each evaluation set (`--eval`), never trained on.
+    #[serde(default)]
+    pub eval: Vec<EvalFigures>,
+}
+
+/// A head's figures on one evaluation set.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EvalFigures {
+    /// The set's name (its file's stem).
+    pub set: String,
+    /// Per chain step, the share of answer predictions where the head's top token is the
+    /// target's.
+    pub agreement: Vec<f32>,
+    /// [`simulated_tau`] of that.
+    pub simulated_tau: f32,
+}
+
+/// Prompts of each evaluation set the head is measured on.
+pub const EVAL_PROMPTS: usize = 16;
+
+/// The target's answers to the evaluation sets' prompts, generated once (beside the head as
+/// `HEAD.safetensors.eval.json`).
+#[derive(Serialize, Deserialize)]
+struct EvalFile {
+    target: String,
+    answer_tokens: usize,
+    sets: Vec<EvalSet>,
+}
+
+/// An evaluation set's name, and its sequences with where their answers start.
+type EvalSet = (String, Vec<(Vec<u32>, usize)>);
+
+/// Mean loss and per-step agreement of the head over `seqs` (sequence, answer start), not
+/// learning.
+fn mean_figures(
+    trainer: &mut Trainer,
+    target: &mut crate::model::decoder::Decoder,
+    seqs: &[(&[u32], usize)],
+    k: usize,
+) -> Result<(f32, Vec<f32>)> {
+    let mut loss = 0.0;
+    let mut agree = vec![0.0; k];
+    for &(s, from) in seqs {
+        let r = trainer.step(target, s, from, false)?;
+        loss += r.loss / seqs.len() as f32;
+        for (a, x) in agree.iter_mut().zip(&r.agreement) {
+            *a += x / seqs.len() as f32;
+        }
+    }
+    Ok((loss, agree))
 }
 
 /// `1 + a1 + a1 a2 + ...` for per-step agreements `a`.
@@ -188,6 +241,64 @@ fn logged(b: &indicatif::ProgressBar, what: &str, done: usize, started: std::tim
             started.elapsed().as_secs_f64()
         );
     }
+}
+
+/// The evaluation sets' sequences (`cfg.eval`): the target's answers to the first
+/// [`EVAL_PROMPTS`] prompts of each, read from `HEAD.safetensors.eval.json` when it holds them,
+/// else generated and written there.
+fn eval_sets(
+    cfg: &RunConfig,
+    t: &mut crate::model::LoadedModel,
+    user_turn: &dyn Fn(&crate::model::LoadedModel, String) -> Result<Vec<u32>>,
+) -> Result<Vec<EvalSet>> {
+    let sets: Vec<PromptSet> = match &cfg.eval {
+        None => return Ok(vec![]),
+        Some(files) if files.is_empty() => bundled_prompts(Some(EVAL_PROMPTS))?,
+        Some(files) => files
+            .iter()
+            .map(|p| load_prompts(p, Some(EVAL_PROMPTS)))
+            .collect::<Result<_>>()?,
+    };
+    let path = beside(&cfg.out, ".eval.json");
+    let names: Vec<(&str, usize)> = sets
+        .iter()
+        .map(|s| (s.name.as_str(), s.prompts.len()))
+        .collect();
+    let cached = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|s| serde_json::from_str::<EvalFile>(&s).ok())
+        .filter(|e| {
+            let had: Vec<(&str, usize)> =
+                e.sets.iter().map(|(n, s)| (n.as_str(), s.len())).collect();
+            e.target == t.name && e.answer_tokens == cfg.answer_tokens && had == names
+        });
+    if let Some(e) = cached {
+        return Ok(e.sets);
+    }
+    let stops = t.tokenizer.stop_ids().clone();
+    let mut out = vec![];
+    for set in &sets {
+        // Prompts that leave no room for an answer in the context are left out.
+        let room = t.decoder.context().saturating_sub(2);
+        let prompts: Vec<Vec<u32>> = set
+            .prompts
+            .iter()
+            .map(|p| user_turn(t, p.text.clone()))
+            .filter(|p| p.as_ref().map_or(true, |p| p.len() < room))
+            .collect::<Result<_>>()?;
+        let seqs = answers_batched(&mut t.decoder, &prompts, cfg.answer_tokens, &stops, |_| {})?;
+        let from = prompts.iter().filter(|p| !p.is_empty()).map(Vec::len);
+        out.push((set.name.clone(), seqs.into_iter().zip(from).collect()));
+    }
+    write_json(
+        &path,
+        &EvalFile {
+            target: t.name.clone(),
+            answer_tokens: cfg.answer_tokens,
+            sets: out.clone(),
+        },
+    )?;
+    Ok(out)
 }
 
 /// Run (or resume) training; returns the final record.
@@ -306,6 +417,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
         .zip(answer_from)
         .map(|(s, a)| (s.as_slice(), a))
         .collect();
+    let eval_data = eval_sets(cfg, &mut t, &user_turn)?;
     let held = (sequences.len() / 10).clamp(1, HELD_OUT_MAX);
     let (train, held_out) = sequences.split_at(sequences.len() - held);
 
@@ -339,14 +451,16 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     order.shuffle(&mut rng);
 
     let record = |trainer: &mut Trainer, t: &mut crate::model::LoadedModel, step: usize| {
-        let mut loss = 0.0;
-        let mut agree = vec![0.0; cfg.opts.k];
-        for &(s, from) in held_out {
-            let r = trainer.step(&mut t.decoder, s, from, false)?;
-            loss += r.loss / held_out.len() as f32;
-            for (a, x) in agree.iter_mut().zip(&r.agreement) {
-                *a += x / held_out.len() as f32;
-            }
+        let (loss, agree) = mean_figures(trainer, &mut t.decoder, held_out, cfg.opts.k)?;
+        let mut eval = vec![];
+        for (set, data) in &eval_data {
+            let seqs: Vec<(&[u32], usize)> = data.iter().map(|(s, a)| (s.as_slice(), *a)).collect();
+            let (_, agreement) = mean_figures(trainer, &mut t.decoder, &seqs, cfg.opts.k)?;
+            eval.push(EvalFigures {
+                set: set.clone(),
+                simulated_tau: simulated_tau(&agreement),
+                agreement,
+            });
         }
         let rec = RunRecord {
             command: cfg.command.clone(),
@@ -371,6 +485,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
             held_out_loss: loss,
             simulated_tau: simulated_tau(&agree),
             held_out_agreement: agree,
+            eval,
         };
         let tmp = beside(&cfg.out, ".tmp.safetensors");
         trainer.head().vars().save(&tmp)?;
@@ -389,10 +504,22 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     let mut tokens = 0usize;
     let mut last = None;
     let report = |b: &indicatif::ProgressBar, rec: &RunRecord| {
+        let eval: String = rec
+            .eval
+            .iter()
+            .map(|e| {
+                format!(
+                    "; {} tau {:.2} (step-1 agreement {:.2})",
+                    e.set,
+                    e.simulated_tau,
+                    e.agreement.first().copied().unwrap_or(0.0)
+                )
+            })
+            .collect();
         say(
             b,
             format!(
-                "step {}: held-out loss {:.3}, agreement {:?}, simulated tau {:.2}",
+                "step {}: held-out loss {:.3}, agreement {:?}, simulated tau {:.2}{eval}",
                 rec.step, rec.held_out_loss, rec.held_out_agreement, rec.simulated_tau
             ),
         )
