@@ -166,6 +166,11 @@ impl GpuStep {
         false
     }
 
+    /// No graphs without CUDA.
+    pub fn hidden_graphs_on(&self) -> bool {
+        false
+    }
+
     /// Passes that did not replay a captured graph because their shape was new (see the CUDA
     /// build): always 0 here.
     pub fn cold_passes(&self) -> u64 {
@@ -627,30 +632,21 @@ mod cuda {
             self.stream
                 .memcpy_htod(&host, &mut bufs.meta.slice_mut(..meta.len))
                 .map_err(driver)?;
-            if let Some(rows) = input.inputs {
-                // The input rows into place, ahead of the pass (or its graph).
-                let rows = rows.to_dtype(candle_core::DType::F32)?.contiguous()?;
-                if rows.dims() != [n, self.h] {
-                    return Err(Error::InvalidArgument(format!(
-                        "GPU step: input rows {:?} for a pass of {n} rows of {}",
-                        rows.dims(),
-                        self.h
-                    )));
+            let rows = match input.inputs {
+                Some(rows) => {
+                    let rows = rows.to_dtype(candle_core::DType::F32)?.contiguous()?;
+                    if rows.dims() != [n, self.h] {
+                        return Err(Error::InvalidArgument(format!(
+                            "GPU step: input rows {:?} for a pass of {n} rows of {}",
+                            rows.dims(),
+                            self.h
+                        )));
+                    }
+                    self.place_inputs(&rows)?;
+                    Some(rows)
                 }
-                let src = tensor_ptr(&rows, &self.stream).map_err(Error::Device)?;
-                let dst = bufs.x.device_ptr(&self.stream).0;
-                // SAFETY: x holds at least n rows of h f32 (ensured); rows is n x h f32 and
-                // alive until the copy is queued behind; same stream.
-                unsafe {
-                    cudarc::driver::result::memcpy_dtod_async(
-                        dst,
-                        src,
-                        n * self.h * 4,
-                        self.stream.cu_stream(),
-                    )
-                }
-                .map_err(driver)?;
-            }
+                None => None,
+            };
 
             let bits = layer_bits(input.hidden_layers);
             let key = GraphKey {
@@ -689,6 +685,11 @@ mod cuda {
                             "treespec: CUDA graph capture failed, running passes eagerly: {e}"
                         );
                     }
+                }
+                // A replay that failed after its graph ran has written over the input rows:
+                // back into place for the eager pass.
+                if let Some(rows) = &rows {
+                    self.place_inputs(rows)?;
                 }
             }
             let mut hidden = HiddenOut::Fresh(vec![None; input.hidden_layers.len()]);
@@ -737,6 +738,32 @@ mod cuda {
         /// Whether passes replay from CUDA graphs.
         pub fn graphs_on(&self) -> bool {
             self.graphs_on
+        }
+
+        /// Whether passes that copy hidden states out replay from CUDA graphs too (off when
+        /// graphs are, or after such a pass failed to capture).
+        pub fn hidden_graphs_on(&self) -> bool {
+            self.graphs_on && !self.hidden_graphs_failed
+        }
+
+        /// Queue the copy of a pass's input rows (`[n, h]` f32, contiguous) into place.
+        fn place_inputs(&self, rows: &Tensor) -> Result<()> {
+            let bufs = self.bufs.as_ref().expect("ensured");
+            let src = tensor_ptr(rows, &self.stream).map_err(Error::Device)?;
+            let dst = bufs.x.device_ptr(&self.stream).0;
+            // SAFETY: x holds at least n rows of h f32 (ensured); rows is n x h f32 on candle's
+            // stream, this one, whose memory is freed in stream order (cudarc frees
+            // asynchronously on the slice's stream), so after the copy.
+            unsafe {
+                cudarc::driver::result::memcpy_dtod_async(
+                    dst,
+                    src,
+                    rows.elem_count() * 4,
+                    self.stream.cu_stream(),
+                )
+            }
+            .map_err(driver)?;
+            Ok(())
         }
 
         /// Run Q4_K / Q6_K products on tensor cores (`kernels/mmtc.cu`, see
@@ -809,7 +836,8 @@ mod cuda {
                     let mut into = HiddenOut::Buffers(hidden_ptrs.clone());
                     self.launch_all(key, meta, logits_ptr, hidden_layers, &mut into)
                 })?;
-                if let Some(times) = profile_replays() {
+                // (A pass fed input rows accumulates into them: not replayed to profile.)
+                if let Some(times) = profile_replays().filter(|_| key.embed) {
                     // TREESPEC_STEP_PROFILE=N: the graph alone, N replays back to back.
                     eprintln!(
                         "treespec: graph of {} rows ({} logits rows, {} attention chunks): {:.1} us a replay on the GPU",
@@ -1527,10 +1555,10 @@ pub fn check_model(
             )));
         }
         decoder.set_cuda_graphs(true);
-        let how = if decoder.cuda_graphs_on() {
-            "graph replay = eager launches, logits and two layers' hidden states"
-        } else {
-            "CUDA graphs off"
+        let how = match (decoder.cuda_graphs_on(), decoder.hidden_graphs_on()) {
+            (true, true) => "graph replay = eager launches, logits and two layers' hidden states",
+            (true, false) => "graph replay = eager launches; passes with hidden states eager (their capture failed)",
+            _ => "CUDA graphs off",
         };
         if !blocks[0]
             .iter()

@@ -341,6 +341,11 @@ impl Decoder {
         self.step.as_ref().is_some_and(|s| s.graphs_on())
     }
 
+    /// Whether the GPU step's passes that copy hidden states out replay from CUDA graphs too.
+    pub fn hidden_graphs_on(&self) -> bool {
+        self.step.as_ref().is_some_and(|s| s.hidden_graphs_on())
+    }
+
     /// Passes so far whose shape was new to the GPU step's CUDA graphs (run eagerly or
     /// captured; 0 without the GPU step): a step that ran one measured a one-off cost.
     pub fn cold_passes(&self) -> u64 {

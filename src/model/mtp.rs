@@ -79,6 +79,9 @@ struct MtpNames {
     hidden_first: bool,
 }
 
+/// Most rows of one pass of the head's GPU step (a longer context goes in pieces).
+const HEAD_STEP_ROWS: usize = 512;
+
 /// An MTP head with its KV cache over the context.
 pub struct MtpHead {
     token_norm: Tensor,
@@ -94,10 +97,10 @@ pub struct MtpHead {
     /// The concatenation's order: hidden state first (MiMo) or embedding first.
     hidden_first: bool,
     /// On a GPU, the block, its final norm and cache as a one-layer pass of the GPU step (fed
-    /// the input projection's rows), built on the first forward there: `Some(None)` when the
-    /// step cannot run these weights (an f32 head: `treespec export-head` writes Q8_0) and
+    /// the input projection's rows), built on the first forward there: `Some(Err(why))` when
+    /// the step cannot run these weights (an f32 head: `treespec export-head` writes Q8_0) and
     /// candle's ops run the block.
-    step: Option<Option<GpuStep>>,
+    step: Option<std::result::Result<GpuStep, String>>,
 }
 
 impl MtpHead {
@@ -187,24 +190,39 @@ impl MtpHead {
                 },
                 u.device(),
             );
-            self.step = Some(built.ok());
+            if let Err(why) = &built {
+                eprintln!("treespec: the MTP head runs on candle's ops: {why}");
+            }
+            self.step = Some(built);
         }
-        let Some(Some(step)) = &mut self.step else {
+        let Some(Ok(step)) = &mut self.step else {
             return Ok(None);
         };
+        // A long context in pieces, as the target reads a prompt: the step's buffers grow to
+        // the widest pass and stay.
         let n = u.dim(0)?;
-        let positions: Vec<usize> = (start..start + n).collect();
-        let (_, hidden) = step.forward(&StepInput {
-            tokens: &vec![0; n],
-            positions: &positions,
-            prefix: start,
-            keys: &VisibleKeys::new(None, None, n, start),
-            logits_rows: &[],
-            hidden_layers: &[0],
-            inputs: Some(u),
-        })?;
-        self.cache.advance(n)?;
-        Ok(hidden.into_iter().next())
+        let mut out = vec![];
+        for at in (0..n).step_by(HEAD_STEP_ROWS) {
+            let rows = HEAD_STEP_ROWS.min(n - at);
+            let from = start + at;
+            let positions: Vec<usize> = (from..from + rows).collect();
+            let (_, hidden) = step.forward(&StepInput {
+                tokens: &vec![0; rows],
+                positions: &positions,
+                prefix: from,
+                keys: &VisibleKeys::new(None, None, rows, from),
+                logits_rows: &[],
+                hidden_layers: &[0],
+                inputs: Some(&u.narrow(0, at, rows)?),
+            })?;
+            self.cache.advance(rows)?;
+            out.extend(hidden);
+        }
+        Ok(Some(if out.len() == 1 {
+            out.remove(0)
+        } else {
+            Tensor::cat(&out, 0)?
+        }))
     }
 
     /// Check the head's GPU step against candle's ops on the same GPU (`treespec selftest
@@ -252,13 +270,21 @@ impl MtpHead {
             Ok(outs)
         };
         let step = run(self)?;
-        if !matches!(self.step, Some(Some(_))) {
-            return Err(Error::Device(
-                "the MTP head does not run on the GPU step (an f32 head? `treespec export-head` writes one it runs)".into(),
-            ));
-        }
+        let graphs = match &self.step {
+            Some(Ok(s)) => s.hidden_graphs_on(),
+            Some(Err(why)) => {
+                return Err(Error::Device(format!(
+                    "the MTP head does not run on the GPU step: {why}"
+                )))
+            }
+            None => {
+                return Err(Error::Device(
+                    "the MTP head's GPU step was not built".into(),
+                ))
+            }
+        };
         let built = self.step.take();
-        self.step = Some(None);
+        self.step = Some(Err("checked against candle's ops".into()));
         let candle = run(self);
         self.step = built;
         let candle = candle?;
@@ -272,10 +298,10 @@ impl MtpHead {
                 .zip(argmax_rows(&target.lm_head(want)?)?)
                 .filter(|(a, b)| **a == *b)
                 .count();
-            let what = if i == 0 {
-                "first pass".to_string()
-            } else {
-                format!("chain step {i}")
+            let what = match (i, graphs) {
+                (0, _) => "first pass".to_string(),
+                (_, true) => format!("chain step {i}, from a graph after the first"),
+                (_, false) => format!("chain step {i}, eager (graphs off)"),
             };
             report.push(format!(
                 "MTP head on the GPU step vs candle's ops, {what} ({rows} rows): max difference {:.2e} of {scale:.1}, top token agrees on {same}/{rows}",
