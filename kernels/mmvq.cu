@@ -846,6 +846,22 @@ static __device__ __forceinline__ void mmvq_warps(const void *vx0, const void *v
   if (threadIdx.x == 0) dst[row] = sum;
 }
 
+// The four-row product over `nchunks` chunks of four activation rows, one after the other
+// (`_x4`): the rows of matrix `vx` from `row0` (the block's two rows lie in it).
+template <typename block_q_t, int qk, int qi, int vdr, vec_dot_q_cuda_t vec_dot>
+static __device__ __forceinline__ void mmvq_chunks(const void *vx, int row0, const void *vy,
+                                                   float *dst, int ncols_x, int nrows_x,
+                                                   int stride_col_y, int stride_col_dst,
+                                                   int nchunks) {
+  for (int c = 0; c < nchunks; ++c) {
+    mmvq_core_impl<float, qk, qi, block_q_t, vdr, vec_dot, 4>(
+        vx, (const block_q8_1 *)vy + (size_t)c * 4 * stride_col_y,
+        dst + (size_t)c * 4 * stride_col_dst, ncols_x, nrows_x, stride_col_y, stride_col_dst,
+        row0, blockIdx.x);
+    __syncthreads(); /* the next chunk reuses the partial-sum scratch */
+  }
+}
+
 // The arguments of every entry point: one weight matrix, or a stack of up to three (stacked.cuh).
 #define MMVQ_PARAMS                                                                          \
   const void *__restrict__ vx, const void *__restrict__ vy, float *__restrict__ dst,         \
@@ -872,13 +888,8 @@ static __device__ __forceinline__ void mmvq_warps(const void *vx0, const void *v
         vx, vx, vx, nrows_x, nrows_x, vy, dst, ncols_x, nrows_x);                           \
   }                                                                                         \
   extern "C" __global__ void mmvq_##tag##_x4(MMVQ_PARAMS) {                                 \
-    for (int c = 0; c < nchunks; ++c) {                                                     \
-      mmvq_core_impl<float, qk_val, qi_val, block_q_t, vdr_val, vec_dot, 4>(                \
-          vx, (const block_q8_1 *)vy + (size_t)c * 4 * stride_col_y,                        \
-          dst + (size_t)c * 4 * stride_col_dst, ncols_x, nrows_x, stride_col_y,             \
-          stride_col_dst, 0, blockIdx.x);                                                   \
-      __syncthreads(); /* the next chunk reuses the partial-sum scratch */                  \
-    }                                                                                       \
+    mmvq_chunks<block_q_t, qk_val, qi_val, vdr_val, vec_dot>(                               \
+        vx, 0, vy, dst, ncols_x, nrows_x, stride_col_y, stride_col_dst, nchunks);           \
   }                                                                                         \
   extern "C" __global__ void mmvq_##tag##_x1_stacked(MMVQ_STACKED_PARAMS) {                 \
     mmvq_row<block_q_t, qk_val, qi_val, vdr_val, vec_dot>(                                  \
@@ -895,13 +906,8 @@ static __device__ __forceinline__ void mmvq_warps(const void *vx0, const void *v
   extern "C" __global__ void mmvq_##tag##_x4_stacked(MMVQ_STACKED_PARAMS) {                 \
     int row0; /* a block's two rows lie in one matrix: every row count is even */           \
     const void *vx = stacked(vx0, vx1, vx2, row1, row2, 2 * blockIdx.x, &row0);             \
-    for (int c = 0; c < nchunks; ++c) {                                                     \
-      mmvq_core_impl<float, qk_val, qi_val, block_q_t, vdr_val, vec_dot, 4>(                \
-          vx, (const block_q8_1 *)vy + (size_t)c * 4 * stride_col_y,                        \
-          dst + (size_t)c * 4 * stride_col_dst, ncols_x, nrows_x, stride_col_y,             \
-          stride_col_dst, row0, blockIdx.x);                                                \
-      __syncthreads();                                                                      \
-    }                                                                                       \
+    mmvq_chunks<block_q_t, qk_val, qi_val, vdr_val, vec_dot>(                               \
+        vx, row0, vy, dst, ncols_x, nrows_x, stride_col_y, stride_col_dst, nchunks);        \
   }
 
 TREESPEC_MMVQ_TYPE(q4_0, block_q4_0, QK4_0, QI4_0, VDR_Q4_0_Q8_1_MMVQ, vec_dot_q4_0_q8_1)
