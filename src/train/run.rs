@@ -181,6 +181,29 @@ const SELF_PROMPT_DOMAINS: [&str; 4] = [
 /// A user message text no template changes, to find where the user turn opens.
 const USER_MARKER: &str = "\u{1}treespec-user-turn\u{1}";
 
+/// A user message as the target reads it: the chat template around it, as token ids.
+fn user_turn(t: &crate::model::LoadedModel, text: String) -> Result<Vec<u32>> {
+    let text = t
+        .template
+        .render(&[ChatMessage::new(Role::User, text)], true)?;
+    t.tokenizer.encode(&text, true)
+}
+
+/// The target's greedy answers to `prompts` (templated token ids; empty ones left out), up to
+/// `answer_tokens` new tokens each ([`answers_batched`]), each with where its answer starts.
+fn answered(
+    t: &mut crate::model::LoadedModel,
+    prompts: &[Vec<u32>],
+    answer_tokens: usize,
+    progress: impl FnMut(usize),
+) -> Result<Vec<(Vec<u32>, usize)>> {
+    let stops = t.tokenizer.stop_ids().clone();
+    let seqs = answers_batched(&mut t.decoder, prompts, answer_tokens, &stops, progress)?;
+    // (answers_batched leaves empty prompts out.)
+    let starts = prompts.iter().filter(|p| !p.is_empty()).map(Vec::len);
+    Ok(seqs.into_iter().zip(starts).collect())
+}
+
 /// The token ids of the chat template up to the content of an opened user turn, after the
 /// system prompt `system`.
 fn open_user_turn(t: &crate::model::LoadedModel, system: &str) -> Result<Vec<u32>> {
@@ -246,11 +269,7 @@ fn logged(b: &indicatif::ProgressBar, what: &str, done: usize, started: std::tim
 /// The evaluation sets' sequences (`cfg.eval`): the target's answers to the first
 /// [`EVAL_PROMPTS`] prompts of each, read from `HEAD.safetensors.eval.json` when it holds them,
 /// else generated and written there.
-fn eval_sets(
-    cfg: &RunConfig,
-    t: &mut crate::model::LoadedModel,
-    user_turn: &dyn Fn(&crate::model::LoadedModel, String) -> Result<Vec<u32>>,
-) -> Result<Vec<EvalSet>> {
+fn eval_sets(cfg: &RunConfig, t: &mut crate::model::LoadedModel) -> Result<Vec<EvalSet>> {
     let sets: Vec<PromptSet> = match &cfg.eval {
         None => return Ok(vec![]),
         Some(files) if files.is_empty() => bundled_prompts(Some(EVAL_PROMPTS))?,
@@ -275,20 +294,20 @@ fn eval_sets(
     if let Some(e) = cached {
         return Ok(e.sets);
     }
-    let stops = t.tokenizer.stop_ids().clone();
+    // Prompts that leave no room for an answer in the context are left out.
+    let room = t.decoder.context().saturating_sub(2);
     let mut out = vec![];
     for set in &sets {
-        // Prompts that leave no room for an answer in the context are left out.
-        let room = t.decoder.context().saturating_sub(2);
         let prompts: Vec<Vec<u32>> = set
             .prompts
             .iter()
             .map(|p| user_turn(t, p.text.clone()))
             .filter(|p| p.as_ref().map_or(true, |p| p.len() < room))
             .collect::<Result<_>>()?;
-        let seqs = answers_batched(&mut t.decoder, &prompts, cfg.answer_tokens, &stops, |_| {})?;
-        let from = prompts.iter().filter(|p| !p.is_empty()).map(Vec::len);
-        out.push((set.name.clone(), seqs.into_iter().zip(from).collect()));
+        out.push((
+            set.name.clone(),
+            answered(t, &prompts, cfg.answer_tokens, |_| {})?,
+        ));
     }
     write_json(
         &path,
@@ -315,12 +334,6 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
             .collect::<Result<_>>()?
     };
     // A user message as the target reads it: the chat template around it, as token ids.
-    let user_turn = |t: &crate::model::LoadedModel, text: String| -> Result<Vec<u32>> {
-        let text = t
-            .template
-            .render(&[ChatMessage::new(Role::User, text)], true)?;
-        t.tokenizer.encode(&text, true)
-    };
     let mut prompts = vec![];
     for p in sets.iter().flat_map(|s| &s.prompts) {
         prompts.push(user_turn(&t, p.text.clone())?);
@@ -357,10 +370,10 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
                 let started = std::time::Instant::now();
                 let domains = SELF_PROMPT_DOMAINS.len();
                 let mut by_domain = vec![];
+                let mut done = 0;
                 for (i, system) in SELF_PROMPT_DOMAINS.iter().enumerate() {
                     let count =
                         cfg.self_prompts / domains + usize::from(i < cfg.self_prompts % domains);
-                    let done = cfg.self_prompts / domains * i + i.min(cfg.self_prompts % domains);
                     let prefix = open_user_turn(&t, system)?;
                     by_domain.push(crate::train::self_prompts(
                         &mut t.decoder,
@@ -371,6 +384,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
                         cfg.seed + i as u64,
                         |n| logged(&b, "self-written prompts", done + n, started),
                     )?);
+                    done += count;
                 }
                 b.finish_and_clear();
                 // Domains interleaved, so that the held-out sequences (the last) span them all.
@@ -388,15 +402,13 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
                 "target's answers [{bar:30}] {pos}/{len} eta {eta}",
             );
             let started = std::time::Instant::now();
-            let seqs = answers_batched(&mut t.decoder, &prompts, cfg.answer_tokens, &stops, |i| {
-                logged(&b, "target's answers", i, started)
-            })?;
+            let (seqs, answer_from): (Vec<Vec<u32>>, Vec<usize>) =
+                answered(&mut t, &prompts, cfg.answer_tokens, |i| {
+                    logged(&b, "target's answers", i, started)
+                })?
+                .into_iter()
+                .unzip();
             b.finish_and_clear();
-            let answer_from: Vec<usize> = prompts
-                .iter()
-                .filter(|p| !p.is_empty())
-                .map(Vec::len)
-                .collect();
             write_json(
                 &data_path,
                 &DataFile {
@@ -417,7 +429,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
         .zip(answer_from)
         .map(|(s, a)| (s.as_slice(), a))
         .collect();
-    let eval_data = eval_sets(cfg, &mut t, &user_turn)?;
+    let eval_data = eval_sets(cfg, &mut t)?;
     let held = (sequences.len() / 10).clamp(1, HELD_OUT_MAX);
     let (train, held_out) = sequences.split_at(sequences.len() - held);
 
