@@ -82,9 +82,17 @@ struct TrainArgs {
     /// The head's file (safetensors); its record and data go beside it.
     #[arg(long)]
     out: PathBuf,
-    /// Optimiser steps in all.
+    /// Optimiser steps in all, each on a batch of sequences (--batch-tokens).
     #[arg(long, default_value_t = 2000)]
     steps: usize,
+    /// Most positions an optimiser step reads: its sequences side by side, times the longest's
+    /// length.
+    #[arg(long, default_value_t = 4096)]
+    batch_tokens: usize,
+    /// GiB of the target's outputs (hidden states and distributions of each sequence, computed
+    /// once) kept on the device; sequences past it are read by the target again each time.
+    #[arg(long, default_value_t = 8.0)]
+    cache_gib: f64,
     /// Chain steps the head is trained unrolled for.
     #[arg(long, default_value_t = 3)]
     k: usize,
@@ -779,6 +787,8 @@ fn run_train(a: TrainArgs) -> anyhow::Result<()> {
         opts: treespec::train::TrainOptions {
             k: a.k,
             lr: a.lr,
+            batch_tokens: a.batch_tokens,
+            cache_bytes: (a.cache_gib.max(0.0) * (1u64 << 30) as f64) as usize,
             ..Default::default()
         },
         data: a.data,

@@ -4,14 +4,14 @@
 
 mod common;
 
-use candle_core::Device;
+use candle_core::{DType, Device, Tensor};
 use std::collections::BTreeSet;
 use treespec::model::config::{Family, RopeStyle};
 use treespec::model::decoder::{Batch, Decoder};
 use treespec::model::mtp::{MtpHead, MtpLayout};
 use treespec::model::weights::WeightStore;
 use treespec::train::head::TrainableHead;
-use treespec::train::{answers_batched, TrainOptions, Trainer};
+use treespec::train::{answers_batched, Example, TrainOptions, Trainer};
 
 fn target(family: Family, style: RopeStyle, seed: u64) -> Decoder {
     let mut cfg = common::tiny_config(family, 61);
@@ -28,8 +28,14 @@ fn fresh_trainer(t: &Decoder) -> Trainer {
         k: 2,
         lr: 3e-3,
         max_len: 64,
+        ..Default::default()
     };
     Trainer::new(t, head, opts).unwrap()
+}
+
+/// One sequence as a batch of one.
+fn one(seq: &[u32], answer_from: usize) -> [Example<'_>; 1] {
+    [Example { seq, answer_from }]
 }
 
 /// The reference for `answers_batched`: the target's greedy answers decoded one sequence at a
@@ -103,7 +109,18 @@ fn the_training_forward_is_the_runtime_head() {
         let embeds = t.embed(&seq).unwrap();
         let (cos, sin) =
             treespec::model::decoder::rope_tables(&cfg, 32, None, &Device::Cpu).unwrap();
-        let trained = head.forward(&hidden, &embeds, &cos, &sin, 3).unwrap();
+        // A batch of one sequence, its embeddings padded past its end.
+        let pad = Tensor::zeros((3, cfg.hidden), DType::F32, &Device::Cpu).unwrap();
+        let embeds = Tensor::cat(&[&embeds, &pad], 0).unwrap();
+        let trained = head
+            .forward(
+                &hidden.unsqueeze(0).unwrap(),
+                &embeds.unsqueeze(0).unwrap(),
+                &cos,
+                &sin,
+                3,
+            )
+            .unwrap();
         for p in [0usize, 4, 8] {
             // First pass over slots 0..=p, then two chain steps fed the true tokens.
             runtime.truncate(0);
@@ -156,12 +173,12 @@ fn training_lowers_the_loss_on_the_targets_own_answers() {
     assert!(data.iter().all(|s| s.len() == 28));
     let mut trainer = fresh_trainer(&t);
     let eval = |tr: &mut Trainer, t: &mut Decoder| -> (f32, f32) {
-        let r = tr.step(t, &data[5], 0, false).unwrap();
+        let r = tr.step(t, &one(&data[5], 0), false).unwrap();
         (r.loss, r.agreement[0])
     };
     let (before, agree_before) = eval(&mut trainer, &mut t);
     for step in 0..150 {
-        trainer.step(&mut t, &data[step % 5], 0, true).unwrap();
+        trainer.step(&mut t, &one(&data[step % 5], 0), true).unwrap();
     }
     let (after, agree_after) = eval(&mut trainer, &mut t);
     eprintln!("held-out loss {before:.3} -> {after:.3}, step-1 agreement {agree_before:.2} -> {agree_after:.2}");
@@ -183,15 +200,106 @@ fn only_predictions_of_answer_tokens_count() {
     let seq: Vec<u32> = (0..20u32).map(|i| (i * 7 + 3) % 61).collect();
     let mut trainer = fresh_trainer(&t);
     // Step j's row p predicts token p + j + 2; rows run while the target's distribution does.
-    let all = trainer.step(&mut t, &seq, 0, false).unwrap();
+    let all = trainer.step(&mut t, &one(&seq, 0), false).unwrap();
     assert_eq!(all.predicted, 19 + 18);
     // Answer from 17: tokens 18, 19 and the one after the sequence, at each chain step.
-    let answer = trainer.step(&mut t, &seq, 17, false).unwrap();
+    let answer = trainer.step(&mut t, &one(&seq, 17), false).unwrap();
     assert_eq!(answer.predicted, 3 + 3);
     assert_eq!(answer.agreement.len(), 2);
     // An answer past the end still counts one prediction a step.
-    let past = trainer.step(&mut t, &seq, 40, false).unwrap();
+    let past = trainer.step(&mut t, &one(&seq, 40), false).unwrap();
     assert_eq!(past.predicted, 2);
+}
+
+/// Sequences trained side by side (padded to the longest) give each the figures it gets alone:
+/// padding rows are neither seen by a real row nor counted.
+#[test]
+fn a_batch_gives_each_sequence_what_it_gets_alone() {
+    let mut t = target(Family::Qwen2, RopeStyle::HalfSplit, 5);
+    let long: Vec<u32> = (0..20u32).map(|i| (i * 7 + 3) % 61).collect();
+    let short: Vec<u32> = (0..9u32).map(|i| (i * 5 + 1) % 61).collect();
+    let mut trainer = fresh_trainer(&t);
+    let a = trainer.step(&mut t, &one(&long, 4), false).unwrap();
+    let b = trainer.step(&mut t, &one(&short, 2), false).unwrap();
+    let both = [
+        Example {
+            seq: &long,
+            answer_from: 4,
+        },
+        Example {
+            seq: &short,
+            answer_from: 2,
+        },
+    ];
+    let ab = trainer.step(&mut t, &both, false).unwrap();
+    assert_eq!(ab.predicted, a.predicted + b.predicted);
+    assert_eq!(ab.tokens, 29);
+    for j in 0..2 {
+        assert_eq!(ab.counted[j], a.counted[j] + b.counted[j]);
+        let want = (a.agreement[j] * a.counted[j] as f32 + b.agreement[j] * b.counted[j] as f32)
+            / ab.counted[j] as f32;
+        assert!((ab.agreement[j] - want).abs() < 1e-6, "step {j}");
+    }
+    // The loss: per step the mean over all counted rows of the batch.
+    let per_step = |r: &treespec::train::StepReport| r.loss * 2.0;
+    let want = (per_step(&a) * (a.counted[0] + a.counted[1]) as f32
+        + per_step(&b) * (b.counted[0] + b.counted[1]) as f32)
+        / (ab.counted[0] + ab.counted[1]) as f32;
+    // (Equal counts per step in each sequence make the per-step weights those of the whole.)
+    assert!((per_step(&ab) - want).abs() < 1e-3, "{} vs {want}", per_step(&ab));
+}
+
+/// The loss's gradient written out (`loss::soft_cross_entropy`) is autograd's through the LM
+/// head, and its figures are the cross-entropy and agreement computed plainly.
+#[test]
+fn the_written_out_gradient_is_autograds() {
+    use treespec::train::loss::soft_cross_entropy;
+    let dev = Device::Cpu;
+    let (rows, h, vocab, k) = (5usize, 8usize, 30usize, 4usize);
+    let val = |n: usize, s: f32| -> Vec<f32> {
+        (0..n).map(|i| ((i as f32 * 0.37 + s).sin()) * 0.9).collect()
+    };
+    let o = candle_core::Var::from_vec(val(rows * h, 0.3), (rows, h), &dev).unwrap();
+    let w = Tensor::from_vec(val(vocab * h, 1.1), (vocab, h), &dev).unwrap();
+    let ids: Vec<u32> = (0..rows * k).map(|i| ((i * 7 + i / k) % vocab) as u32).collect();
+    let ids = Tensor::from_vec(ids, (rows, k), &dev).unwrap();
+    let wt: Vec<f32> = (0..rows * k).map(|i| [0.6f32, 0.25, 0.1, 0.05][i % k]).collect();
+    let wt = Tensor::from_vec(wt, (rows, k), &dev).unwrap();
+    let scale = 0.25;
+    // Plain: the loss through autograd.
+    let logits = o.as_tensor().matmul(&w.t().unwrap()).unwrap();
+    let logp = candle_nn::ops::log_softmax(&logits, candle_core::D::Minus1).unwrap();
+    let ce = (wt.mul(&logp.gather(&ids, 1).unwrap()).unwrap().sum_all().unwrap().neg())
+        .unwrap();
+    let grads = (&ce * scale).unwrap().backward().unwrap();
+    let want = grads.get(o.as_tensor()).unwrap();
+    let r = soft_cross_entropy(o.as_tensor(), &w, &ids, &wt, scale).unwrap();
+    assert!(common::max_abs_diff(&r.grad, want) < 1e-5);
+    let (a, b) = (
+        r.ce_sum.to_scalar::<f32>().unwrap(),
+        ce.to_scalar::<f32>().unwrap(),
+    );
+    assert!((a - b).abs() < 1e-4, "{a} vs {b}");
+    let best = ids.narrow(1, 0, 1).unwrap().squeeze(1).unwrap().to_vec1::<u32>().unwrap();
+    let top = logits.argmax(candle_core::D::Minus1).unwrap().to_vec1::<u32>().unwrap();
+    let agreed = best.iter().zip(&top).filter(|(a, b)| a == b).count();
+    assert_eq!(r.agreed.to_scalar::<f32>().unwrap(), agreed as f32);
+}
+
+/// Batches: every sequence once, none over the budget unless alone, each of like lengths.
+#[test]
+fn batches_cover_every_sequence_within_the_budget() {
+    let lens: Vec<usize> = (0..150).map(|i| 20 + (i * 37) % 200).collect();
+    let order: Vec<usize> = (0..150).rev().collect();
+    let got = treespec::train::batches(&order, |i| lens[i], 1000);
+    let mut all: Vec<usize> = got.iter().flatten().copied().collect();
+    all.sort();
+    assert_eq!(all, (0..150).collect::<Vec<_>>());
+    for b in &got {
+        let longest = b.iter().map(|&i| lens[i]).max().unwrap();
+        assert!(b.len() == 1 || b.len() * longest <= 1000, "{b:?}");
+    }
+    assert!(got.len() < 40, "{} batches", got.len());
 }
 
 /// A whole run on a tiny GGUF target: the head, its record and its data are written; a second run
@@ -224,6 +332,7 @@ fn a_run_writes_a_head_that_resumes_and_drafts() {
             k: 2,
             lr: 1e-3,
             max_len: 64,
+            ..Default::default()
         },
         data: vec![prompts],
         self_prompts: 0,
@@ -294,6 +403,7 @@ fn self_written_prompts_are_written_once_and_trained_on() {
             k: 2,
             lr: 1e-3,
             max_len: 160,
+            ..Default::default()
         },
         data: vec![],
         self_prompts: 3,

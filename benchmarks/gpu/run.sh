@@ -65,10 +65,13 @@ for what in "$@"; do
     # 16384 lets the answers be written 32 side by side; --eval measures the head on the first
     # 16 bundled prompts of each set (never trained on) at every record. TREESPEC_PROFILE=1 adds where a step's
     # time goes (target pass, head, loss, backward) to each held-out record in the log.
+    # BATCH_TOKENS (8192) sets the positions a step reads; CACHE_GIB (64) how much of the
+    # target's outputs stays on the GPU (all of them, for a few million tokens).
     mkdir -p "$S/head"
     setsid nohup "$B" train-drafter --device cuda --context 16384 --target "$T" --out "$S/head/head.safetensors" \
       --steps "${STEPS:-2000}" --self-prompts "${SELF_PROMPTS:-2000}" \
       --answer-tokens "${ANSWER_TOKENS:-256}" --k "${K:-3}" --eval \
+      --batch-tokens "${BATCH_TOKENS:-8192}" --cache-gib "${CACHE_GIB:-64}" --lr "${LR:-2e-4}" \
       >> "$S/head/train.log" 2>&1 < /dev/null &
     sleep 20; tail -c 2000 "$S/head/train.log" ;;
   train-status)

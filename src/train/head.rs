@@ -1,6 +1,6 @@
 //! The MTP head as trainable parameters (candle-nn `VarMap`, saved under MiMo names, so the file loads
 //! as an [`crate::model::mtp::MtpHead`]), with a forward pass written in ops that have gradients
-//! (RMSNorm, RoPE, softmax and attention spelled out) over a whole training sequence, unrolled for
+//! (RMSNorm, RoPE, softmax and attention spelled out) over a batch of whole training sequences side by side, unrolled for
 //! k chain steps with the attention of inference: step 1 is the first pass over the context
 //! (causal); step j at row p sits at position p + j - 1 and sees the context rows 0..=p of step 1
 //! and its own row p of steps 2..=j, as a chain drafted from position p does.
@@ -27,10 +27,10 @@ pub struct TrainableHead {
     cfg: ModelConfig,
 }
 
-/// What a forward pass over a sequence gives: per chain step, its `o` rows (`[rows, hidden]`,
-/// the LM head's input).
+/// What a forward pass over a batch of sequences gives: per chain step, its `o` rows
+/// (`[b * t, hidden]`, sequence-major: the LM head's input).
 pub struct Unrolled {
-    /// Step j's outputs (rows p = 0..T-1-j), step 1 first.
+    /// Step j's outputs (every row p = 0..t of every sequence), step 1 first.
     pub outputs: Vec<Tensor>,
 }
 
@@ -171,37 +171,56 @@ impl TrainableHead {
         })
     }
 
-    /// `[rows, out]` to heads `[heads, rows, hd]`, normalised per head where the family does so.
-    fn heads(&self, x: &Tensor, heads: usize, norm: Option<&str>) -> Result<Tensor> {
-        let rows = x.dim(0)?;
-        let x = x.reshape((rows, heads, self.cfg.head_dim))?;
+    /// `[b * rows, out]` (sequence-major) to heads `[b * heads, rows, hd]`, normalised per head
+    /// where the family does so.
+    fn heads(&self, x: &Tensor, b: usize, heads: usize, norm: Option<&str>) -> Result<Tensor> {
+        let rows = x.dim(0)? / b;
+        let x = x.reshape((b, rows, heads, self.cfg.head_dim))?;
         let x = match norm {
             Some(n) if self.cfg.qk_norm => self.norm(&x, n)?,
             _ => x,
         };
-        Ok(x.transpose(0, 1)?.contiguous()?)
+        Ok(x
+            .transpose(1, 2)?
+            .contiguous()?
+            .reshape((b * heads, rows, self.cfg.head_dim))?)
     }
 
-    /// The block's queries and keys/values for input rows `u` at the rotations `cos`, `sin`.
-    fn qkv(&self, u: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+    /// The block's queries and keys/values for the input rows `u` of `b` sequences at the
+    /// rotations `cos`, `sin` (by row, the same for every sequence).
+    fn qkv(
+        &self,
+        u: &Tensor,
+        b: usize,
+        cos: &Tensor,
+        sin: &Tensor,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
         let n = self.norm(u, "attn_norm.weight")?;
         let bias = self.cfg.qkv_bias;
         let q = self.heads(
             &self.linear(&n, "attn_q", bias)?,
+            b,
             self.cfg.n_heads,
             Some("attn_q_norm.weight"),
         )?;
         let k = self.heads(
             &self.linear(&n, "attn_k", bias)?,
+            b,
             self.cfg.n_kv_heads,
             Some("attn_k_norm.weight"),
         )?;
-        let v = self.heads(&self.linear(&n, "attn_v", bias)?, self.cfg.n_kv_heads, None)?;
+        let v = self.heads(
+            &self.linear(&n, "attn_v", bias)?,
+            b,
+            self.cfg.n_kv_heads,
+            None,
+        )?;
         Ok((self.rope(&q, cos, sin)?, self.rope(&k, cos, sin)?, v))
     }
 
-    /// Attention of `q` `[heads, R, hd]` over `k`, `v` `[kv_heads, K, hd]` under the additive
-    /// `mask` `[R, K]`, then the rest of the block on the residual `u`: the block's output.
+    /// Attention of `q` `[b * heads, R, hd]` over `k`, `v` `[b * kv_heads, K, hd]` under the
+    /// additive `mask` `[R, K]` (the same for every sequence), then the rest of the block on the
+    /// residual `u` `[b * R, h]`: the block's output.
     fn finish(
         &self,
         u: &Tensor,
@@ -210,24 +229,28 @@ impl TrainableHead {
         v: &Tensor,
         mask: &Tensor,
     ) -> Result<Tensor> {
-        let (nh, rows, hd) = q.dims3()?;
-        let (nkv, keys, _) = k.dims3()?;
+        let (bnh, rows, hd) = q.dims3()?;
+        let (bnkv, keys, _) = k.dims3()?;
+        let (nh, nkv) = (self.cfg.n_heads, self.cfg.n_kv_heads);
+        let b = bnh / nh;
         let rep = nh / nkv;
         let expand = |t: &Tensor| -> Result<Tensor> {
-            Ok(t.unsqueeze(1)?
-                .broadcast_as((nkv, rep, keys, hd))?
+            Ok(t.reshape((b, nkv, 1, keys, hd))?
+                .broadcast_as((b, nkv, rep, keys, hd))?
                 .contiguous()?
-                .reshape((nh, keys, hd))?)
+                .reshape((bnh, keys, hd))?)
         };
+        debug_assert_eq!(bnkv, b * nkv);
         let (k, v) = (expand(k)?, expand(v)?);
         let scores =
             (q.matmul(&k.t()?)? / (hd as f64).sqrt())?.broadcast_add(&mask.unsqueeze(0)?)?;
         let att = candle_nn::ops::softmax(&scores, D::Minus1)?;
         let mixed = att
             .matmul(&v)?
-            .transpose(0, 1)?
+            .reshape((b, nh, rows, hd))?
+            .transpose(1, 2)?
             .contiguous()?
-            .reshape((rows, nh * hd))?;
+            .reshape((b * rows, nh * hd))?;
         let x = (u + self.linear(&mixed, "attn_output", false)?)?;
         let n = self.norm(&x, "ffn_norm.weight")?;
         let g = candle_nn::ops::silu(&self.linear(&n, "ffn_gate", false)?)?;
@@ -242,9 +265,12 @@ impl TrainableHead {
         self.linear(&Tensor::cat(&[&g, &e], 1)?, "input_proj", false)
     }
 
-    /// Unrolled forward over a sequence of `t` positions: `hidden` `[t, h]` (the target's
-    /// pre-norm last hidden states), `embeds` `[t, h]` (the target's embeddings of the tokens),
-    /// `cos`, `sin` `[t + k, hd / 2]` (rows by position), for `k` chain steps.
+    /// Unrolled forward over `b` sequences of `t` positions side by side (shorter ones padded
+    /// at the end: no row sees a later one): `hidden` `[b, t, h]` (the target's pre-norm last
+    /// hidden states), `embeds` `[b, t + k, h]` (the target's embeddings of the tokens, zero
+    /// past each sequence's end), `cos`, `sin` `[t + k, hd / 2]` (rows by position), for `k`
+    /// chain steps. Every step has `t` rows a sequence (row p of step j at position p + j - 1,
+    /// fed token p + j): those past a sequence's end are computed and meant to be ignored.
     pub fn forward(
         &self,
         hidden: &Tensor,
@@ -253,60 +279,47 @@ impl TrainableHead {
         sin: &Tensor,
         k: usize,
     ) -> Result<Unrolled> {
-        let t = hidden.dim(0)?;
+        let (b, t, h) = hidden.dims3()?;
         let device = hidden.device();
-        let rows1 = t - 1;
+        let flat = |x: Tensor| x.reshape((b * t, h));
         // Step 1: (h_p, x_{p+1}) at position p, the embedding zeroed at p = 0.
-        let e1 = embeds.narrow(0, 1, rows1)?;
         let keep = Tensor::from_vec(
-            (0..rows1)
+            (0..t)
                 .map(|p| if p == 0 { 0f32 } else { 1.0 })
                 .collect::<Vec<_>>(),
-            (rows1, 1),
+            (1, t, 1),
             device,
         )?;
-        let e1 = e1.broadcast_mul(&keep)?;
-        let u = self.input(&hidden.narrow(0, 0, rows1)?, &e1)?;
-        let (q, k1, v1) = self.qkv(&u, &cos.narrow(0, 0, rows1)?, &sin.narrow(0, 0, rows1)?)?;
-        let causal: Vec<f32> = (0..rows1)
-            .flat_map(|i| (0..rows1).map(move |j| if j <= i { 0.0 } else { MASKED }))
+        let e1 = flat(embeds.narrow(1, 1, t)?.broadcast_mul(&keep)?)?;
+        let u = self.input(&flat(hidden.clone())?, &e1)?;
+        let (cos1, sin1) = (cos.narrow(0, 0, t)?, sin.narrow(0, 0, t)?);
+        let (q, k1, v1) = self.qkv(&u, b, &cos1, &sin1)?;
+        let causal: Vec<f32> = (0..t)
+            .flat_map(|i| (0..t).map(move |j| if j <= i { 0.0 } else { MASKED }))
             .collect();
-        let mask = Tensor::from_vec(causal, (rows1, rows1), device)?;
+        let mask = Tensor::from_vec(causal, (t, t), device)?;
         let y = self.finish(&u, &q, &k1, &v1, &mask)?;
         let mut o = self.norm(&y, "final_norm.weight")?;
         let mut outputs = vec![o.clone()];
         let (mut ks, mut vs) = (vec![k1], vec![v1]);
-        for j in 2..=k.min(t.saturating_sub(1)) {
-            let rows = t - j;
-            if rows == 0 {
-                break;
-            }
+        for j in 2..=k {
             // Row p: (o_{j-1}[p], x_{p+j}) at position p + j - 1.
-            let u = self.input(&o.narrow(0, 0, rows)?, &embeds.narrow(0, j, rows)?)?;
-            let (q, kj, vj) = self.qkv(
-                &u,
-                &cos.narrow(0, j - 1, rows)?,
-                &sin.narrow(0, j - 1, rows)?,
-            )?;
+            let u = self.input(&o, &flat(embeds.narrow(1, j, t)?)?)?;
+            let (q, kj, vj) =
+                self.qkv(&u, b, &cos.narrow(0, j - 1, t)?, &sin.narrow(0, j - 1, t)?)?;
             ks.push(kj);
             vs.push(vj);
             // Keys: step 1's rows 0..=p, and row p of each later step.
-            let widths: Vec<usize> = ks
-                .iter()
-                .map(|k| k.dim(1))
-                .collect::<candle_core::Result<_>>()?;
-            let total: usize = widths.iter().sum();
-            let mut m = vec![MASKED; rows * total];
-            for p in 0..rows {
+            let total = t * ks.len();
+            let mut m = vec![MASKED; t * total];
+            for p in 0..t {
                 let row = &mut m[p * total..(p + 1) * total];
                 row[..=p].fill(0.0);
-                let mut base = widths[0];
-                for w in &widths[1..] {
-                    row[base + p] = 0.0;
-                    base += w;
+                for s in 1..ks.len() {
+                    row[s * t + p] = 0.0;
                 }
             }
-            let mask = Tensor::from_vec(m, (rows, total), device)?;
+            let mask = Tensor::from_vec(m, (t, total), device)?;
             let k_all = Tensor::cat(&ks.iter().collect::<Vec<_>>(), 1)?;
             let v_all = Tensor::cat(&vs.iter().collect::<Vec<_>>(), 1)?;
             let y = self.finish(&u, &q, &k_all, &v_all, &mask)?;

@@ -1,21 +1,26 @@
 //! Training an MTP head for a target (`treespec train-drafter`): the frozen target reads each
-//! training sequence with the quantised kernels the runtime uses and gives its pre-norm last hidden
-//! states and its distributions; the head ([`head::TrainableHead`]) is unrolled for k chain steps
-//! over the sequence with the attention of inference, and trained (AdamW) on the cross-entropy to
-//! the target's distributions (soft targets, as in FastMTP / EAGLE-3's use of the target's own
-//! outputs) through the target's LM head, held in f32.
+//! training sequence once with the quantised kernels the runtime uses and gives its pre-norm last
+//! hidden states and its distributions ([`targets`], kept on the device); the head
+//! ([`head::TrainableHead`]) is unrolled for k chain steps over batches of sequences side by
+//! side with the attention of inference, and trained (AdamW) on the cross-entropy to the
+//! target's distributions (sparse soft targets, as in FastMTP / EAGLE-3's use of the target's
+//! own outputs) through the target's LM head, held in f32, its gradient written out
+//! ([`loss`]).
 //!
 //! The data are the target's own greedy answers to prompts ([`answers_batched`]), so that the head learns
 //! what the target says, with no dataset needed.
 
 pub mod head;
+pub mod loss;
 pub mod run;
+pub mod targets;
 
 use crate::error::{Error, Result};
 use crate::model::decoder::{rope_tables, Batch, Decoder};
-use candle_core::{DType, Tensor, D};
+use candle_core::{DType, Tensor};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW};
 use head::TrainableHead;
+use targets::TargetCache;
 
 /// How a run trains.
 #[derive(Debug, Clone, Copy)]
@@ -26,6 +31,10 @@ pub struct TrainOptions {
     pub lr: f64,
     /// Longest training sequence (longer ones are cut).
     pub max_len: usize,
+    /// Most positions (sequences times the longest one's length) an optimiser step reads.
+    pub batch_tokens: usize,
+    /// Bytes of the target's outputs kept on the device ([`targets::TargetCache`]).
+    pub cache_bytes: usize,
 }
 
 impl Default for TrainOptions {
@@ -34,18 +43,33 @@ impl Default for TrainOptions {
             k: 3,
             lr: 2e-4,
             max_len: 512,
+            batch_tokens: 4096,
+            cache_bytes: 8 << 30,
         }
     }
+}
+
+/// One training sequence: its tokens, and where its answer starts (only the predictions of
+/// tokens after the answer's first count; 0: every prediction).
+#[derive(Debug, Clone, Copy)]
+pub struct Example<'a> {
+    /// Token ids (cut to the options' `max_len`).
+    pub seq: &'a [u32],
+    /// The answer's first position.
+    pub answer_from: usize,
 }
 
 /// What one optimiser step saw.
 #[derive(Debug, Clone)]
 pub struct StepReport {
-    /// Mean cross-entropy over the chain steps.
+    /// Mean cross-entropy over the chain steps (each the mean over its counted rows).
     pub loss: f32,
-    /// Per chain step, the share of rows where the head's argmax is the target's.
+    /// Per chain step, the share of counted rows where the head's argmax is the target's (0
+    /// where none counted).
     pub agreement: Vec<f32>,
-    /// Positions of the sequence.
+    /// Per chain step, the rows counted.
+    pub counted: Vec<usize>,
+    /// Positions of the sequences.
     pub tokens: usize,
     /// Predictions counted, over all chain steps.
     pub predicted: usize,
@@ -59,6 +83,7 @@ pub struct Trainer {
     cos: Tensor,
     sin: Tensor,
     opts: TrainOptions,
+    cache: TargetCache,
 }
 
 impl Trainer {
@@ -86,6 +111,7 @@ impl Trainer {
             cos,
             sin,
             opts,
+            cache: TargetCache::new(opts.cache_bytes),
         })
     }
 
@@ -99,100 +125,194 @@ impl Trainer {
         &mut self.head
     }
 
-    /// One optimiser step on the sequence `seq` (cut to `max_len`); with `learn` false, only the
-    /// loss and agreement (held-out evaluation). The head reads the whole sequence, but only the
-    /// predictions of tokens after `answer_from` count (0: every prediction): a draft is only ever
-    /// asked for past the answer's first token, and the chat template's fixed text, which every
-    /// sequence repeats, would otherwise inflate the agreement and take the head's capacity.
+    /// Sequences whose target outputs are kept, and their bytes.
+    pub fn cache_usage(&self) -> (usize, usize) {
+        self.cache.usage()
+    }
+
+    /// One optimiser step on the sequences of `batch` side by side (each cut to `max_len`); with
+    /// `learn` false, only the loss and agreement (held-out evaluation). The head reads whole
+    /// sequences, but only the predictions of tokens after each one's `answer_from` count: a
+    /// draft is only ever asked for past the answer's first token, and the chat template's fixed
+    /// text, which every sequence repeats, would otherwise inflate the agreement and take the
+    /// head's capacity.
     pub fn step(
         &mut self,
         target: &mut Decoder,
-        seq: &[u32],
-        answer_from: usize,
+        batch: &[Example<'_>],
         learn: bool,
     ) -> Result<StepReport> {
-        let seq = &seq[..seq.len().min(self.opts.max_len)];
-        if seq.len() < 3 {
+        let k = self.opts.k;
+        let seqs: Vec<&[u32]> = batch
+            .iter()
+            .map(|e| &e.seq[..e.seq.len().min(self.opts.max_len)])
+            .collect();
+        if let Some(s) = seqs.iter().find(|s| s.len() < 3) {
             return Err(Error::InvalidArgument(format!(
                 "a training sequence of {} tokens is too short",
-                seq.len()
+                s.len()
             )));
         }
-        let last = target.config().n_layers - 1;
+        let Some(t) = seqs.iter().map(|s| s.len()).max() else {
+            return Err(Error::InvalidArgument("an empty training batch".into()));
+        };
         // Where a step's time goes, with TREESPEC_PROFILE=1 (`crate::profile`).
         let device = target.device().clone();
-        let span = crate::profile::span("train: target pass", &device);
-        target.reset();
-        let out = target.forward(
-            &Batch::causal(seq, 0)
-                .all_logits()
-                .with_hidden_layers(vec![last]),
-        )?;
-        target.reset();
-        let logits = out
-            .logits
-            .ok_or_else(|| Error::InvalidArgument("the target gave no logits".into()))?;
-        let t = seq.len();
-        // Step j + 1's row p predicts the token after position p + j + 1 (the target's
-        // distribution at p + j + 1), token p + j + 2: (j, the first row counted, rows counted).
-        let counted_rows: Vec<(usize, usize, usize)> = (0..self.opts.k.min(t - 1))
-            .map(|j| {
-                let rows = t - j - 1;
-                let first = (answer_from + 1).saturating_sub(j + 2).min(rows - 1);
-                (j, first, rows - first)
-            })
-            .collect();
-        // The target's distributions of the rows any step counts, from `lo` on.
-        let lo = counted_rows
+        let span = crate::profile::span("train: target's outputs (kept after the first)", &device);
+        let outs = seqs
             .iter()
-            .map(|&(j, first, _)| j + 1 + first)
-            .min()
-            .unwrap_or(1);
-        let probs =
-            candle_nn::ops::softmax_last_dim(&logits.narrow(0, lo, t - lo)?.to_dtype(DType::F32)?)?
-                .detach();
-        let hidden = out.hidden[0].to_dtype(DType::F32)?.detach();
-        let embeds = target.embed(seq)?.to_dtype(DType::F32)?.detach();
+            .map(|s| self.cache.get(target, s))
+            .collect::<Result<Vec<_>>>()?;
+        let h = target.config().hidden;
+        let padded = |x: &Tensor, to: usize| -> Result<Tensor> {
+            let n = x.dim(0)?;
+            Ok(if n == to {
+                x.clone()
+            } else {
+                Tensor::cat(&[x, &Tensor::zeros((to - n, h), DType::F32, &device)?], 0)?
+            })
+        };
+        let hidden = Tensor::stack(
+            &outs
+                .iter()
+                .map(|o| padded(&o.hidden, t))
+                .collect::<Result<Vec<_>>>()?,
+            0,
+        )?;
+        let embeds = Tensor::stack(
+            &seqs
+                .iter()
+                .map(|s| padded(&target.embed(s)?.to_dtype(DType::F32)?, t + k))
+                .collect::<Result<Vec<_>>>()?,
+            0,
+        )?
+        .detach();
         drop(span);
         let span = crate::profile::span("train: head's unrolled forward", &device);
         let unrolled = self
             .head
-            .forward(&hidden, &embeds, &self.cos, &self.sin, self.opts.k)?;
+            .forward(&hidden, &embeds, &self.cos, &self.sin, k)?;
         drop(span);
-        let span = crate::profile::span("train: LM head, loss, agreement", &device);
-        let mut losses = vec![];
-        let mut agreement = vec![];
-        let mut counted = 0;
-        for (&(j, first, n), o) in counted_rows.iter().zip(&unrolled.outputs) {
-            let want = probs.narrow(0, j + 1 + first - lo, n)?;
-            let logits = o.narrow(0, first, n)?.matmul(&self.lm_head.t()?)?;
-            counted += n;
-            let logp = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
-            let ce = (want.mul(&logp)?.sum(D::Minus1)?.neg()?).mean_all()?;
-            losses.push(ce);
-            // Kept on the device: one wait for all steps' figures, at the end.
-            agreement.push(
-                logits
-                    .argmax(D::Minus1)?
-                    .eq(&want.argmax(D::Minus1)?)?
-                    .to_dtype(DType::F32)?
-                    .mean_all()?,
-            );
+        let span = crate::profile::span("train: LM head, loss and its gradient", &device);
+        // Chain step j + 1's row p of a sequence of t_s positions predicts the token after
+        // position p + j + 1 (the target's distribution there), for rows p < t_s - j - 1 from
+        // the first past the answer's start: per step, the rows (in the batch's `[b * t]`
+        // layout) and the target rows (sequence, position) counted.
+        let counted: Vec<Vec<(usize, usize, usize)>> = (0..k)
+            .map(|j| {
+                let mut rows = vec![];
+                for (i, (s, e)) in seqs.iter().zip(batch).enumerate() {
+                    let Some(n) = s.len().checked_sub(j + 1).filter(|&n| n > 0) else {
+                        continue;
+                    };
+                    let first = (e.answer_from + 1).saturating_sub(j + 2).min(n - 1);
+                    rows.extend((first..n).map(|p| (i * t + p, i, p + j + 1)));
+                }
+                rows
+            })
+            .collect();
+        let steps = counted.iter().filter(|c| !c.is_empty()).count().max(1);
+        let mut surrogate: Option<Tensor> = None;
+        let mut figures = vec![];
+        for (j, rows) in counted.iter().enumerate() {
+            if rows.is_empty() {
+                continue;
+            }
+            let at: Vec<u32> = rows.iter().map(|&(r, _, _)| r as u32).collect();
+            let at = Tensor::from_vec(at, rows.len(), &device)?;
+            let o = unrolled.outputs[j].index_select(&at, 0)?;
+            // Each sequence's counted target rows are consecutive: one piece a sequence.
+            let (mut ids, mut ws) = (vec![], vec![]);
+            for (i, out) in outs.iter().enumerate() {
+                let mine: Vec<usize> = rows
+                    .iter()
+                    .filter(|&&(_, s, _)| s == i)
+                    .map(|&(_, _, p)| p)
+                    .collect();
+                if let (Some(&from), n) = (mine.first(), mine.len()) {
+                    ids.push(out.ids.narrow(0, from, n)?);
+                    ws.push(out.weights.narrow(0, from, n)?);
+                }
+            }
+            let scale = 1.0 / (rows.len() * steps) as f64;
+            let r = loss::soft_cross_entropy(
+                &o,
+                &self.lm_head,
+                &Tensor::cat(&ids, 0)?,
+                &Tensor::cat(&ws, 0)?,
+                scale,
+            )?;
+            let part = (o * &r.grad)?.sum_all()?;
+            surrogate = Some(match surrogate {
+                Some(s) => (s + part)?,
+                None => part,
+            });
+            figures.push(((r.ce_sum * scale)?, r.agreed));
         }
-        let agreement = Tensor::stack(&agreement, 0)?;
-        let loss = (Tensor::stack(&losses, 0)?.mean_all())?;
         drop(span);
         if learn {
-            let _span = crate::profile::span("train: backward and AdamW", &device);
-            self.opt.backward_step(&loss)?;
+            if let Some(s) = &surrogate {
+                let _span = crate::profile::span("train: backward and AdamW", &device);
+                self.opt.backward_step(s)?;
+            }
         }
+        // One wait for every figure.
+        let (ce, agreed): (Vec<Tensor>, Vec<Tensor>) = figures.into_iter().unzip();
+        let ce: f32 = if ce.is_empty() {
+            0.0
+        } else {
+            Tensor::stack(&ce, 0)?.sum_all()?.to_scalar::<f32>()?
+        };
+        let agreed = if agreed.is_empty() {
+            vec![]
+        } else {
+            Tensor::stack(&agreed, 0)?.to_vec1::<f32>()?
+        };
+        let mut agreed = agreed.into_iter();
+        let counts: Vec<usize> = counted.iter().map(Vec::len).collect();
+        let agreement = counts
+            .iter()
+            .map(|&n| {
+                if n == 0 {
+                    0.0
+                } else {
+                    agreed.next().unwrap_or(0.0) / n as f32
+                }
+            })
+            .collect();
         Ok(StepReport {
-            loss: loss.to_scalar::<f32>()?,
-            agreement: agreement.to_vec1::<f32>()?,
-            tokens: t,
-            predicted: counted,
+            loss: ce,
+            agreement,
+            tokens: seqs.iter().map(|s| s.len()).sum(),
+            predicted: counts.iter().sum(),
+            counted: counts,
         })
     }
+}
+
+/// Batches of the sequences `order` names (their lengths `len`) for steps that read up to
+/// `budget` positions each (sequences times the longest's length; one sequence at least): the
+/// order taken in pools of 64, each sorted by length so that a batch's sequences are of like
+/// lengths and little of it is padding.
+pub fn batches(order: &[usize], len: impl Fn(usize) -> usize, budget: usize) -> Vec<Vec<usize>> {
+    let mut out = vec![];
+    for pool in order.chunks(64) {
+        let mut pool = pool.to_vec();
+        pool.sort_by_key(|&i| std::cmp::Reverse(len(i)));
+        let mut cur: Vec<usize> = vec![];
+        for i in pool {
+            // Sorted longest first: the batch's first sequence is its longest.
+            let longest = cur.first().map_or(len(i), |&f| len(f));
+            if !cur.is_empty() && (cur.len() + 1) * longest > budget {
+                out.push(std::mem::take(&mut cur));
+            }
+            cur.push(i);
+        }
+        if !cur.is_empty() {
+            out.push(cur);
+        }
+    }
+    out
 }
 
 /// Candidates a self-written prompt's token is drawn from: the target's top [`crate::gpu::TOP_K_MAX`]

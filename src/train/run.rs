@@ -7,7 +7,7 @@
 //! held-out figures; read on resume) and `HEAD.safetensors.data.json` (the token ids trained on).
 
 use super::head::TrainableHead;
-use super::{answers_batched, TrainOptions, Trainer};
+use super::{answers_batched, batches, Example, TrainOptions, Trainer};
 use crate::bench::{bundled_prompts, load_prompts, PromptSet};
 use crate::error::{Error, Result};
 use crate::model::chat_template::{ChatMessage, Role};
@@ -109,24 +109,33 @@ struct EvalFile {
 /// An evaluation set's name, and its sequences with where their answers start.
 type EvalSet = (String, Vec<(Vec<u32>, usize)>);
 
-/// Mean loss and per-step agreement of the head over `seqs` (sequence, answer start), not
-/// learning.
+/// Loss and per-step agreement of the head over `seqs`, not learning: in batches as training
+/// reads them, each batch's figures weighted by the rows it counted.
 fn mean_figures(
     trainer: &mut Trainer,
     target: &mut crate::model::decoder::Decoder,
-    seqs: &[(&[u32], usize)],
-    k: usize,
+    seqs: &[Example<'_>],
+    opts: &TrainOptions,
 ) -> Result<(f32, Vec<f32>)> {
-    let mut loss = 0.0;
-    let mut agree = vec![0.0; k];
-    for &(s, from) in seqs {
-        let r = trainer.step(target, s, from, false)?;
-        loss += r.loss / seqs.len() as f32;
-        for (a, x) in agree.iter_mut().zip(&r.agreement) {
-            *a += x / seqs.len() as f32;
+    let order: Vec<usize> = (0..seqs.len()).collect();
+    let (mut loss, mut rows) = (0.0, 0usize);
+    let (mut agreed, mut counted) = (vec![0.0; opts.k], vec![0usize; opts.k]);
+    for batch in batches(&order, |i| seqs[i].seq.len(), opts.batch_tokens) {
+        let examples: Vec<Example<'_>> = batch.iter().map(|&i| seqs[i]).collect();
+        let r = trainer.step(target, &examples, false)?;
+        loss += r.loss * r.predicted as f32;
+        rows += r.predicted;
+        for j in 0..opts.k {
+            agreed[j] += r.agreement[j] * r.counted[j] as f32;
+            counted[j] += r.counted[j];
         }
     }
-    Ok((loss, agree))
+    let agreement = agreed
+        .iter()
+        .zip(&counted)
+        .map(|(a, &n)| if n == 0 { 0.0 } else { a / n as f32 })
+        .collect();
+    Ok((loss / rows.max(1) as f32, agreement))
 }
 
 /// `1 + a1 + a1 a2 + ...` for per-step agreements `a`.
@@ -424,10 +433,13 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
             (seqs, answer_from)
         }
     };
-    let sequences: Vec<(&[u32], usize)> = sequences
+    let sequences: Vec<Example<'_>> = sequences
         .iter()
         .zip(answer_from)
-        .map(|(s, a)| (s.as_slice(), a))
+        .map(|(s, a)| Example {
+            seq: s.as_slice(),
+            answer_from: a,
+        })
         .collect();
     let eval_data = eval_sets(cfg, &mut t)?;
     let held = (sequences.len() / 10).clamp(1, HELD_OUT_MAX);
@@ -458,16 +470,34 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     // target's own passes do not go through cuBLAS.
     candle_core::cuda::set_gemm_reduced_precision_f32(true);
     let mut trainer = Trainer::new(&t.decoder, head, cfg.opts)?;
-    let mut order: Vec<usize> = (0..train.len()).collect();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed);
-    order.shuffle(&mut rng);
+    // Epoch e visits the training sequences in an order of its own (seed + e), in batches.
+    let epoch = |e: usize| {
+        let mut order: Vec<usize> = (0..train.len()).collect();
+        order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(cfg.seed + e as u64));
+        batches(&order, |i| train[i].seq.len(), cfg.opts.batch_tokens)
+    };
+    // Where a resumed run goes on: the epoch and batch of its step.
+    let (mut e, mut at, mut seen) = (0, 0, 0);
+    let mut current = epoch(0);
+    while seen + current.len() <= step {
+        seen += current.len();
+        e += 1;
+        current = epoch(e);
+    }
+    at += step - seen;
 
     let record = |trainer: &mut Trainer, t: &mut crate::model::LoadedModel, step: usize| {
-        let (loss, agree) = mean_figures(trainer, &mut t.decoder, held_out, cfg.opts.k)?;
+        let (loss, agree) = mean_figures(trainer, &mut t.decoder, held_out, &cfg.opts)?;
         let mut eval = vec![];
         for (set, data) in &eval_data {
-            let seqs: Vec<(&[u32], usize)> = data.iter().map(|(s, a)| (s.as_slice(), *a)).collect();
-            let (_, agreement) = mean_figures(trainer, &mut t.decoder, &seqs, cfg.opts.k)?;
+            let seqs: Vec<Example<'_>> = data
+                .iter()
+                .map(|(s, a)| Example {
+                    seq: s.as_slice(),
+                    answer_from: *a,
+                })
+                .collect();
+            let (_, agreement) = mean_figures(trainer, &mut t.decoder, &seqs, &cfg.opts)?;
             eval.push(EvalFigures {
                 set: set.clone(),
                 simulated_tau: simulated_tau(&agreement),
@@ -512,7 +542,6 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     );
     b.set_position(step as u64);
     let (mut loss_ema, mut agree_ema) = (None::<f32>, vec![0f32; cfg.opts.k]);
-    let started = std::time::Instant::now();
     let mut tokens = 0usize;
     let mut last = None;
     let report = |b: &indicatif::ProgressBar, rec: &RunRecord| {
@@ -540,9 +569,18 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
         // Where the training curve starts: the head as initialised.
         report(&b, &record(&mut trainer, &mut t, 0)?);
     }
+    let mut training = std::time::Duration::ZERO;
     while step < cfg.steps {
-        let (seq, from) = train[order[step % order.len()]];
-        let r = trainer.step(&mut t.decoder, seq, from, true)?;
+        if at == current.len() {
+            e += 1;
+            current = epoch(e);
+            at = 0;
+        }
+        let examples: Vec<Example<'_>> = current[at].iter().map(|&i| train[i]).collect();
+        at += 1;
+        let began = std::time::Instant::now();
+        let r = trainer.step(&mut t.decoder, &examples, true)?;
+        training += began.elapsed();
         step += 1;
         tokens += r.tokens;
         let l = loss_ema.map_or(r.loss, |e| 0.95 * e + 0.05 * r.loss);
@@ -551,10 +589,12 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
             *e = 0.95 * *e + 0.05 * a;
         }
         let agree: Vec<String> = agree_ema.iter().map(|a| format!("{a:.2}")).collect();
+        let (kept, bytes) = trainer.cache_usage();
         let message = format!(
-            "loss {l:.3} agree {} {:.0} tok/s",
+            "loss {l:.3} agree {} {:.0} tok/s (epoch {e}, target outputs of {kept} sequences kept, {:.1} GiB)",
             agree.join("/"),
-            tokens as f64 / started.elapsed().as_secs_f64()
+            tokens as f64 / training.as_secs_f64(),
+            bytes as f64 / (1u64 << 30) as f64
         );
         if b.is_hidden() && step % 50 == 0 {
             eprintln!("step {step}: {message}");

@@ -1,0 +1,98 @@
+//! What the frozen target gives each training sequence (its pre-norm last hidden states and its
+//! distribution at every position, as sparse soft targets), computed by one pass of the
+//! target's own kernels the first time the sequence is trained on or evaluated, and kept on the
+//! device up to a budget: later epochs and held-out records then cost the head alone.
+
+use crate::error::{Error, Result};
+use crate::model::decoder::{Batch, Decoder};
+use candle_core::{DType, Tensor};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The target's outputs for one sequence.
+pub struct SequenceTargets {
+    /// Pre-norm hidden states of the last layer, `[t, hidden]` f32.
+    pub hidden: Tensor,
+    /// Per position, the target's most likely tokens `[t, K]` (u32, most likely first).
+    pub ids: Tensor,
+    /// Their probabilities, renormalised over them `[t, K]` (f32).
+    pub weights: Tensor,
+}
+
+impl SequenceTargets {
+    /// The target's pass over `seq` (from an empty cache, which it leaves empty).
+    pub fn compute(target: &mut Decoder, seq: &[u32]) -> Result<Self> {
+        let last = target.config().n_layers - 1;
+        target.reset();
+        let out = target.forward(
+            &Batch::causal(seq, 0)
+                .all_logits()
+                .with_hidden_layers(vec![last]),
+        );
+        target.reset();
+        let out = out?;
+        let logits = out
+            .logits
+            .ok_or_else(|| Error::InvalidArgument("the target gave no logits".into()))?;
+        let top = crate::gpu::row_top_k(&logits, super::loss::TARGET_TOP_K)?;
+        let (ids, weights) = super::loss::sparse_targets(&top, target.device())?;
+        let hidden = out
+            .hidden
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::InvalidArgument("the target gave no hidden states".into()))?
+            .to_dtype(DType::F32)?
+            .detach();
+        Ok(SequenceTargets {
+            hidden,
+            ids,
+            weights,
+        })
+    }
+
+    /// Bytes held on the device.
+    fn bytes(&self) -> usize {
+        [&self.hidden, &self.ids, &self.weights]
+            .iter()
+            .map(|t| t.elem_count() * t.dtype().size_in_bytes())
+            .sum()
+    }
+}
+
+/// Sequences' targets, kept (by their tokens) while they fit a budget of bytes; past it they
+/// are computed each time they are asked for.
+pub struct TargetCache {
+    kept: HashMap<Vec<u32>, Arc<SequenceTargets>>,
+    bytes: usize,
+    budget: usize,
+}
+
+impl TargetCache {
+    /// An empty cache that keeps up to `budget` bytes.
+    pub fn new(budget: usize) -> Self {
+        TargetCache {
+            kept: HashMap::new(),
+            bytes: 0,
+            budget,
+        }
+    }
+
+    /// The targets of `seq`: kept ones, or the target's pass (kept if it fits).
+    pub fn get(&mut self, target: &mut Decoder, seq: &[u32]) -> Result<Arc<SequenceTargets>> {
+        if let Some(t) = self.kept.get(seq) {
+            return Ok(t.clone());
+        }
+        let t = Arc::new(SequenceTargets::compute(target, seq)?);
+        let size = t.bytes();
+        if self.bytes + size <= self.budget {
+            self.bytes += size;
+            self.kept.insert(seq.to_vec(), t.clone());
+        }
+        Ok(t)
+    }
+
+    /// Sequences kept, and their bytes.
+    pub fn usage(&self) -> (usize, usize) {
+        (self.kept.len(), self.bytes)
+    }
+}
