@@ -802,17 +802,18 @@ fn run_train(a: TrainArgs) -> anyhow::Result<()> {
     let r = treespec::train::run::run(&cfg)?;
     println!(
         "{}: step {}, held-out loss {:.3}, agreement with the target by chain step {:?}, \
-         simulated tau {:.2}",
+         tau {:.2} walked, {:.2} simulated",
         cfg.out.display(),
         r.step,
         r.held_out_loss,
         r.held_out_agreement,
+        r.walked_tau,
         r.simulated_tau
     );
     for e in &r.eval {
         println!(
-            "  {}: agreement by chain step {:?}, simulated tau {:.2}",
-            e.set, e.agreement, e.simulated_tau
+            "  {}: agreement by chain step {:?}, tau {:.2} walked, {:.2} simulated",
+            e.set, e.agreement, e.walked_tau, e.simulated_tau
         );
     }
     Ok(())

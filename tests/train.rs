@@ -286,6 +286,130 @@ fn the_written_out_gradient_is_autograds() {
     assert_eq!(r.agreed.to_scalar::<f32>().unwrap(), agreed as f32);
 }
 
+/// The walk of greedy chains: a step accepts the leading hits from its root and emits them and
+/// the target's token; the next root is past them.
+#[test]
+fn chains_walk_an_answer_as_decoding_does() {
+    use treespec::train::{walk, Walk};
+    let (t, f) = (true, false);
+    let hits = vec![vec![t, t, f, t, f, f], vec![t, f, f, t, f, f]];
+    // Root row 0: both right (3 tokens); root row 3: both right (3 tokens); end.
+    assert_eq!(
+        walk(&hits, 0, 6),
+        Walk {
+            steps: 2,
+            emitted: 6
+        }
+    );
+    // Root row 1: the first right, the second wrong (2 tokens); then root row 3 (3).
+    assert_eq!(
+        walk(&hits, 1, 6),
+        Walk {
+            steps: 2,
+            emitted: 5
+        }
+    );
+    // Nothing right: one token a step.
+    let none = vec![vec![f; 4], vec![f; 4]];
+    assert_eq!(walk(&none, 0, 4).tau(), 1.0);
+    assert_eq!(walk(&none, 0, 4).steps, 4);
+    // A later step's row past its end ends the chain there; roots run to the end given.
+    let short = vec![vec![t, t, t], vec![t]];
+    assert_eq!(
+        walk(&short, 1, 4),
+        Walk {
+            steps: 2,
+            emitted: 3
+        }
+    );
+}
+
+/// Held-out evaluation walks each answer: every answer token after the first is emitted once,
+/// at most k + 1 a step.
+#[test]
+fn evaluation_reports_the_walk() {
+    let mut t = target(Family::Qwen2, RopeStyle::HalfSplit, 5);
+    let seq: Vec<u32> = (0..30u32).map(|i| (i * 7 + 3) % 61).collect();
+    let mut trainer = fresh_trainer(&t);
+    let r = trainer.step(&mut t, &one(&seq, 10), false).unwrap();
+    let w = r.walk.expect("evaluation walks");
+    assert!(w.steps > 0 && w.emitted >= w.steps && w.emitted <= 3 * w.steps);
+    // The answer's tokens after its first, x_11..x_29, each emitted once: roots from row 9 (the
+    // answer's first token, x_10) on, and no draft past the end.
+    assert_eq!(w.emitted, 19, "{w:?}");
+    assert!(trainer.step(&mut t, &one(&seq, 10), true).unwrap().walk.is_none());
+}
+
+/// The trainer's walk is what decoding measures: a head trained a little on a tiny target's own
+/// answers, saved and loaded as a drafter, decodes a held-out prompt in `mtp` (chains of 3, no
+/// threshold) in exactly the target passes and tokens the trainer's walk over the target's answer
+/// to it counts.
+#[test]
+fn the_walk_is_what_mtp_decoding_measures() {
+    use treespec::engine::{Mode, Settings};
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = common::write_tiny_gguf(dir.path(), "qwen2", 8);
+    let spec = gguf.display().to_string();
+    let opts = treespec::model::LoadOptions {
+        context: 256,
+        ..Default::default()
+    };
+    let s = |mode| Settings {
+        mode,
+        gamma: 3,
+        min_chain_prob: 0.0,
+        ..Settings::default()
+    };
+    let (mut e, _) = treespec::load::build_engine(&spec, None, s(Mode::Ar), 0, &opts).unwrap();
+    // The target's greedy answers (24 tokens, no stop) to a few prompts; the last held out.
+    let mut data = vec![];
+    for seed in 0..40u32 {
+        let prompt: Vec<u32> = (0..5).map(|i| (seed * 37 + i * 11 + 3) % 250).collect();
+        e.reset();
+        let out = e.generate(&prompt, 24, |_| true).unwrap();
+        if out.tokens.len() == 24 {
+            data.push((prompt.len(), [prompt, out.tokens].concat()));
+        }
+        if data.len() == 8 {
+            break;
+        }
+    }
+    assert_eq!(data.len(), 8, "enough answers without a stop token");
+    let mut m = treespec::load::load_model(&spec, &opts).unwrap();
+    let head = TrainableHead::new(m.decoder.config(), &Device::Cpu, 7, None).unwrap();
+    let topts = TrainOptions {
+        k: 3,
+        lr: 3e-3,
+        max_len: 64,
+        ..Default::default()
+    };
+    let mut trainer = Trainer::new(&m.decoder, head, topts).unwrap();
+    for step in 0..60 {
+        let (from, seq) = &data[step % 7];
+        trainer.step(&mut m.decoder, &one(seq, *from), true).unwrap();
+    }
+    let (from, seq) = &data[7];
+    let walked = trainer
+        .step(&mut m.decoder, &one(seq, *from), false)
+        .unwrap()
+        .walk
+        .unwrap();
+    let file = dir.path().join("head.safetensors");
+    trainer.head().vars().save(&file).unwrap();
+    let (mut e, _) =
+        treespec::load::build_engine(&spec, Some(&file.display().to_string()), s(Mode::Mtp), 0, &opts)
+            .unwrap();
+    let out = e.generate(&seq[..*from], 24, |_| true).unwrap();
+    assert_eq!(out.tokens, seq[*from..], "mtp emits the ar answer");
+    eprintln!("walk {walked:?}; decoding: {} steps, {} tokens", out.stats.steps, out.stats.tokens);
+    assert!(walked.emitted > walked.steps, "the head accepts something: {walked:?}");
+    assert_eq!(
+        (out.stats.steps, out.stats.tokens),
+        (walked.steps + 1, walked.emitted + 1),
+        "decoding's target passes and tokens (with the prompt's) against the walk's"
+    );
+}
+
 /// Batches: every sequence once, none over the budget unless alone, each of like lengths.
 #[test]
 fn batches_cover_every_sequence_within_the_budget() {

@@ -25,6 +25,8 @@ pub struct RowsLoss {
     pub ce_sum: Tensor,
     /// Rows whose argmax is the target's most likely token (a scalar f32 on the device).
     pub agreed: Tensor,
+    /// Per row, 1 where it is and 0 where not (`[rows]` f32 on the device).
+    pub hits: Tensor,
     /// `scale` times the gradient of `ce_sum` with respect to `o` (`[rows, hidden]`, detached).
     pub grad: Tensor,
 }
@@ -51,20 +53,16 @@ pub fn soft_cross_entropy(
         let logp = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
         ce.push((w.mul(&logp.gather(&ids, 1)?)?.sum_all()?.neg())?);
         let best = ids.narrow(1, 0, 1)?.squeeze(1)?;
-        agreed.push(
-            logits
-                .argmax(D::Minus1)?
-                .eq(&best)?
-                .to_dtype(DType::F32)?
-                .sum_all()?,
-        );
+        agreed.push(logits.argmax(D::Minus1)?.eq(&best)?.to_dtype(DType::F32)?);
         // d ce / d logits = softmax - w (w sums to one per row).
         let d = logp.exp()?.scatter_add(&ids, &w.neg()?, 1)?;
         grads.push((d.matmul(lm_head)? * scale)?);
     }
+    let hits = Tensor::cat(&agreed, 0)?;
     Ok(RowsLoss {
         ce_sum: Tensor::stack(&ce, 0)?.sum_all()?,
-        agreed: Tensor::stack(&agreed, 0)?.sum_all()?,
+        agreed: hits.sum_all()?,
+        hits,
         grad: Tensor::cat(&grads, 0)?,
     })
 }

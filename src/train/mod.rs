@@ -73,6 +73,54 @@ pub struct StepReport {
     pub tokens: usize,
     /// Predictions counted, over all chain steps.
     pub predicted: usize,
+    /// Evaluation only: the greedy chain of k drafts walked over each answer as decoding would
+    /// walk it ([`walk`]), summed over the batch's sequences.
+    pub walk: Option<Walk>,
+}
+
+/// Target passes and tokens of a walk of greedy chains over answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Walk {
+    /// Verification steps (target passes).
+    pub steps: usize,
+    /// Tokens they emit (accepted drafts and the target's own token of each step).
+    pub emitted: usize,
+}
+
+impl Walk {
+    /// Tokens a target pass: the tau a chain of k would measure.
+    pub fn tau(&self) -> f32 {
+        if self.steps == 0 {
+            1.0
+        } else {
+            self.emitted as f32 / self.steps as f32
+        }
+    }
+}
+
+/// The walk of greedy chains over one answer, from teacher-forced hits: `hits[j][p]` says
+/// whether chain step j + 1 drafted from the root at position p + 1 (row p of step 1 pairs
+/// `h_p` with the root `x_{p+1}`) is the target's token, with the earlier steps' tokens right.
+/// Roots run over rows `first..end` (from the answer's first token to its last but one); a step
+/// accepts the leading hits, emits them and the target's own token, and the next root is that
+/// token, at row p + accepted + 1. This is what decoding with a chain of k and no threshold does
+/// (a drafted token that is right is the token teacher forcing feeds the next step), so its tau
+/// is the one `bench` measures for `mtp:k@0`, where per-row agreement counts every position
+/// once, easy stretches (which a step crosses in one go) as often as hard ones. Rows past a
+/// step's end are misses (drafts the answer has no room for).
+pub fn walk(hits: &[Vec<bool>], first: usize, end: usize) -> Walk {
+    let mut w = Walk::default();
+    let mut p = first;
+    while p < end {
+        let accepted = hits
+            .iter()
+            .take_while(|h| h.get(p).copied().unwrap_or(false))
+            .count();
+        w.steps += 1;
+        w.emitted += accepted + 1;
+        p += accepted + 1;
+    }
+    w
 }
 
 /// A training run over a frozen target.
@@ -214,6 +262,7 @@ impl Trainer {
         let steps = counted.iter().filter(|c| !c.is_empty()).count().max(1);
         let mut surrogate: Option<Tensor> = None;
         let mut figures = vec![];
+        let mut hit_rows = vec![];
         for (j, rows) in counted.iter().enumerate() {
             if rows.is_empty() {
                 continue;
@@ -248,6 +297,9 @@ impl Trainer {
                 None => part,
             });
             figures.push(((r.ce_sum * scale)?, r.agreed));
+            if !learn {
+                hit_rows.push((j, r.hits));
+            }
         }
         drop(span);
         if learn {
@@ -280,12 +332,36 @@ impl Trainer {
                 }
             })
             .collect();
+        // Evaluation: each answer walked as greedy chains would walk it.
+        let walk = if learn {
+            None
+        } else {
+            let mut hits: Vec<Vec<Vec<bool>>> = seqs.iter().map(|s| vec![vec![false; s.len()]; k]).collect();
+            for (j, h) in hit_rows {
+                for (&(_, i, q), x) in counted[j].iter().zip(h.to_vec1::<f32>()?) {
+                    hits[i][j][q - j - 1] = x > 0.5;
+                }
+            }
+            let mut total = Walk::default();
+            for ((h, s), e) in hits.iter_mut().zip(&seqs).zip(batch) {
+                // Step j's row p drafts token p + j + 2: rows while the sequence holds it and
+                // the target's token after it (a step's drafts leave room for that).
+                for (j, row) in h.iter_mut().enumerate() {
+                    row.truncate(s.len().saturating_sub(j + 3));
+                }
+                let w = self::walk(h, e.answer_from.saturating_sub(1), s.len().saturating_sub(2));
+                total.steps += w.steps;
+                total.emitted += w.emitted;
+            }
+            Some(total)
+        };
         Ok(StepReport {
             loss: ce,
             agreement,
             tokens: seqs.iter().map(|s| s.len()).sum(),
             predicted: counts.iter().sum(),
             counted: counts,
+            walk,
         })
     }
 }

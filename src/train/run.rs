@@ -7,7 +7,7 @@
 //! held-out figures; read on resume) and `HEAD.safetensors.data.json` (the token ids trained on).
 
 use super::head::TrainableHead;
-use super::{answers_batched, batches, Example, TrainOptions, Trainer};
+use super::{answers_batched, batches, Example, TrainOptions, Trainer, Walk};
 use crate::bench::{bundled_prompts, load_prompts, PromptSet};
 use crate::error::{Error, Result};
 use crate::model::chat_template::{ChatMessage, Role};
@@ -77,6 +77,10 @@ pub struct RunRecord {
     /// Tokens per step a greedy chain of k would emit if each step's agreement held whatever
     /// came before: `1 + a1 + a1 a2 + ...` (an estimate from teacher-forced agreement).
     pub simulated_tau: f32,
+    /// Tokens per step greedy chains of k emit walking the held-out answers as decoding does
+    /// ([`super::walk`]): the tau `bench` measures for `mtp:k@0`.
+    #[serde(default)]
+    pub walked_tau: f32,
     /// The same figures on each evaluation set (`--eval`), never trained on.
     #[serde(default)]
     pub eval: Vec<EvalFigures>,
@@ -92,6 +96,9 @@ pub struct EvalFigures {
     pub agreement: Vec<f32>,
     /// [`simulated_tau`] of that.
     pub simulated_tau: f32,
+    /// Tokens per step of greedy chains of k walked over the set's answers ([`super::walk`]).
+    #[serde(default)]
+    pub walked_tau: f32,
 }
 
 /// Prompts of each evaluation set the head is measured on.
@@ -116,14 +123,19 @@ fn mean_figures(
     target: &mut crate::model::decoder::Decoder,
     seqs: &[Example<'_>],
     opts: &TrainOptions,
-) -> Result<(f32, Vec<f32>)> {
+) -> Result<(f32, Vec<f32>, Walk)> {
     let order: Vec<usize> = (0..seqs.len()).collect();
     let (mut loss, mut rows) = (0.0, 0usize);
     let (mut agreed, mut counted) = (vec![0.0; opts.k], vec![0usize; opts.k]);
+    let mut walked = Walk::default();
     for batch in batches(&order, |i| seqs[i].seq.len(), opts.batch_tokens) {
         let examples: Vec<Example<'_>> = batch.iter().map(|&i| seqs[i]).collect();
         let r = trainer.step(target, &examples, false)?;
         loss += r.loss * r.predicted as f32;
+        if let Some(w) = r.walk {
+            walked.steps += w.steps;
+            walked.emitted += w.emitted;
+        }
         rows += r.predicted;
         for j in 0..opts.k {
             agreed[j] += r.agreement[j] * r.counted[j] as f32;
@@ -135,7 +147,7 @@ fn mean_figures(
         .zip(&counted)
         .map(|(a, &n)| if n == 0 { 0.0 } else { a / n as f32 })
         .collect();
-    Ok((loss / rows.max(1) as f32, agreement))
+    Ok((loss / rows.max(1) as f32, agreement, walked))
 }
 
 /// `1 + a1 + a1 a2 + ...` for per-step agreements `a`.
@@ -487,7 +499,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     at += step - seen;
 
     let record = |trainer: &mut Trainer, t: &mut crate::model::LoadedModel, step: usize| {
-        let (loss, agree) = mean_figures(trainer, &mut t.decoder, held_out, &cfg.opts)?;
+        let (loss, agree, walked) = mean_figures(trainer, &mut t.decoder, held_out, &cfg.opts)?;
         let mut eval = vec![];
         for (set, data) in &eval_data {
             let seqs: Vec<Example<'_>> = data
@@ -497,10 +509,11 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
                     answer_from: *a,
                 })
                 .collect();
-            let (_, agreement) = mean_figures(trainer, &mut t.decoder, &seqs, &cfg.opts)?;
+            let (_, agreement, w) = mean_figures(trainer, &mut t.decoder, &seqs, &cfg.opts)?;
             eval.push(EvalFigures {
                 set: set.clone(),
                 simulated_tau: simulated_tau(&agreement),
+                walked_tau: w.tau(),
                 agreement,
             });
         }
@@ -526,6 +539,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
             step,
             held_out_loss: loss,
             simulated_tau: simulated_tau(&agree),
+            walked_tau: walked.tau(),
             held_out_agreement: agree,
             eval,
         };
@@ -550,8 +564,9 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
             .iter()
             .map(|e| {
                 format!(
-                    "; {} tau {:.2} (step-1 agreement {:.2})",
+                    "; {} tau {:.2} walked, {:.2} simulated (step-1 agreement {:.2})",
                     e.set,
+                    e.walked_tau,
                     e.simulated_tau,
                     e.agreement.first().copied().unwrap_or(0.0)
                 )
@@ -560,8 +575,8 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
         say(
             b,
             format!(
-                "step {}: held-out loss {:.3}, agreement {:?}, simulated tau {:.2}{eval}",
-                rec.step, rec.held_out_loss, rec.held_out_agreement, rec.simulated_tau
+                "step {}: held-out loss {:.3}, agreement {:?}, tau {:.2} walked, {:.2} simulated{eval}",
+                rec.step, rec.held_out_loss, rec.held_out_agreement, rec.walked_tau, rec.simulated_tau
             ),
         )
     };
