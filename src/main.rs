@@ -93,6 +93,10 @@ struct TrainArgs {
     /// once) kept on the device; sequences past it are read by the target again each time.
     #[arg(long, default_value_t = 8.0)]
     cache_gib: f64,
+    /// Start from this head (a GGUF from `export-head`, its matrices dequantised) instead of the
+    /// target's last layer, when --out holds no checkpoint yet.
+    #[arg(long, value_name = "HEAD.gguf")]
+    init: Option<PathBuf>,
     /// Chain steps the head is trained unrolled for.
     #[arg(long, default_value_t = 3)]
     k: usize,
@@ -792,6 +796,7 @@ fn run_train(a: TrainArgs) -> anyhow::Result<()> {
             ..Default::default()
         },
         data: a.data,
+        init: a.init,
         self_prompts: a.self_prompts,
         eval: a.eval,
         answer_tokens: a.answer_tokens,

@@ -459,6 +459,7 @@ fn a_run_writes_a_head_that_resumes_and_drafts() {
             ..Default::default()
         },
         data: vec![prompts],
+        init: None,
         self_prompts: 0,
         eval: Some(vec![held_set]),
         answer_tokens: 6,
@@ -489,6 +490,29 @@ fn a_run_writes_a_head_that_resumes_and_drafts() {
         std::fs::metadata(&data).unwrap().modified().unwrap(),
         written
     );
+
+    // `--init`: a fresh run from the exported head (f32) starts where that head is.
+    use treespec::model::mtp_gguf;
+    let m = treespec::load::load_model(&gguf.display().to_string(), &cfg.load).unwrap();
+    let exported = dir.path().join("head.gguf");
+    let target = mtp_gguf::HeadTarget::of(&m.name, m.decoder.config());
+    mtp_gguf::export(&out, &exported, candle_core::quantized::GgmlDType::F32, &target, "test").unwrap();
+    let again = tempfile::tempdir().unwrap();
+    let mut from = cfg.clone();
+    from.out = again.path().join("head.safetensors");
+    from.init = Some(exported.clone());
+    from.steps = 0;
+    let started = run(&from).unwrap();
+    assert_eq!(started.init, Some(exported.display().to_string()));
+    assert!(
+        (started.held_out_loss - second.held_out_loss).abs() < 1e-4,
+        "{} against {}",
+        started.held_out_loss,
+        second.held_out_loss
+    );
+    from.init = Some(gguf.clone());
+    let refused = run(&from).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(refused.contains("without `mtp.0.input_proj.weight`"), "{refused}");
 
     let spec = gguf.display().to_string();
     let head = out.display().to_string();
@@ -530,6 +554,7 @@ fn self_written_prompts_are_written_once_and_trained_on() {
             ..Default::default()
         },
         data: vec![],
+        init: None,
         self_prompts: 3,
         eval: None,
         answer_tokens: 4,

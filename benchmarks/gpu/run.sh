@@ -2,7 +2,7 @@
 # On the H200 machine, with the binary and the GGUF files staged in /root/stage (in parts, see
 # ../shared/device/README.md): plain decoding speed, the cost table, and the modes side by side on
 # the default pair with and without batch-invariant products. Writes logs and JSON under $OUT and
-# prints the tables last. Usage: benchmarks/gpu/run.sh [llama-build|check|ncu|llama|ar|costs|modes|profile|variance|synth|dp4a-row|llama-spec|train-start|train-status|train-fetch|train-export|head-check|train-restore]...
+# prints the tables last. Usage: benchmarks/gpu/run.sh [llama-build|check|ncu|llama|ar|costs|modes|profile|variance|synth|dp4a-row|llama-spec|train-start|train-status|train-fetch|train-export|head-check|train-carry|train-restore]...
 # T=... and D=... replace the target and the drafter (e.g. the files `synth` writes: random weights
 # of the 1.5B's, the 0.5B's or Qwen3-8B's shape and formats, for timing without staging a model).
 set -euo pipefail
@@ -66,12 +66,14 @@ for what in "$@"; do
     # 16 bundled prompts of each set (never trained on) at every record. TREESPEC_PROFILE=1 adds where a step's
     # time goes (target pass, head, loss, backward) to each held-out record in the log.
     # BATCH_TOKENS (8192) sets the positions a step reads; CACHE_GIB (64) how much of the
-    # target's outputs stays on the GPU (all of them, for a few million tokens).
+    # target's outputs stays on the GPU (all of them, for a few million tokens); INIT=HEAD.gguf
+    # starts from an exported head (train-carry puts one back).
     mkdir -p "$S/head"
     setsid nohup "$B" train-drafter --device cuda --context 16384 --target "$T" --out "$S/head/head.safetensors" \
       --steps "${STEPS:-2000}" --self-prompts "${SELF_PROMPTS:-2000}" \
       --answer-tokens "${ANSWER_TOKENS:-256}" --k "${K:-3}" --eval \
       --batch-tokens "${BATCH_TOKENS:-8192}" --cache-gib "${CACHE_GIB:-64}" --lr "${LR:-2e-4}" \
+      ${INIT:+--init "$INIT"} \
       >> "$S/head/train.log" 2>&1 < /dev/null &
     sleep 20; tail -c 2000 "$S/head/train.log" ;;
   train-status)
@@ -100,6 +102,13 @@ for what in "$@"; do
       echo "TREESPEC_MTP_GPU_STEP=$g: $(TREESPEC_MTP_GPU_STEP=$g "$B" generate --device cuda -m "$T" \
         --drafter "$S/head/head.gguf" --mode mtp -p "$prompt" --max-tokens 256 2>&1 >/dev/null | tail -1)"
     done; done | tee -a "$OUT/head-check.txt" ;;
+  train-carry)
+    # An exported head and its data carried in (.stage/head-i/: head.gguf.NN and
+    # head.data.json.gz, as train-export brought them back; 57 MB, one call): the head to start
+    # from ($S/head/init.gguf, INIT= for train-start) and the data, so that nothing is generated
+    # again (train-start with the SELF_PROMPTS and ANSWER_TOKENS it was made with).
+    mkdir -p "$S/head" && cat .stage/head-i/head.gguf.* > "$S/head/init.gguf" \
+      && gunzip -c .stage/head-i/head.data.json.gz > "$S/head/head.safetensors.data.json" && ls -la "$S/head" ;;
   train-restore)
     # A head fetched in an earlier session, carried back in (as the models are: .stage/head/
     # head.tar.gz.NN, 50 MiB a call), unpacked where train-start resumes from it.

@@ -254,8 +254,21 @@ pub fn load(
     opts: &LoadOptions,
     context: usize,
 ) -> Result<MtpHead> {
+    check_made_for(path, &content, target_name, cfg)?;
+    let mut store = WeightStore::gguf(path, content, &opts.device, opts.exact)?;
+    MtpHead::load(&mut store, cfg, MtpLayout::MiMo, 0, context)
+}
+
+/// Refuse a head file (`path`, its header `content`) that records a target of another shape than
+/// `cfg`, or that holds no head.
+fn check_made_for(
+    path: &Path,
+    content: &gguf_file::Content,
+    target_name: &str,
+    cfg: &ModelConfig,
+) -> Result<()> {
     let target = HeadTarget::of(target_name, cfg);
-    if let Some(made_for) = HeadTarget::recorded(&content) {
+    if let Some(made_for) = HeadTarget::recorded(content) {
         if !made_for.same_shape(&target) {
             return Err(Error::Config(format!(
                 "{}: an MTP head for {made_for}, not for {target}",
@@ -269,6 +282,40 @@ pub fn load(
             reason: format!("an MTP head file without `{INPUT_PROJ}`"),
         });
     }
-    let mut store = WeightStore::gguf(path, content, &opts.device, opts.exact)?;
-    MtpHead::load(&mut store, cfg, MtpLayout::MiMo, 0, context)
+    Ok(())
+}
+
+/// The first head of the MTP head file `path` as f32 tensors on `device` (quantised matrices
+/// dequantised), by their GGUF-style stems (`attn_q.weight`, `input_proj.weight`, ...): to
+/// start training from (`train-drafter --init`); refused as [`load`] refuses it.
+pub fn read_f32(
+    path: &Path,
+    target_name: &str,
+    cfg: &ModelConfig,
+    device: &Device,
+) -> Result<Vec<(String, Tensor)>> {
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let content = gguf_file::Content::read(&mut file).map_err(|e| Error::BadGguf {
+        path: path.to_path_buf(),
+        reason: candle_message(&e),
+    })?;
+    check_made_for(path, &content, target_name, cfg)?;
+    let names: Vec<String> = content
+        .tensor_infos
+        .keys()
+        .filter(|n| n.starts_with("mtp.0."))
+        .cloned()
+        .collect();
+    let mut out = vec![];
+    for name in names {
+        let q = content
+            .tensor(&mut file, &name, device)
+            .map_err(|e| Error::BadGguf {
+                path: path.to_path_buf(),
+                reason: format!("{name}: {}", candle_message(&e)),
+            })?;
+        let t = q.dequantize(device)?.to_dtype(DType::F32)?;
+        out.push((name["mtp.0.".len()..].to_string(), t));
+    }
+    Ok(out)
 }

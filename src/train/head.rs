@@ -109,6 +109,33 @@ impl TrainableHead {
         })
     }
 
+    /// Set every parameter from `tensors` (by GGUF-style stem, as [`crate::model::mtp_gguf::read_f32`]
+    /// gives them): a head trained before, to go on training from. Every parameter must be
+    /// there, shaped as here.
+    pub fn set_from(&mut self, tensors: &[(String, Tensor)]) -> Result<()> {
+        let data = self.vars.data().lock().map_err(|_| {
+            crate::error::Error::InvalidArgument("the head's parameters are poisoned".into())
+        })?;
+        let given: std::collections::HashMap<String, &Tensor> = tensors
+            .iter()
+            .map(|(stem, t)| (var_name(stem), t))
+            .collect();
+        for (name, var) in data.iter() {
+            let t = given.get(name).ok_or_else(|| {
+                crate::error::Error::InvalidArgument(format!("the head to start from has no {name}"))
+            })?;
+            if t.dims() != var.dims() {
+                return Err(crate::error::Error::InvalidArgument(format!(
+                    "the head to start from has {name} shaped {:?}, not {:?}",
+                    t.dims(),
+                    var.dims()
+                )));
+            }
+            var.set(&t.to_device(var.device())?)?;
+        }
+        Ok(())
+    }
+
     /// The parameters, for the optimiser and for saving.
     pub fn vars(&self) -> &VarMap {
         &self.vars

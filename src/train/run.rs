@@ -34,6 +34,8 @@ pub struct RunConfig {
     /// Prompt files (JSON lines with a `prompt` field); empty and no self-written prompts: the
     /// bundled sets.
     pub data: Vec<PathBuf>,
+    /// A head to start from (an `export-head` GGUF) where `out` holds no checkpoint.
+    pub init: Option<PathBuf>,
     /// Prompts the target writes itself before answering them (Magpie-style; 0: none).
     pub self_prompts: usize,
     /// Prompt sets never trained on, to measure the head on as it trains (the first
@@ -58,6 +60,9 @@ pub struct RunRecord {
     pub target: String,
     /// Prompt files, "bundled", and "self-written: N".
     pub data: Vec<String>,
+    /// The head training started from (`--init`), if not the target's last layer.
+    #[serde(default)]
+    pub init: Option<String>,
     /// Sequences trained on and held out.
     pub sequences: usize,
     /// Held-out sequences (the last ones).
@@ -478,6 +483,12 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
             step = r.step;
         }
     }
+    if step == 0 {
+        if let Some(init) = &cfg.init {
+            let tensors = crate::model::mtp_gguf::read_f32(init, &t.name, t.decoder.config(), &device)?;
+            head.set_from(&tensors)?;
+        }
+    }
     // The head's f32 products on tensor cores (TF32), as PyTorch trains by default; the
     // target's own passes do not go through cuBLAS.
     candle_core::cuda::set_gemm_reduced_precision_f32(true);
@@ -531,6 +542,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
                 }
                 d
             },
+            init: cfg.init.as_ref().map(|p| p.display().to_string()),
             sequences: sequences.len(),
             held_out: held_out.len(),
             k: cfg.opts.k,
