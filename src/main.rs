@@ -97,6 +97,10 @@ struct TrainArgs {
     /// target's last layer, when --out holds no checkpoint yet.
     #[arg(long, value_name = "HEAD.gguf")]
     init: Option<PathBuf>,
+    /// Tokens the head drafts among: the most frequent in the training answers (FR-Spec; its LM
+    /// head reads only their rows); 0: the whole vocabulary.
+    #[arg(long, default_value_t = 32768)]
+    draft_vocab: usize,
     /// Chain steps the head is trained unrolled for.
     #[arg(long, default_value_t = 3)]
     k: usize,
@@ -797,6 +801,7 @@ fn run_train(a: TrainArgs) -> anyhow::Result<()> {
         },
         data: a.data,
         init: a.init,
+        draft_vocab: a.draft_vocab,
         self_prompts: a.self_prompts,
         eval: a.eval,
         answer_tokens: a.answer_tokens,

@@ -178,7 +178,9 @@ fn training_lowers_the_loss_on_the_targets_own_answers() {
     };
     let (before, agree_before) = eval(&mut trainer, &mut t);
     for step in 0..150 {
-        trainer.step(&mut t, &one(&data[step % 5], 0), true).unwrap();
+        trainer
+            .step(&mut t, &one(&data[step % 5], 0), true)
+            .unwrap();
     }
     let (after, agree_after) = eval(&mut trainer, &mut t);
     eprintln!("held-out loss {before:.3} -> {after:.3}, step-1 agreement {agree_before:.2} -> {agree_after:.2}");
@@ -246,44 +248,103 @@ fn a_batch_gives_each_sequence_what_it_gets_alone() {
         + per_step(&b) * (b.counted[0] + b.counted[1]) as f32)
         / (ab.counted[0] + ab.counted[1]) as f32;
     // (Equal counts per step in each sequence make the per-step weights those of the whole.)
-    assert!((per_step(&ab) - want).abs() < 1e-3, "{} vs {want}", per_step(&ab));
+    assert!(
+        (per_step(&ab) - want).abs() < 1e-3,
+        "{} vs {want}",
+        per_step(&ab)
+    );
 }
 
 /// The loss's gradient written out (`loss::soft_cross_entropy`) is autograd's through the LM
-/// head, and its figures are the cross-entropy and agreement computed plainly.
+/// head, and its figures are the cross-entropy and agreement computed plainly: over the whole
+/// vocabulary, and over a reduced one (rows of the LM head; a row none of whose targets is in it
+/// adds no loss, and its agreement compares whole-vocabulary ids).
 #[test]
 fn the_written_out_gradient_is_autograds() {
-    use treespec::train::loss::soft_cross_entropy;
+    use treespec::train::loss::{soft_cross_entropy, RowTargets};
     let dev = Device::Cpu;
     let (rows, h, vocab, k) = (5usize, 8usize, 30usize, 4usize);
     let val = |n: usize, s: f32| -> Vec<f32> {
-        (0..n).map(|i| ((i as f32 * 0.37 + s).sin()) * 0.9).collect()
+        (0..n)
+            .map(|i| ((i as f32 * 0.37 + s).sin()) * 0.9)
+            .collect()
     };
     let o = candle_core::Var::from_vec(val(rows * h, 0.3), (rows, h), &dev).unwrap();
-    let w = Tensor::from_vec(val(vocab * h, 1.1), (vocab, h), &dev).unwrap();
-    let ids: Vec<u32> = (0..rows * k).map(|i| ((i * 7 + i / k) % vocab) as u32).collect();
-    let ids = Tensor::from_vec(ids, (rows, k), &dev).unwrap();
-    let wt: Vec<f32> = (0..rows * k).map(|i| [0.6f32, 0.25, 0.1, 0.05][i % k]).collect();
-    let wt = Tensor::from_vec(wt, (rows, k), &dev).unwrap();
-    let scale = 0.25;
-    // Plain: the loss through autograd.
-    let logits = o.as_tensor().matmul(&w.t().unwrap()).unwrap();
-    let logp = candle_nn::ops::log_softmax(&logits, candle_core::D::Minus1).unwrap();
-    let ce = (wt.mul(&logp.gather(&ids, 1).unwrap()).unwrap().sum_all().unwrap().neg())
+    let w_full = Tensor::from_vec(val(vocab * h, 1.1), (vocab, h), &dev).unwrap();
+    // Whole vocabulary; then 12 of its tokens (targets as rows there), row 2's weights all 0.
+    let sub: Vec<u32> = (0..12).map(|i| i * 2 + 3).collect();
+    let sub_t = Tensor::from_vec(sub.clone(), 12, &dev).unwrap();
+    for reduced in [false, true] {
+        let (w, width) = if reduced {
+            (w_full.index_select(&sub_t, 0).unwrap(), 12)
+        } else {
+            (w_full.clone(), vocab)
+        };
+        let ids: Vec<u32> = (0..rows * k)
+            .map(|i| ((i * 7 + i / k) % width) as u32)
+            .collect();
+        let ids = Tensor::from_vec(ids, (rows, k), &dev).unwrap();
+        let wt: Vec<f32> = (0..rows * k)
+            .map(|i| {
+                if reduced && i / k == 2 {
+                    0.0
+                } else {
+                    [0.6f32, 0.25, 0.1, 0.05][i % k]
+                }
+            })
+            .collect();
+        let wt = Tensor::from_vec(wt, (rows, k), &dev).unwrap();
+        let best: Vec<u32> = (0..rows as u32)
+            .map(|r| if reduced { sub[r as usize * 2] } else { r * 3 })
+            .collect();
+        let best = Tensor::from_vec(best, rows, &dev).unwrap();
+        let scale = 0.25;
+        // Plain: the loss through autograd.
+        let logits = o.as_tensor().matmul(&w.t().unwrap()).unwrap();
+        let logp = candle_nn::ops::log_softmax(&logits, candle_core::D::Minus1).unwrap();
+        let ce = (wt
+            .mul(&logp.gather(&ids, 1).unwrap())
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .neg())
         .unwrap();
-    let grads = (&ce * scale).unwrap().backward().unwrap();
-    let want = grads.get(o.as_tensor()).unwrap();
-    let r = soft_cross_entropy(o.as_tensor(), &w, &ids, &wt, scale).unwrap();
-    assert!(common::max_abs_diff(&r.grad, want) < 1e-5);
-    let (a, b) = (
-        r.ce_sum.to_scalar::<f32>().unwrap(),
-        ce.to_scalar::<f32>().unwrap(),
-    );
-    assert!((a - b).abs() < 1e-4, "{a} vs {b}");
-    let best = ids.narrow(1, 0, 1).unwrap().squeeze(1).unwrap().to_vec1::<u32>().unwrap();
-    let top = logits.argmax(candle_core::D::Minus1).unwrap().to_vec1::<u32>().unwrap();
-    let agreed = best.iter().zip(&top).filter(|(a, b)| a == b).count();
-    assert_eq!(r.agreed.to_scalar::<f32>().unwrap(), agreed as f32);
+        let grads = (&ce * scale).unwrap().backward().unwrap();
+        let want = grads.get(o.as_tensor()).unwrap();
+        let r = soft_cross_entropy(
+            o.as_tensor(),
+            &w,
+            &RowTargets {
+                ids: &ids,
+                weights: &wt,
+                best: &best,
+                vocab: reduced.then_some(&sub_t),
+            },
+            scale,
+        )
+        .unwrap();
+        assert!(
+            common::max_abs_diff(&r.grad, want) < 1e-5,
+            "reduced {reduced}"
+        );
+        let (a, b) = (
+            r.ce_sum.to_scalar::<f32>().unwrap(),
+            ce.to_scalar::<f32>().unwrap(),
+        );
+        assert!((a - b).abs() < 1e-4, "{a} vs {b}");
+        let top = logits
+            .argmax(candle_core::D::Minus1)
+            .unwrap()
+            .to_vec1::<u32>()
+            .unwrap();
+        let top: Vec<u32> = top
+            .iter()
+            .map(|&t| if reduced { sub[t as usize] } else { t })
+            .collect();
+        let best = best.to_vec1::<u32>().unwrap();
+        let agreed = best.iter().zip(&top).filter(|(a, b)| a == b).count();
+        assert_eq!(r.agreed.to_scalar::<f32>().unwrap(), agreed as f32);
+    }
 }
 
 /// The walk of greedy chains: a step accepts the leading hits from its root and emits them and
@@ -337,7 +398,11 @@ fn evaluation_reports_the_walk() {
     // The answer's tokens after its first, x_11..x_29, each emitted once: roots from row 9 (the
     // answer's first token, x_10) on, and no draft past the end.
     assert_eq!(w.emitted, 19, "{w:?}");
-    assert!(trainer.step(&mut t, &one(&seq, 10), true).unwrap().walk.is_none());
+    assert!(trainer
+        .step(&mut t, &one(&seq, 10), true)
+        .unwrap()
+        .walk
+        .is_none());
 }
 
 /// The trainer's walk is what decoding measures: a head trained a little on a tiny target's own
@@ -346,6 +411,13 @@ fn evaluation_reports_the_walk() {
 /// to it counts.
 #[test]
 fn the_walk_is_what_mtp_decoding_measures() {
+    // The whole vocabulary, and a reduced one (the 64 tokens the answers use most).
+    for reduced in [false, true] {
+        walk_against_decoding(reduced);
+    }
+}
+
+fn walk_against_decoding(reduced: bool) {
     use treespec::engine::{Mode, Settings};
     let dir = tempfile::tempdir().unwrap();
     let gguf = common::write_tiny_gguf(dir.path(), "qwen2", 8);
@@ -384,9 +456,20 @@ fn the_walk_is_what_mtp_decoding_measures() {
         ..Default::default()
     };
     let mut trainer = Trainer::new(&m.decoder, head, topts).unwrap();
+    if reduced {
+        let answers = data[..7].iter().map(|(from, s)| &s[*from..]);
+        let vocab = m.decoder.config().vocab_size;
+        let ids =
+            treespec::model::draft_vocab::most_frequent(answers, 64, vocab, m.tokenizer.stop_ids())
+                .unwrap();
+        assert_eq!(ids.len(), 64);
+        trainer = trainer.with_draft_vocab(&m.decoder, ids).unwrap();
+    }
     for step in 0..60 {
         let (from, seq) = &data[step % 7];
-        trainer.step(&mut m.decoder, &one(seq, *from), true).unwrap();
+        trainer
+            .step(&mut m.decoder, &one(seq, *from), true)
+            .unwrap();
     }
     let (from, seq) = &data[7];
     let walked = trainer
@@ -395,18 +478,56 @@ fn the_walk_is_what_mtp_decoding_measures() {
         .walk
         .unwrap();
     let file = dir.path().join("head.safetensors");
-    trainer.head().vars().save(&file).unwrap();
-    let (mut e, _) =
-        treespec::load::build_engine(&spec, Some(&file.display().to_string()), s(Mode::Mtp), 0, &opts)
-            .unwrap();
+    trainer.save(&file).unwrap();
+    let (mut e, _) = treespec::load::build_engine(
+        &spec,
+        Some(&file.display().to_string()),
+        s(Mode::Mtp),
+        0,
+        &opts,
+    )
+    .unwrap();
     let out = e.generate(&seq[..*from], 24, |_| true).unwrap();
     assert_eq!(out.tokens, seq[*from..], "mtp emits the ar answer");
-    eprintln!("walk {walked:?}; decoding: {} steps, {} tokens", out.stats.steps, out.stats.tokens);
-    assert!(walked.emitted > walked.steps, "the head accepts something: {walked:?}");
+    eprintln!("reduced vocabulary: {reduced}");
+    eprintln!(
+        "walk {walked:?}; decoding: {} steps, {} tokens",
+        out.stats.steps, out.stats.tokens
+    );
+    assert!(
+        walked.emitted > walked.steps,
+        "the head accepts something: {walked:?}"
+    );
     assert_eq!(
         (out.stats.steps, out.stats.tokens),
         (walked.steps + 1, walked.emitted + 1),
         "decoding's target passes and tokens (with the prompt's) against the walk's"
+    );
+    // The head exported (f32 GGUF, its draft vocabulary beside it) drafts the same.
+    use treespec::model::mtp_gguf;
+    let exported = dir.path().join("head.gguf");
+    let target = mtp_gguf::HeadTarget::of(&m.name, m.decoder.config());
+    mtp_gguf::export(
+        &file,
+        &exported,
+        candle_core::quantized::GgmlDType::F32,
+        &target,
+        "test",
+    )
+    .unwrap();
+    let (mut e, _) = treespec::load::build_engine(
+        &spec,
+        Some(&exported.display().to_string()),
+        s(Mode::Mtp),
+        0,
+        &opts,
+    )
+    .unwrap();
+    let again = e.generate(&seq[..*from], 24, |_| true).unwrap();
+    assert_eq!(again.tokens, out.tokens);
+    assert_eq!(
+        (again.stats.steps, again.stats.tokens),
+        (out.stats.steps, out.stats.tokens)
     );
 }
 
@@ -460,6 +581,7 @@ fn a_run_writes_a_head_that_resumes_and_drafts() {
         },
         data: vec![prompts],
         init: None,
+        draft_vocab: 0,
         self_prompts: 0,
         eval: Some(vec![held_set]),
         answer_tokens: 6,
@@ -496,7 +618,14 @@ fn a_run_writes_a_head_that_resumes_and_drafts() {
     let m = treespec::load::load_model(&gguf.display().to_string(), &cfg.load).unwrap();
     let exported = dir.path().join("head.gguf");
     let target = mtp_gguf::HeadTarget::of(&m.name, m.decoder.config());
-    mtp_gguf::export(&out, &exported, candle_core::quantized::GgmlDType::F32, &target, "test").unwrap();
+    mtp_gguf::export(
+        &out,
+        &exported,
+        candle_core::quantized::GgmlDType::F32,
+        &target,
+        "test",
+    )
+    .unwrap();
     let again = tempfile::tempdir().unwrap();
     let mut from = cfg.clone();
     from.out = again.path().join("head.safetensors");
@@ -512,7 +641,10 @@ fn a_run_writes_a_head_that_resumes_and_drafts() {
     );
     from.init = Some(gguf.clone());
     let refused = run(&from).err().map(|e| e.to_string()).unwrap_or_default();
-    assert!(refused.contains("without `mtp.0.input_proj.weight`"), "{refused}");
+    assert!(
+        refused.contains("without `mtp.0.input_proj.weight`"),
+        "{refused}"
+    );
 
     let spec = gguf.display().to_string();
     let head = out.display().to_string();
@@ -555,6 +687,7 @@ fn self_written_prompts_are_written_once_and_trained_on() {
         },
         data: vec![],
         init: None,
+        draft_vocab: 0,
         self_prompts: 3,
         eval: None,
         answer_tokens: 4,

@@ -123,7 +123,7 @@ impl Drafter for MtpDrafter {
         let o = self.head.forward(req.target, &pending, &seq[start + 1..])?;
         let committed = self.head.len();
         let mut o = o.narrow(0, rows - 1, 1)?;
-        let first = req.target.lm_head(&o)?;
+        let first = self.head.logits(req.target, &o)?;
         let depth = req.depth().min(self.head_room());
         let s = req.settings;
         let head = &mut self.head;
@@ -136,7 +136,7 @@ impl Drafter for MtpDrafter {
             rng,
             |token| {
                 o = head.forward(req.target, &o, &[token])?;
-                req.target.lm_head(&o)
+                head.logits(req.target, &o)
             },
         )?;
         // The chain's positions are rewritten from the target's states of what is accepted.

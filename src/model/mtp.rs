@@ -79,6 +79,14 @@ struct MtpNames {
     hidden_first: bool,
 }
 
+/// A head's reduced vocabulary: its token ids (ascending), as a tensor on the head's device, and
+/// the target's LM head cut to those rows (built on the first use, from the target's).
+struct HeadVocab {
+    ids: Vec<u32>,
+    on_device: Tensor,
+    lm_head: Option<Linear>,
+}
+
 /// Most rows of one pass of the head's GPU step (a longer context goes in pieces).
 const HEAD_STEP_ROWS: usize = 512;
 
@@ -96,6 +104,9 @@ pub struct MtpHead {
     listed_attention: bool,
     /// The concatenation's order: hidden state first (MiMo) or embedding first.
     hidden_first: bool,
+    /// The reduced vocabulary the head drafts among ([`crate::model::draft_vocab`]), if its file
+    /// has one.
+    vocab: Option<HeadVocab>,
     /// On a GPU, the block, its final norm and cache as a one-layer pass of the GPU step (fed
     /// the input projection's rows), built on the first forward there: `Some(Err(why))` when
     /// the step cannot run these weights (an f32 head: `treespec export-head` writes Q8_0) and
@@ -126,6 +137,31 @@ impl MtpHead {
         let h = cfg.hidden;
         let device = store.device().clone();
         let (cos, sin) = rope_tables(cfg, context, None, &device)?;
+        let vocab_name = format!("{}.{}", names.block, crate::model::draft_vocab::STEM);
+        let vocab = if store.contains(&vocab_name) {
+            let ids: Vec<u32> = store
+                .get_dense(&vocab_name)?
+                .to_dtype(DType::F32)?
+                .to_vec1::<f32>()?
+                .into_iter()
+                .map(|x| x as u32)
+                .collect();
+            let ascending = ids.windows(2).all(|w| w[0] < w[1]);
+            if ids.is_empty() || !ascending || ids.iter().any(|&t| t as usize >= cfg.vocab_size) {
+                return Err(Error::Config(format!(
+                    "the MTP head's draft vocabulary ({} ids) is not a set of the target's {} tokens in ascending order",
+                    ids.len(),
+                    cfg.vocab_size
+                )));
+            }
+            Some(HeadVocab {
+                on_device: Tensor::from_vec(ids.clone(), ids.len(), &device)?,
+                ids,
+                lm_head: None,
+            })
+        } else {
+            None
+        };
         Ok(MtpHead {
             token_norm: store.get_dense(&names.token_norm)?,
             hidden_norm: store.get_dense(&names.hidden_norm)?,
@@ -138,8 +174,41 @@ impl MtpHead {
             listed_attention: Visibility::listed_for(cfg, &device),
             hidden_first: names.hidden_first,
             cfg: cfg.clone(),
+            vocab,
             step: None,
         })
+    }
+
+    /// The tokens the head drafts among, when it drafts among fewer than the target's.
+    pub fn draft_vocab(&self) -> Option<&[u32]> {
+        self.vocab.as_ref().map(|v| v.ids.as_slice())
+    }
+
+    /// Logits over the target's vocabulary for the head's outputs `o` `[rows, hidden]` (after
+    /// its final norm): the target's LM head, or with a reduced vocabulary its rows of that set,
+    /// [`crate::model::decoder::MASKED`] elsewhere.
+    pub fn logits(&mut self, target: &Decoder, o: &Tensor) -> Result<Tensor> {
+        let Some(v) = &mut self.vocab else {
+            return target.lm_head(o);
+        };
+        let lm_head = match &mut v.lm_head {
+            Some(l) => l,
+            slot => slot.insert(target.lm_head_weights().select_rows(&v.ids)?),
+        };
+        let sub = lm_head.forward(o)?.to_dtype(DType::F32)?;
+        let rows = o.dim(0)?;
+        let m = v.ids.len();
+        let full = Tensor::full(
+            crate::model::decoder::MASKED,
+            (rows, self.cfg.vocab_size),
+            o.device(),
+        )?;
+        let at = v
+            .on_device
+            .unsqueeze(0)?
+            .broadcast_as((rows, m))?
+            .contiguous()?;
+        Ok(full.scatter(&at, &sub, 1)?)
     }
 
     /// Positions the cache covers.

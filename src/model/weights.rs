@@ -553,6 +553,79 @@ impl Linear {
     }
 }
 
+impl Linear {
+    /// The layer of only the output rows `rows` (in that order), each exactly as here: the same
+    /// blocks in the same format, so that its outputs are this layer's at those rows (a drafter's
+    /// reduced vocabulary, [`crate::model::draft_vocab`]).
+    pub fn select_rows(&self, rows: &[u32]) -> Result<Linear> {
+        let bad = |r: u32| {
+            Error::InvalidArgument(format!(
+                "row {r} of a layer of {} outputs",
+                self.out_features
+            ))
+        };
+        if let Some(&r) = rows.iter().find(|&&r| r as usize >= self.out_features) {
+            return Err(bad(r));
+        }
+        let index = |device: &Device| Tensor::from_vec(rows.to_vec(), rows.len(), device);
+        let weight = match &self.weight {
+            LinearWeight::Blocks(m) => {
+                let data: Vec<u8> = rows
+                    .iter()
+                    .flat_map(|&r| m.row_data(r as usize).iter().copied())
+                    .collect();
+                LinearWeight::Blocks(Arc::new(QuantMatrix::new(
+                    m.format(),
+                    rows.len(),
+                    m.cols(),
+                    data,
+                )?))
+            }
+            LinearWeight::Quantized(QMatMul::QTensor(q)) => {
+                let (_, cols) = q.shape().dims2()?;
+                let dtype = q.dtype();
+                let row_bytes = cols / dtype.block_size() * dtype.type_size();
+                let all = q.data()?;
+                let data: Vec<u8> = rows
+                    .iter()
+                    .flat_map(|&r| {
+                        let at = r as usize * row_bytes;
+                        all[at..at + row_bytes].iter().copied()
+                    })
+                    .collect();
+                let storage = candle_core::quantized::QStorage::from_data(
+                    std::borrow::Cow::Owned(data),
+                    &q.device(),
+                    dtype,
+                )?;
+                LinearWeight::Quantized(QMatMul::QTensor(Arc::new(QTensor::new(
+                    storage,
+                    (rows.len(), cols),
+                )?)))
+            }
+            LinearWeight::Quantized(QMatMul::Tensor(t) | QMatMul::TensorF16(t)) => {
+                LinearWeight::Dense(
+                    t.index_select(&index(t.device())?, 0)?
+                        .to_dtype(DType::F32)?
+                        .contiguous()?,
+                )
+            }
+            LinearWeight::Dense(t) => {
+                LinearWeight::Dense(t.index_select(&index(t.device())?, 0)?.contiguous()?)
+            }
+        };
+        let bias = match &self.bias {
+            Some(b) => Some(b.index_select(&index(b.device())?, 0)?),
+            None => None,
+        };
+        Ok(Linear {
+            weight,
+            bias,
+            out_features: rows.len(),
+        })
+    }
+}
+
 /// A token embedding table, quantised or plain.
 #[derive(Debug, Clone)]
 pub enum Embedding {

@@ -14,7 +14,7 @@ use candle_nn::{Init, VarMap};
 
 /// The saved name of the head's tensor of GGUF-style stem `stem` (`attn_q.weight` ->
 /// `model.mtp_layers.0.self_attn.q_proj.weight`): the name [`crate::model::mtp::MtpHead`] looks for.
-fn var_name(stem: &str) -> String {
+pub fn saved_name(stem: &str) -> String {
     hf_name(&format!("mtp.0.{stem}"), "model.")
 }
 
@@ -77,7 +77,7 @@ impl TrainableHead {
             params.push(("attn_k_norm.weight", vec![hd], true));
         }
         for (stem, shape, in_target) in params {
-            let full = var_name(stem);
+            let full = saved_name(stem);
             let copied = init
                 .filter(|_| in_target)
                 .and_then(|i| i(&format!("blk.{last}.{stem}")))
@@ -118,11 +118,13 @@ impl TrainableHead {
         })?;
         let given: std::collections::HashMap<String, &Tensor> = tensors
             .iter()
-            .map(|(stem, t)| (var_name(stem), t))
+            .map(|(stem, t)| (saved_name(stem), t))
             .collect();
         for (name, var) in data.iter() {
             let t = given.get(name).ok_or_else(|| {
-                crate::error::Error::InvalidArgument(format!("the head to start from has no {name}"))
+                crate::error::Error::InvalidArgument(format!(
+                    "the head to start from has no {name}"
+                ))
             })?;
             if t.dims() != var.dims() {
                 return Err(crate::error::Error::InvalidArgument(format!(
@@ -150,7 +152,7 @@ impl TrainableHead {
         let data = self.vars.data().lock().map_err(|_| {
             crate::error::Error::InvalidArgument("the head's parameters are poisoned".into())
         })?;
-        data.get(&var_name(name))
+        data.get(&saved_name(name))
             .map(|v| v.as_tensor().clone())
             .ok_or_else(|| crate::error::Error::InvalidArgument(format!("no parameter {name}")))
     }
@@ -207,8 +209,7 @@ impl TrainableHead {
             Some(n) if self.cfg.qk_norm => self.norm(&x, n)?,
             _ => x,
         };
-        Ok(x
-            .transpose(1, 2)?
+        Ok(x.transpose(1, 2)?
             .contiguous()?
             .reshape((b * heads, rows, self.cfg.head_dim))?)
     }

@@ -31,15 +31,27 @@ pub struct RowsLoss {
     pub grad: Tensor,
 }
 
-/// The cross-entropy of `softmax(o lm_head^T)` against sparse soft targets (`ids` `[rows, K]`
-/// u32, the target's tokens, most likely first; `weights` `[rows, K]` f32, their probabilities
-/// summing to one), with its gradient with respect to `o` `[rows, hidden]` times `scale`. `o`
-/// is read detached; `lm_head` is `[vocab, hidden]`.
+/// The rows' targets as [`soft_cross_entropy`] reads them.
+pub struct RowTargets<'a> {
+    /// `[rows, K]` u32: the target's likeliest tokens, as rows of the LM head trained through.
+    pub ids: &'a Tensor,
+    /// `[rows, K]` f32: their probabilities, summing to one in a row, or all zero where none of
+    /// the row's tokens is in a reduced vocabulary (such a row adds no loss).
+    pub weights: &'a Tensor,
+    /// `[rows]` u32: the target's likeliest token, a whole-vocabulary id.
+    pub best: &'a Tensor,
+    /// With a reduced vocabulary, its ids `[m]` u32 (the LM head's rows): what the head's argmax
+    /// means.
+    pub vocab: Option<&'a Tensor>,
+}
+
+/// The cross-entropy of `softmax(o lm_head^T)` against sparse soft targets `targets`, with its
+/// gradient with respect to `o` `[rows, hidden]` times `scale`. `o` is read detached;
+/// `lm_head` is `[vocab, hidden]` (a reduced vocabulary's rows, or all).
 pub fn soft_cross_entropy(
     o: &Tensor,
     lm_head: &Tensor,
-    ids: &Tensor,
-    weights: &Tensor,
+    targets: &RowTargets<'_>,
     scale: f64,
 ) -> Result<RowsLoss> {
     let rows = o.dim(0)?;
@@ -48,14 +60,24 @@ pub fn soft_cross_entropy(
     let (mut ce, mut agreed, mut grads) = (vec![], vec![], vec![]);
     for at in (0..rows).step_by(LOGIT_ROWS) {
         let n = LOGIT_ROWS.min(rows - at);
-        let (ids, w) = (ids.narrow(0, at, n)?, weights.narrow(0, at, n)?);
+        let ids = targets.ids.narrow(0, at, n)?;
+        let w = targets.weights.narrow(0, at, n)?;
         let logits = o.narrow(0, at, n)?.matmul(&w_t)?;
         let logp = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
         ce.push((w.mul(&logp.gather(&ids, 1)?)?.sum_all()?.neg())?);
-        let best = ids.narrow(1, 0, 1)?.squeeze(1)?;
-        agreed.push(logits.argmax(D::Minus1)?.eq(&best)?.to_dtype(DType::F32)?);
-        // d ce / d logits = softmax - w (w sums to one per row).
-        let d = logp.exp()?.scatter_add(&ids, &w.neg()?, 1)?;
+        let top = logits.argmax(D::Minus1)?;
+        let top = match targets.vocab {
+            Some(v) => v.index_select(&top, 0)?,
+            None => top,
+        };
+        let best = targets.best.narrow(0, at, n)?;
+        agreed.push(top.eq(&best)?.to_dtype(DType::F32)?);
+        // d ce / d logits = softmax - w where w sums to one, 0 in a row without targets.
+        let has = w.sum_keepdim(1)?.gt(0.0)?.to_dtype(DType::F32)?;
+        let d = logp
+            .exp()?
+            .broadcast_mul(&has)?
+            .scatter_add(&ids, &w.neg()?, 1)?;
         grads.push((d.matmul(lm_head)? * scale)?);
     }
     let hits = Tensor::cat(&agreed, 0)?;
@@ -67,27 +89,45 @@ pub fn soft_cross_entropy(
     })
 }
 
-/// The target's sparse soft targets from its log-probabilities' top entries: token ids and
-/// probabilities renormalised over them, as `[rows, K]` tensors on `device`.
+/// The target's sparse soft targets from its log-probabilities' top entries, as `[rows, K]`
+/// tensors on `device`: token ids (with a reduced vocabulary, `index` maps a token to its row
+/// there, and tokens outside it are left out) and probabilities renormalised over those kept;
+/// and `[rows]` the likeliest token (a whole-vocabulary id).
 pub fn sparse_targets(
     top: &[crate::tree::DepthTopK],
+    index: Option<&[Option<u32>]>,
     device: &candle_core::Device,
-) -> Result<(Tensor, Tensor)> {
+) -> Result<(Tensor, Tensor, Tensor)> {
     let k = TARGET_TOP_K;
-    let (mut ids, mut ws) = (Vec::with_capacity(top.len() * k), Vec::with_capacity(top.len() * k));
+    let rows = top.len();
+    let (mut ids, mut ws) = (Vec::with_capacity(rows * k), Vec::with_capacity(rows * k));
+    let mut best = Vec::with_capacity(rows);
     for row in top {
-        let best = row.log_probs.first().copied().unwrap_or(0.0);
-        let p: Vec<f32> = row.log_probs.iter().map(|l| (l - best).exp()).collect();
-        let sum: f32 = p.iter().sum();
+        best.push(row.tokens.first().copied().unwrap_or(0));
+        let most = row.log_probs.first().copied().unwrap_or(0.0);
+        let kept: Vec<(u32, f32)> = row
+            .tokens
+            .iter()
+            .zip(&row.log_probs)
+            .filter_map(|(&t, &l)| {
+                let at = match index {
+                    Some(index) => index.get(t as usize).copied().flatten()?,
+                    None => t,
+                };
+                Some((at, (l - most).exp()))
+            })
+            .collect();
+        let sum: f32 = kept.iter().map(|(_, p)| p).sum();
         for i in 0..k {
-            // A vocabulary smaller than K: the missing entries repeat the best token at weight 0.
-            ids.push(row.tokens.get(i).or(row.tokens.first()).copied().unwrap_or(0));
-            ws.push(p.get(i).map_or(0.0, |x| x / sum));
+            // Fewer than K kept: the missing entries point at row 0 with weight 0.
+            let (at, p) = kept.get(i).copied().unwrap_or((0, 0.0));
+            ids.push(at);
+            ws.push(if sum > 0.0 { p / sum } else { 0.0 });
         }
     }
-    let rows = top.len();
     Ok((
         Tensor::from_vec(ids, (rows, k), device)?,
         Tensor::from_vec(ws, (rows, k), device)?,
+        Tensor::from_vec(best, rows, device)?,
     ))
 }

@@ -127,7 +127,10 @@ pub fn walk(hits: &[Vec<bool>], first: usize, end: usize) -> Walk {
 pub struct Trainer {
     head: TrainableHead,
     opt: AdamW,
+    /// The LM head trained through: the target's (f32), or its rows of the draft vocabulary.
     lm_head: Tensor,
+    /// The draft vocabulary's ids, ascending (host and device), when there is one.
+    vocab: Option<(Vec<u32>, Tensor)>,
     cos: Tensor,
     sin: Tensor,
     opts: TrainOptions,
@@ -156,6 +159,7 @@ impl Trainer {
             head,
             opt,
             lm_head: target.lm_head_dense()?,
+            vocab: None,
             cos,
             sin,
             opts,
@@ -171,6 +175,52 @@ impl Trainer {
     /// The head, to load a checkpoint into.
     pub fn head_mut(&mut self) -> &mut TrainableHead {
         &mut self.head
+    }
+
+    /// Draft among the tokens `ids` only (ascending, the target's ids; a reduced vocabulary,
+    /// [`crate::model::draft_vocab`]): the head's loss and agreement through the LM head's rows
+    /// of them, the target's probability of other tokens left out of its soft targets. Saved
+    /// with the head ([`Trainer::save`]).
+    pub fn with_draft_vocab(mut self, target: &Decoder, ids: Vec<u32>) -> Result<Self> {
+        let vocab = target.config().vocab_size;
+        if ids.is_empty()
+            || !ids.windows(2).all(|w| w[0] < w[1])
+            || ids.iter().any(|&t| t as usize >= vocab)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "a draft vocabulary must be a set of the target's {vocab} tokens in ascending order"
+            )));
+        }
+        let device = target.device();
+        let on_device = Tensor::from_vec(ids.clone(), ids.len(), device)?;
+        self.lm_head = target.lm_head_dense()?.index_select(&on_device, 0)?;
+        self.cache
+            .set_index(Some(crate::model::draft_vocab::index_of(&ids, vocab)));
+        self.vocab = Some((ids, on_device));
+        Ok(self)
+    }
+
+    /// Write the head to `path` (safetensors, MiMo names: it loads as a drafter), its draft
+    /// vocabulary beside its parameters.
+    pub fn save(&self, path: &std::path::Path) -> Result<()> {
+        let mut tensors: std::collections::HashMap<String, Tensor> = {
+            let data =
+                self.head.vars().data().lock().map_err(|_| {
+                    Error::InvalidArgument("the head's parameters are poisoned".into())
+                })?;
+            data.iter()
+                .map(|(n, v)| (n.clone(), v.as_tensor().clone()))
+                .collect()
+        };
+        if let Some((ids, _)) = &self.vocab {
+            let as_f32: Vec<f32> = ids.iter().map(|&t| t as f32).collect();
+            tensors.insert(
+                head::saved_name(crate::model::draft_vocab::STEM),
+                Tensor::from_vec(as_f32, ids.len(), &candle_core::Device::Cpu)?,
+            );
+        }
+        candle_core::safetensors::save(&tensors, path)
+            .map_err(|e| Error::InvalidArgument(format!("{}: {e}", path.display())))
     }
 
     /// Sequences whose target outputs are kept, and their bytes.
@@ -271,7 +321,7 @@ impl Trainer {
             let at = Tensor::from_vec(at, rows.len(), &device)?;
             let o = unrolled.outputs[j].index_select(&at, 0)?;
             // Each sequence's counted target rows are consecutive: one piece a sequence.
-            let (mut ids, mut ws) = (vec![], vec![]);
+            let (mut ids, mut ws, mut best) = (vec![], vec![], vec![]);
             for (i, out) in outs.iter().enumerate() {
                 let mine: Vec<usize> = rows
                     .iter()
@@ -281,14 +331,19 @@ impl Trainer {
                 if let (Some(&from), n) = (mine.first(), mine.len()) {
                     ids.push(out.ids.narrow(0, from, n)?);
                     ws.push(out.weights.narrow(0, from, n)?);
+                    best.push(out.best.narrow(0, from, n)?);
                 }
             }
             let scale = 1.0 / (rows.len() * steps) as f64;
             let r = loss::soft_cross_entropy(
                 &o,
                 &self.lm_head,
-                &Tensor::cat(&ids, 0)?,
-                &Tensor::cat(&ws, 0)?,
+                &loss::RowTargets {
+                    ids: &Tensor::cat(&ids, 0)?,
+                    weights: &Tensor::cat(&ws, 0)?,
+                    best: &Tensor::cat(&best, 0)?,
+                    vocab: self.vocab.as_ref().map(|(_, v)| v),
+                },
                 scale,
             )?;
             let part = (o * &r.grad)?.sum_all()?;
@@ -336,7 +391,8 @@ impl Trainer {
         let walk = if learn {
             None
         } else {
-            let mut hits: Vec<Vec<Vec<bool>>> = seqs.iter().map(|s| vec![vec![false; s.len()]; k]).collect();
+            let mut hits: Vec<Vec<Vec<bool>>> =
+                seqs.iter().map(|s| vec![vec![false; s.len()]; k]).collect();
             for (j, h) in hit_rows {
                 for (&(_, i, q), x) in counted[j].iter().zip(h.to_vec1::<f32>()?) {
                     hits[i][j][q - j - 1] = x > 0.5;
@@ -349,7 +405,11 @@ impl Trainer {
                 for (j, row) in h.iter_mut().enumerate() {
                     row.truncate(s.len().saturating_sub(j + 3));
                 }
-                let w = self::walk(h, e.answer_from.saturating_sub(1), s.len().saturating_sub(2));
+                let w = self::walk(
+                    h,
+                    e.answer_from.saturating_sub(1),
+                    s.len().saturating_sub(2),
+                );
                 total.steps += w.steps;
                 total.emitted += w.emitted;
             }

@@ -36,6 +36,9 @@ pub struct RunConfig {
     pub data: Vec<PathBuf>,
     /// A head to start from (an `export-head` GGUF) where `out` holds no checkpoint.
     pub init: Option<PathBuf>,
+    /// Tokens the head drafts among: the most frequent in the training answers
+    /// ([`crate::model::draft_vocab`]); 0 or the vocabulary's size: all.
+    pub draft_vocab: usize,
     /// Prompts the target writes itself before answering them (Magpie-style; 0: none).
     pub self_prompts: usize,
     /// Prompt sets never trained on, to measure the head on as it trains (the first
@@ -63,6 +66,9 @@ pub struct RunRecord {
     /// The head training started from (`--init`), if not the target's last layer.
     #[serde(default)]
     pub init: Option<String>,
+    /// Tokens the head drafts among (the target's vocabulary size where it drafts among all).
+    #[serde(default)]
+    pub draft_vocab: usize,
     /// Sequences trained on and held out.
     pub sequences: usize,
     /// Held-out sequences (the last ones).
@@ -485,7 +491,8 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     }
     if step == 0 {
         if let Some(init) = &cfg.init {
-            let tensors = crate::model::mtp_gguf::read_f32(init, &t.name, t.decoder.config(), &device)?;
+            let tensors =
+                crate::model::mtp_gguf::read_f32(init, &t.name, t.decoder.config(), &device)?;
             head.set_from(&tensors)?;
         }
     }
@@ -493,6 +500,21 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     // target's own passes do not go through cuBLAS.
     candle_core::cuda::set_gemm_reduced_precision_f32(true);
     let mut trainer = Trainer::new(&t.decoder, head, cfg.opts)?;
+    // The draft vocabulary: the tokens the target writes most often in the training answers
+    // (the same on resuming: the same data), stop tokens always.
+    let vocab_size = t.decoder.config().vocab_size;
+    let vocab = crate::model::draft_vocab::most_frequent(
+        train
+            .iter()
+            .map(|e| &e.seq[e.answer_from.min(e.seq.len())..]),
+        cfg.draft_vocab,
+        vocab_size,
+        t.tokenizer.stop_ids(),
+    );
+    let vocab_len = vocab.as_ref().map_or(vocab_size, Vec::len);
+    if let Some(ids) = vocab {
+        trainer = trainer.with_draft_vocab(&t.decoder, ids)?;
+    }
     // Epoch e visits the training sequences in an order of its own (seed + e), in batches.
     let epoch = |e: usize| {
         let mut order: Vec<usize> = (0..train.len()).collect();
@@ -543,6 +565,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
                 d
             },
             init: cfg.init.as_ref().map(|p| p.display().to_string()),
+            draft_vocab: vocab_len,
             sequences: sequences.len(),
             held_out: held_out.len(),
             k: cfg.opts.k,
@@ -556,7 +579,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
             eval,
         };
         let tmp = beside(&cfg.out, ".tmp.safetensors");
-        trainer.head().vars().save(&tmp)?;
+        trainer.save(&tmp)?;
         std::fs::rename(&tmp, &cfg.out).map_err(|e| Error::io(&cfg.out, e))?;
         write_json(&record_path, &rec)?;
         Ok::<_, Error>(rec)

@@ -13,15 +13,23 @@ use std::sync::Arc;
 pub struct SequenceTargets {
     /// Pre-norm hidden states of the last layer, `[t, hidden]` f32.
     pub hidden: Tensor,
-    /// Per position, the target's most likely tokens `[t, K]` (u32, most likely first).
+    /// Per position, the target's most likely tokens `[t, K]` (u32, most likely first), as rows
+    /// of the LM head trained through (with a reduced vocabulary, those in it).
     pub ids: Tensor,
     /// Their probabilities, renormalised over them `[t, K]` (f32).
     pub weights: Tensor,
+    /// Per position, the target's likeliest token `[t]` (u32, a whole-vocabulary id).
+    pub best: Tensor,
 }
 
 impl SequenceTargets {
-    /// The target's pass over `seq` (from an empty cache, which it leaves empty).
-    pub fn compute(target: &mut Decoder, seq: &[u32]) -> Result<Self> {
+    /// The target's pass over `seq` (from an empty cache, which it leaves empty); with a reduced
+    /// vocabulary, `index` maps a token to its row there.
+    pub fn compute(
+        target: &mut Decoder,
+        seq: &[u32],
+        index: Option<&[Option<u32>]>,
+    ) -> Result<Self> {
         let last = target.config().n_layers - 1;
         target.reset();
         let out = target.forward(
@@ -35,7 +43,7 @@ impl SequenceTargets {
             .logits
             .ok_or_else(|| Error::InvalidArgument("the target gave no logits".into()))?;
         let top = crate::gpu::row_top_k(&logits, super::loss::TARGET_TOP_K)?;
-        let (ids, weights) = super::loss::sparse_targets(&top, target.device())?;
+        let (ids, weights, best) = super::loss::sparse_targets(&top, index, target.device())?;
         let hidden = out
             .hidden
             .into_iter()
@@ -47,12 +55,13 @@ impl SequenceTargets {
             hidden,
             ids,
             weights,
+            best,
         })
     }
 
     /// Bytes held on the device.
     fn bytes(&self) -> usize {
-        [&self.hidden, &self.ids, &self.weights]
+        [&self.hidden, &self.ids, &self.weights, &self.best]
             .iter()
             .map(|t| t.elem_count() * t.dtype().size_in_bytes())
             .sum()
@@ -65,6 +74,8 @@ pub struct TargetCache {
     kept: HashMap<Vec<u32>, Arc<SequenceTargets>>,
     bytes: usize,
     budget: usize,
+    /// A reduced vocabulary's rows by token ([`SequenceTargets::compute`]).
+    index: Option<Vec<Option<u32>>>,
 }
 
 impl TargetCache {
@@ -74,7 +85,16 @@ impl TargetCache {
             kept: HashMap::new(),
             bytes: 0,
             budget,
+            index: None,
         }
+    }
+
+    /// Targets as rows of a reduced vocabulary (`index`: a token's row there), forgetting those
+    /// kept.
+    pub fn set_index(&mut self, index: Option<Vec<Option<u32>>>) {
+        self.kept.clear();
+        self.bytes = 0;
+        self.index = index;
     }
 
     /// The targets of `seq`: kept ones, or the target's pass (kept if it fits).
@@ -82,7 +102,11 @@ impl TargetCache {
         if let Some(t) = self.kept.get(seq) {
             return Ok(t.clone());
         }
-        let t = Arc::new(SequenceTargets::compute(target, seq)?);
+        let t = Arc::new(SequenceTargets::compute(
+            target,
+            seq,
+            self.index.as_deref(),
+        )?);
         let size = t.bytes();
         if self.bytes + size <= self.budget {
             self.bytes += size;

@@ -1,0 +1,63 @@
+//! A drafter's reduced vocabulary, after FR-Spec (Zhao et al., "FR-Spec: Accelerating
+//! Large-Vocabulary Language Models via Frequency-Ranked Speculative Sampling",
+//! arXiv:2502.14856): the head drafts only among the tokens the target writes most often, so
+//! that its LM head, most of a draft step's work for a vocabulary of 150k, reads a fifth of the
+//! rows. Verification still uses the target's whole vocabulary: a token outside the set is never
+//! drafted, never wrongly accepted, and decoding stays lossless.
+//!
+//! A head file keeps the set as the vector `mtp.{i}.draft_vocab.weight` (token ids as f32, exact
+//! below 2^24, ascending); logits outside it read as [`crate::model::decoder::MASKED`].
+
+use std::collections::BTreeSet;
+
+/// GGUF-style stem of the set's tensor within a head (`mtp.{i}.` before it).
+pub const STEM: &str = "draft_vocab.weight";
+
+/// The `size` tokens that occur most often in `seqs` (ties to the lower id), with every token
+/// of `always` (stop tokens: a draft must be able to end an answer) in place of the least
+/// frequent; ascending ids. The whole vocabulary (`None`) when `size` reaches `vocab`.
+pub fn most_frequent<'a>(
+    seqs: impl IntoIterator<Item = &'a [u32]>,
+    size: usize,
+    vocab: usize,
+    always: &BTreeSet<u32>,
+) -> Option<Vec<u32>> {
+    if size == 0 || size >= vocab {
+        return None;
+    }
+    let mut count = vec![0u64; vocab];
+    for s in seqs {
+        for &t in s {
+            if let Some(c) = count.get_mut(t as usize) {
+                *c += 1;
+            }
+        }
+    }
+    let mut order: Vec<u32> = (0..vocab as u32).collect();
+    order.sort_by_key(|&t| (std::cmp::Reverse(count[t as usize]), t));
+    let always: Vec<u32> = always
+        .iter()
+        .copied()
+        .filter(|&t| (t as usize) < vocab)
+        .collect();
+    let mut chosen: BTreeSet<u32> = always.iter().copied().collect();
+    for t in order {
+        if chosen.len() >= size.max(always.len()) {
+            break;
+        }
+        chosen.insert(t);
+    }
+    Some(chosen.into_iter().collect())
+}
+
+/// For each token of a vocabulary of `vocab`, its index in the set `ids` (ascending), if it is
+/// in it.
+pub fn index_of(ids: &[u32], vocab: usize) -> Vec<Option<u32>> {
+    let mut at = vec![None; vocab];
+    for (i, &t) in ids.iter().enumerate() {
+        if let Some(slot) = at.get_mut(t as usize) {
+            *slot = Some(i as u32);
+        }
+    }
+    at
+}
