@@ -16,7 +16,7 @@ use treespec::model::mtp_gguf::{self, HeadTarget};
 use treespec::model::weights::read_gguf_header;
 use treespec::model::{LoadOptions, LoadedModel};
 use treespec::train::head::TrainableHead;
-use treespec::train::{answers_batched, TrainOptions, Trainer};
+use treespec::train::{answers_batched, Example, TrainOptions, Trainer};
 
 const TRAIN_STEPS: usize = 100;
 
@@ -46,11 +46,19 @@ fn target_and_head(dir: &Path) -> (PathBuf, LoadedModel, PathBuf) {
         k: 2,
         lr: 3e-3,
         max_len: 64,
+        ..Default::default()
     };
     let mut trainer = Trainer::new(&t.decoder, head, train).unwrap();
     for step in 0..TRAIN_STEPS {
         trainer
-            .step(&mut t.decoder, &data[step % data.len()], 0, true)
+            .step(
+                &mut t.decoder,
+                &[Example {
+                    seq: &data[step % data.len()],
+                    answer_from: 0,
+                }],
+                true,
+            )
             .unwrap();
     }
     let file = dir.join("head.safetensors");
