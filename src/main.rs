@@ -58,10 +58,19 @@ enum Command {
 
 #[derive(Args)]
 struct ExportArgs {
-    /// The head (safetensors, from `train-drafter`); its record beside it (HEAD.json) goes into
-    /// the file's metadata.
+    /// The head (safetensors, from `train-drafter`, or a GGUF from `export-head`); its record
+    /// beside it (HEAD.json) goes into the file's metadata.
     #[arg(long)]
     head: PathBuf,
+    /// Draft among only this many tokens (FR-Spec): the most frequent in the answers of --data,
+    /// as `train-drafter --draft-vocab` picks them; 0: the whole vocabulary. Default: the head's
+    /// own set, if it has one.
+    #[arg(long, requires = "data")]
+    draft_vocab: Option<usize>,
+    /// The training data file the head was trained on (HEAD.safetensors.data.json), for
+    /// --draft-vocab.
+    #[arg(long, value_name = "DATA.json")]
+    data: Option<PathBuf>,
     /// The GGUF file to write.
     #[arg(long)]
     out: PathBuf,
@@ -839,9 +848,30 @@ fn run_export(a: ExportArgs) -> anyhow::Result<()> {
     record.push(".json");
     let source = std::fs::read_to_string(&record)
         .unwrap_or_else(|_| format!("exported from {}", a.head.display()));
-    let done = mtp_gguf::export(&a.head, &a.out, format, &target, &source)?;
+    // A draft vocabulary from the data's answers: the target's stop tokens always in it.
+    let vocab = match (a.draft_vocab, &a.data) {
+        (Some(n), Some(data)) => {
+            let answers = treespec::train::run::trained_answers(data)?;
+            let t = load::load_model(&a.target, &treespec::model::LoadOptions::default())?;
+            let ids = treespec::model::draft_vocab::most_frequent(
+                answers.iter().map(Vec::as_slice),
+                n,
+                cfg.vocab_size,
+                t.tokenizer.stop_ids(),
+            );
+            // The whole vocabulary: no set at all.
+            Some(ids.unwrap_or_default())
+        }
+        _ => None,
+    };
+    let done = mtp_gguf::export_with(&a.head, &a.out, format, &target, &source, vocab.as_deref())?;
+    let vocab_note = match &vocab {
+        Some(ids) if ids.is_empty() => ", drafting among the whole vocabulary".to_string(),
+        Some(ids) => format!(", drafting among {} tokens", ids.len()),
+        None => String::new(),
+    };
     println!(
-        "wrote {}: {:.1} MB, {} tensors (matrices in {}), an MTP head for {target}",
+        "wrote {}: {:.1} MB, {} tensors (matrices in {}){vocab_note}, an MTP head for {target}",
         a.out.display(),
         done.bytes as f64 / 1e6,
         done.tensors,

@@ -205,3 +205,51 @@ fn a_head_for_another_shape_is_refused() {
     let err = export(&head, GgmlDType::Q4K, &t).err().unwrap().to_string();
     assert!(err.contains("block of 256"), "{err}");
 }
+
+/// A GGUF head exported again with a draft vocabulary: the same drafts where they fall in the
+/// set, only tokens of the set drafted, and greedy `mtp` and `tree` still exactly `ar`; exported
+/// again with an empty set, the head's own drafts come back.
+#[test]
+fn a_head_exported_with_a_draft_vocabulary_drafts_only_from_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gguf, t, head) = target_and_head(dir.path());
+    let q8 = export(&head, GgmlDType::Q8_0, &t).unwrap();
+    let target = HeadTarget::of(&t.name, t.decoder.config());
+    let ids: Vec<u32> = (0..t.decoder.config().vocab_size as u32)
+        .step_by(3)
+        .collect();
+    let reduced = dir.path().join("reduced.gguf");
+    mtp_gguf::export_with(&q8, &reduced, GgmlDType::Q8_0, &target, "", Some(&ids)).unwrap();
+    let header = read_gguf_header(&reduced).unwrap();
+    assert!(header.tensor_infos.contains_key("mtp.0.draft_vocab.weight"));
+    let (ar, _) = answer(&gguf, &q8, Mode::Ar);
+    let outside = |drafts: &Drafts| {
+        drafts
+            .iter()
+            .flat_map(|(d, _)| d.iter().skip(1))
+            .filter(|d| ids.binary_search(d).is_err())
+            .count()
+    };
+    assert!(
+        outside(&answer(&gguf, &q8, Mode::Tree).1) > 0,
+        "the whole head drafts other tokens"
+    );
+    for mode in [Mode::Mtp, Mode::Tree] {
+        let (tokens, drafts) = answer(&gguf, &reduced, mode);
+        assert_eq!(tokens, ar, "{mode:?}");
+        for (drafted, _) in &drafts {
+            // The root (the tree's first token) is the target's; the drafts are the head's.
+            assert!(
+                drafted.iter().skip(1).all(|d| ids.binary_search(d).is_ok()),
+                "{mode:?}: {drafted:?}"
+            );
+        }
+    }
+    // Dropped again (an empty set): the head's own drafts, bit for bit.
+    let whole = dir.path().join("whole.gguf");
+    mtp_gguf::export_with(&reduced, &whole, GgmlDType::Q8_0, &target, "", Some(&[])).unwrap();
+    assert_eq!(
+        answer(&gguf, &whole, Mode::Tree),
+        answer(&gguf, &q8, Mode::Tree)
+    );
+}

@@ -147,24 +147,61 @@ pub fn export(
     target: &HeadTarget,
     source: &str,
 ) -> Result<Exported> {
+    export_with(head, out, format, target, source, None)
+}
+
+/// [`export`], from a head file that is a safetensors file or a head GGUF (this module's, its
+/// matrices dequantised first), with the draft vocabulary `vocab` (ascending token ids,
+/// [`crate::model::draft_vocab`]) in place of the head's own where one is given (an empty one:
+/// none, the head drafts among the whole vocabulary).
+pub fn export_with(
+    head: &Path,
+    out: &Path,
+    format: GgmlDType,
+    target: &HeadTarget,
+    source: &str,
+    vocab: Option<&[u32]>,
+) -> Result<Exported> {
     let bad = |reason: String| Error::BadCheckpoint {
         path: head.to_path_buf(),
         reason,
     };
-    std::fs::metadata(head).map_err(|e| Error::io(head, e))?;
-    let read =
-        candle_core::safetensors::load(head, &Device::Cpu).map_err(|e| bad(candle_message(&e)))?;
-    let mut named: Vec<(String, Tensor)> = Vec::with_capacity(read.len());
-    for (hf, t) in read {
-        let name = gguf_layer_name(&hf)
-            .filter(|n| n.starts_with("mtp."))
-            .ok_or_else(|| {
-                bad(format!(
-                    "tensor `{hf}` is not an MTP layer's (a head has MiMo names, as `treespec \
-                     train-drafter` writes them)"
-                ))
-            })?;
-        named.push((name, t));
+    let mut magic = [0u8; 4];
+    {
+        use std::io::Read;
+        let mut f = std::fs::File::open(head).map_err(|e| Error::io(head, e))?;
+        // A file shorter than four bytes is no GGUF; the safetensors reader says what it is.
+        let _ = f.read_exact(&mut magic);
+    }
+    let mut named: Vec<(String, Tensor)> = if &magic == b"GGUF" {
+        read_head(head, target, &Device::Cpu)?
+            .into_iter()
+            .map(|(stem, t)| (format!("mtp.0.{stem}"), t))
+            .collect()
+    } else {
+        let read = candle_core::safetensors::load(head, &Device::Cpu)
+            .map_err(|e| bad(candle_message(&e)))?;
+        let mut named = Vec::with_capacity(read.len());
+        for (hf, t) in read {
+            let name = gguf_layer_name(&hf)
+                .filter(|n| n.starts_with("mtp."))
+                .ok_or_else(|| {
+                    bad(format!(
+                        "tensor `{hf}` is not an MTP layer's (a head has MiMo names, as `treespec \
+                         train-drafter` writes them)"
+                    ))
+                })?;
+            named.push((name, t));
+        }
+        named
+    };
+    if let Some(ids) = vocab {
+        let name = format!("mtp.0.{}", crate::model::draft_vocab::STEM);
+        named.retain(|(n, _)| *n != name);
+        if !ids.is_empty() {
+            let as_f32: Vec<f32> = ids.iter().map(|&t| t as f32).collect();
+            named.push((name, Tensor::from_vec(as_f32, ids.len(), &Device::Cpu)?));
+        }
     }
     named.sort_by(|a, b| a.0.cmp(&b.0));
     let proj = named
@@ -254,20 +291,14 @@ pub fn load(
     opts: &LoadOptions,
     context: usize,
 ) -> Result<MtpHead> {
-    check_made_for(path, &content, target_name, cfg)?;
+    check_made_for(path, &content, &HeadTarget::of(target_name, cfg))?;
     let mut store = WeightStore::gguf(path, content, &opts.device, opts.exact)?;
     MtpHead::load(&mut store, cfg, MtpLayout::MiMo, 0, context)
 }
 
 /// Refuse a head file (`path`, its header `content`) that records a target of another shape than
-/// `cfg`, or that holds no head.
-fn check_made_for(
-    path: &Path,
-    content: &gguf_file::Content,
-    target_name: &str,
-    cfg: &ModelConfig,
-) -> Result<()> {
-    let target = HeadTarget::of(target_name, cfg);
+/// `target`, or that holds no head.
+fn check_made_for(path: &Path, content: &gguf_file::Content, target: &HeadTarget) -> Result<()> {
     if let Some(made_for) = HeadTarget::recorded(content) {
         if !made_for.same_shape(&target) {
             return Err(Error::Config(format!(
@@ -294,12 +325,17 @@ pub fn read_f32(
     cfg: &ModelConfig,
     device: &Device,
 ) -> Result<Vec<(String, Tensor)>> {
+    read_head(path, &HeadTarget::of(target_name, cfg), device)
+}
+
+/// [`read_f32`] for a target described by `target`.
+fn read_head(path: &Path, target: &HeadTarget, device: &Device) -> Result<Vec<(String, Tensor)>> {
     let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let content = gguf_file::Content::read(&mut file).map_err(|e| Error::BadGguf {
         path: path.to_path_buf(),
         reason: candle_message(&e),
     })?;
-    check_made_for(path, &content, target_name, cfg)?;
+    check_made_for(path, &content, target)?;
     let names: Vec<String> = content
         .tensor_infos
         .keys()

@@ -194,6 +194,29 @@ struct DataFile {
 /// Most sequences held out for evaluation (a tenth of them, at least one).
 const HELD_OUT_MAX: usize = 32;
 
+/// How many of `n` sequences are held out (the last ones).
+fn held_out_of(n: usize) -> usize {
+    (n / 10).clamp(1, HELD_OUT_MAX)
+}
+
+/// The answers trained on in a run's data file (`HEAD.safetensors.data.json`): each training
+/// sequence (the held-out ones left out, as the run leaves them) from its answer's start. What a
+/// draft vocabulary is chosen from ([`crate::model::draft_vocab::most_frequent`]).
+pub fn trained_answers(path: &Path) -> Result<Vec<Vec<u32>>> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let d: DataFile = serde_json::from_str(&text).map_err(|e| {
+        Error::InvalidArgument(format!("{}: not a training data file: {e}", path.display()))
+    })?;
+    let n = d.sequences.len();
+    let trained = n.saturating_sub(held_out_of(n));
+    Ok(d.sequences
+        .into_iter()
+        .zip(d.answer_from.into_iter().chain(std::iter::repeat(0)))
+        .take(trained)
+        .map(|(s, a)| s[a.min(s.len())..].to_vec())
+        .collect())
+}
+
 /// Longest self-written prompt, in tokens.
 const SELF_PROMPT_TOKENS: usize = 96;
 
@@ -465,7 +488,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
         })
         .collect();
     let eval_data = eval_sets(cfg, &mut t)?;
-    let held = (sequences.len() / 10).clamp(1, HELD_OUT_MAX);
+    let held = held_out_of(sequences.len());
     let (train, held_out) = sequences.split_at(sequences.len() - held);
 
     // The head: the target's last layer as its block, or where a checkpoint exists, that.
