@@ -300,7 +300,7 @@ pub fn load(
 /// `target`, or that holds no head.
 fn check_made_for(path: &Path, content: &gguf_file::Content, target: &HeadTarget) -> Result<()> {
     if let Some(made_for) = HeadTarget::recorded(content) {
-        if !made_for.same_shape(&target) {
+        if !made_for.same_shape(target) {
             return Err(Error::Config(format!(
                 "{}: an MTP head for {made_for}, not for {target}",
                 path.display()
