@@ -69,7 +69,7 @@ struct ExportArgs {
     draft_vocab: Option<usize>,
     /// The training data file the head was trained on (HEAD.safetensors.data.json), for
     /// --draft-vocab.
-    #[arg(long, value_name = "DATA.json")]
+    #[arg(long, value_name = "DATA.json", requires = "draft_vocab")]
     data: Option<PathBuf>,
     /// The GGUF file to write.
     #[arg(long)]
@@ -846,18 +846,21 @@ fn run_export(a: ExportArgs) -> anyhow::Result<()> {
     let target = mtp_gguf::HeadTarget::of(&files.display_name(), &cfg);
     let mut record = a.head.clone().into_os_string();
     record.push(".json");
+    // The record beside the head, or the one a GGUF head carries.
     let source = std::fs::read_to_string(&record)
-        .unwrap_or_else(|_| format!("exported from {}", a.head.display()));
+        .ok()
+        .or_else(|| mtp_gguf::recorded_source(&a.head))
+        .unwrap_or_else(|| format!("exported from {}", a.head.display()));
     // A draft vocabulary from the data's answers: the target's stop tokens always in it.
     let vocab = match (a.draft_vocab, &a.data) {
         (Some(n), Some(data)) => {
             let answers = treespec::train::run::trained_answers(data)?;
-            let t = load::load_model(&a.target, &treespec::model::LoadOptions::default())?;
+            let tokenizer = treespec::model::load_tokenizer(&files)?;
             let ids = treespec::model::draft_vocab::most_frequent(
                 answers.iter().map(Vec::as_slice),
                 n,
                 cfg.vocab_size,
-                t.tokenizer.stop_ids(),
+                tokenizer.stop_ids(),
             );
             // The whole vocabulary: no set at all.
             Some(ids.unwrap_or_default())

@@ -208,9 +208,10 @@ fn only_predictions_of_answer_tokens_count() {
     let answer = trainer.step(&mut t, &one(&seq, 17), false).unwrap();
     assert_eq!(answer.predicted, 3 + 3);
     assert_eq!(answer.agreement.len(), 2);
-    // An answer past the end still counts one prediction a step.
+    // An answer past the end (a prompt longer than the sequences trained on): nothing counts.
     let past = trainer.step(&mut t, &one(&seq, 40), false).unwrap();
-    assert_eq!(past.predicted, 2);
+    assert_eq!(past.predicted, 0);
+    assert_eq!(past.agreement, vec![0.0, 0.0]);
 }
 
 /// Sequences trained side by side (padded to the longest) give each the figures it gets alone:

@@ -82,6 +82,14 @@ pub fn load(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
     load_files(&files, opts)
 }
 
+/// A model's tokenizer alone (no weights read): what needs only its vocabulary and stop tokens.
+pub fn load_tokenizer(files: &ModelFiles) -> Result<TextTokenizer> {
+    match files {
+        ModelFiles::Gguf(path) => TextTokenizer::from_gguf(&read_gguf_header(path)?),
+        ModelFiles::Checkpoint(dir) => TextTokenizer::from_dir(dir),
+    }
+}
+
 /// Load a model from files already on disk.
 pub fn load_files(files: &ModelFiles, opts: &LoadOptions) -> Result<LoadedModel> {
     match files {

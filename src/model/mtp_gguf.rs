@@ -151,7 +151,8 @@ pub fn export(
 }
 
 /// [`export`], from a head file that is a safetensors file or a head GGUF (this module's, its
-/// matrices dequantised first), with the draft vocabulary `vocab` (ascending token ids,
+/// first head's tensors, matrices dequantised first: quantising them again in the format they
+/// were in gives the same values, in another format rounds them once more), with the draft vocabulary `vocab` (ascending token ids,
 /// [`crate::model::draft_vocab`]) in place of the head's own where one is given (an empty one:
 /// none, the head drafts among the whole vocabulary).
 pub fn export_with(
@@ -268,6 +269,18 @@ pub fn export_with(
         bytes,
         tensors: tensors.len(),
     })
+}
+
+/// The free text on where a head came from ([`KEY_SOURCE`]) that the GGUF head file `path`
+/// carries, if it is one and carries it.
+pub fn recorded_source(path: &Path) -> Option<String> {
+    let mut file = std::fs::File::open(path).ok()?;
+    let content = gguf_file::Content::read(&mut file).ok()?;
+    content
+        .metadata
+        .get(KEY_SOURCE)
+        .and_then(|v| v.to_string().ok())
+        .cloned()
 }
 
 /// True when a GGUF file's header is an MTP head's: [`ARCHITECTURE`], or MiMo-layout head

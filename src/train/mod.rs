@@ -303,7 +303,8 @@ impl Trainer {
                     let Some(n) = s.len().checked_sub(j + 1).filter(|&n| n > 0) else {
                         continue;
                     };
-                    let first = (e.answer_from + 1).saturating_sub(j + 2).min(n - 1);
+                    // None when the answer starts past the (cut) sequence: only prompt left.
+                    let first = (e.answer_from + 1).saturating_sub(j + 2);
                     rows.extend((first..n).map(|p| (i * t + p, i, p + j + 1)));
                 }
                 rows

@@ -139,7 +139,11 @@ fn mean_figures(
     let (mut loss, mut rows) = (0.0, 0usize);
     let (mut agreed, mut counted) = (vec![0.0; opts.k], vec![0usize; opts.k]);
     let mut walked = Walk::default();
-    for batch in batches(&order, |i| seqs[i].seq.len(), opts.batch_tokens) {
+    for batch in batches(
+        &order,
+        |i| seqs[i].seq.len().min(opts.max_len),
+        opts.batch_tokens,
+    ) {
         let examples: Vec<Example<'_>> = batch.iter().map(|&i| seqs[i]).collect();
         let r = trainer.step(target, &examples, false)?;
         loss += r.loss * r.predicted as f32;
@@ -488,6 +492,12 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
         })
         .collect();
     let eval_data = eval_sets(cfg, &mut t)?;
+    if sequences.len() < 2 {
+        return Err(Error::InvalidArgument(format!(
+            "training needs at least two answered prompts (one is held out); the data hold {}",
+            sequences.len()
+        )));
+    }
     let held = held_out_of(sequences.len());
     let (train, held_out) = sequences.split_at(sequences.len() - held);
 
@@ -503,6 +513,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     let mut head = TrainableHead::new(t.decoder.config(), &device, cfg.seed, Some(&init))?;
     let record_path = beside(&cfg.out, ".json");
     let mut step = 0;
+    let mut resumed_vocab = None;
     if cfg.out.exists() {
         if let Some(r) = std::fs::read_to_string(&record_path)
             .ok()
@@ -510,6 +521,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
         {
             head.vars_mut().load(&cfg.out)?;
             step = r.step;
+            resumed_vocab = Some(r.draft_vocab).filter(|&v| v > 0);
         }
     }
     if step == 0 {
@@ -535,6 +547,13 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
         t.tokenizer.stop_ids(),
     );
     let vocab_len = vocab.as_ref().map_or(vocab_size, Vec::len);
+    if let Some(was) = resumed_vocab.filter(|&was| was != vocab_len) {
+        return Err(Error::InvalidArgument(format!(
+            "{} was trained drafting among {was} tokens; resume it with the --draft-vocab it was \
+             started with, not one giving {vocab_len}",
+            cfg.out.display()
+        )));
+    }
     if let Some(ids) = vocab {
         trainer = trainer.with_draft_vocab(&t.decoder, ids)?;
     }
@@ -542,7 +561,11 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     let epoch = |e: usize| {
         let mut order: Vec<usize> = (0..train.len()).collect();
         order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(cfg.seed + e as u64));
-        batches(&order, |i| train[i].seq.len(), cfg.opts.batch_tokens)
+        batches(
+            &order,
+            |i| train[i].seq.len().min(cfg.opts.max_len),
+            cfg.opts.batch_tokens,
+        )
     };
     // Where a resumed run goes on: the epoch and batch of its step.
     let (mut e, mut at, mut seen) = (0, 0, 0);
