@@ -234,6 +234,20 @@ fn a_head_exported_with_a_draft_vocabulary_drafts_only_from_it() {
         outside(&answer(&gguf, &q8, Mode::Tree).1) > 0,
         "the whole head drafts other tokens"
     );
+    let (e, _) = build_engine(
+        &gguf.display().to_string(),
+        Some(&reduced.display().to_string()),
+        settings(Mode::Mtp),
+        0,
+        &opts(),
+    )
+    .unwrap();
+    let n = ids.len();
+    let name = e.drafter().unwrap().name().to_string();
+    assert!(
+        name.ends_with(&format!(", drafting among {n} tokens")),
+        "{name}"
+    );
     for mode in [Mode::Mtp, Mode::Tree] {
         let (tokens, drafts) = answer(&gguf, &reduced, mode);
         assert_eq!(tokens, ar, "{mode:?}");

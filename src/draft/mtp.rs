@@ -33,9 +33,13 @@ pub struct MtpDrafter {
 impl MtpDrafter {
     /// A drafter from `head`, for a target shaped as `target`.
     pub fn new(head: MtpHead, target: &ModelConfig, name: impl Into<String>) -> Self {
+        let mut name = name.into();
+        if let Some(v) = head.draft_vocab() {
+            name = format!("{name}, drafting among {} tokens", v.len());
+        }
         MtpDrafter {
             head,
-            name: name.into(),
+            name,
             layers: [target.n_layers - 1],
             hidden: target.hidden,
             pending: None,
