@@ -50,6 +50,14 @@ pub fn most_frequent<'a>(
     Some(chosen.into_iter().collect())
 }
 
+/// True when `ids` is a draft vocabulary for a vocabulary of `vocab`: not empty, ascending, each
+/// id in it.
+pub fn is_set_of(ids: &[u32], vocab: usize) -> bool {
+    !ids.is_empty()
+        && ids.windows(2).all(|w| w[0] < w[1])
+        && ids.iter().all(|&t| (t as usize) < vocab)
+}
+
 /// For each token of a vocabulary of `vocab`, its index in the set `ids` (ascending), if it is
 /// in it.
 pub fn index_of(ids: &[u32], vocab: usize) -> Vec<Option<u32>> {

@@ -146,8 +146,7 @@ impl MtpHead {
                 .into_iter()
                 .map(|x| x as u32)
                 .collect();
-            let ascending = ids.windows(2).all(|w| w[0] < w[1]);
-            if ids.is_empty() || !ascending || ids.iter().any(|&t| t as usize >= cfg.vocab_size) {
+            if !crate::model::draft_vocab::is_set_of(&ids, cfg.vocab_size) {
                 return Err(Error::Config(format!(
                     "the MTP head's draft vocabulary ({} ids) is not a set of the target's {} tokens in ascending order",
                     ids.len(),

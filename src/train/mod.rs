@@ -183,10 +183,7 @@ impl Trainer {
     /// with the head ([`Trainer::save`]).
     pub fn with_draft_vocab(mut self, target: &Decoder, ids: Vec<u32>) -> Result<Self> {
         let vocab = target.config().vocab_size;
-        if ids.is_empty()
-            || !ids.windows(2).all(|w| w[0] < w[1])
-            || ids.iter().any(|&t| t as usize >= vocab)
-        {
+        if !crate::model::draft_vocab::is_set_of(&ids, vocab) {
             return Err(Error::InvalidArgument(format!(
                 "a draft vocabulary must be a set of the target's {vocab} tokens in ascending order"
             )));
@@ -294,55 +291,55 @@ impl Trainer {
         let span = crate::profile::span("train: LM head, loss and its gradient", &device);
         // Chain step j + 1's row p of a sequence of t_s positions predicts the token after
         // position p + j + 1 (the target's distribution there), for rows p < t_s - j - 1 from
-        // the first past the answer's start: per step, the rows (in the batch's `[b * t]`
-        // layout) and the target rows (sequence, position) counted.
-        let counted: Vec<Vec<(usize, usize, usize)>> = (0..k)
+        // the first past the answer's start: per step, each sequence's counted rows.
+        let counted: Vec<Vec<Counted>> = (0..k)
             .map(|j| {
-                let mut rows = vec![];
-                for (i, (s, e)) in seqs.iter().zip(batch).enumerate() {
-                    let Some(n) = s.len().checked_sub(j + 1).filter(|&n| n > 0) else {
-                        continue;
-                    };
-                    // None when the answer starts past the (cut) sequence: only prompt left.
-                    let first = (e.answer_from + 1).saturating_sub(j + 2);
-                    rows.extend((first..n).map(|p| (i * t + p, i, p + j + 1)));
-                }
-                rows
+                seqs.iter()
+                    .zip(batch)
+                    .enumerate()
+                    .filter_map(|(seq, (s, e))| {
+                        let end = s.len().checked_sub(j + 1)?;
+                        // None when the answer starts past the (cut) sequence: only prompt left.
+                        let first = (e.answer_from + 1).saturating_sub(j + 2);
+                        (first < end).then_some(Counted { seq, first, end })
+                    })
+                    .collect()
             })
             .collect();
-        let steps = counted.iter().filter(|c| !c.is_empty()).count().max(1);
+        let counts: Vec<usize> = counted
+            .iter()
+            .map(|c| c.iter().map(Counted::len).sum())
+            .collect();
+        let steps = counts.iter().filter(|&&n| n > 0).count().max(1);
         let mut surrogate: Option<Tensor> = None;
         let mut figures = vec![];
         let mut hit_rows = vec![];
-        for (j, rows) in counted.iter().enumerate() {
-            if rows.is_empty() {
+        for (j, (spans, &n)) in counted.iter().zip(&counts).enumerate() {
+            if n == 0 {
                 continue;
             }
-            let at: Vec<u32> = rows.iter().map(|&(r, _, _)| r as u32).collect();
-            let at = Tensor::from_vec(at, rows.len(), &device)?;
+            let at: Vec<u32> = spans
+                .iter()
+                .flat_map(|c| (c.first..c.end).map(move |p| (c.seq * t + p) as u32))
+                .collect();
+            let at = Tensor::from_vec(at, n, &device)?;
             let o = unrolled.outputs[j].index_select(&at, 0)?;
-            // Each sequence's counted target rows are consecutive: one piece a sequence.
-            let (mut ids, mut ws, mut best) = (vec![], vec![], vec![]);
-            for (i, out) in outs.iter().enumerate() {
-                let mine: Vec<usize> = rows
+            // Row p's target is the sequence's position p + j + 1.
+            let target_rows = |of: fn(&targets::SequenceTargets) -> &Tensor| -> Result<Tensor> {
+                let parts = spans
                     .iter()
-                    .filter(|&&(_, s, _)| s == i)
-                    .map(|&(_, _, p)| p)
-                    .collect();
-                if let (Some(&from), n) = (mine.first(), mine.len()) {
-                    ids.push(out.ids.narrow(0, from, n)?);
-                    ws.push(out.weights.narrow(0, from, n)?);
-                    best.push(out.best.narrow(0, from, n)?);
-                }
-            }
-            let scale = 1.0 / (rows.len() * steps) as f64;
+                    .map(|c| of(&outs[c.seq]).narrow(0, c.first + j + 1, c.len()))
+                    .collect::<candle_core::Result<Vec<_>>>()?;
+                Ok(Tensor::cat(&parts, 0)?)
+            };
+            let scale = 1.0 / (n * steps) as f64;
             let r = loss::soft_cross_entropy(
                 &o,
                 &self.lm_head,
                 &loss::RowTargets {
-                    ids: &Tensor::cat(&ids, 0)?,
-                    weights: &Tensor::cat(&ws, 0)?,
-                    best: &Tensor::cat(&best, 0)?,
+                    ids: &target_rows(|o| &o.ids)?,
+                    weights: &target_rows(|o| &o.weights)?,
+                    best: &target_rows(|o| &o.best)?,
                     vocab: self.vocab.as_ref().map(|(_, v)| v),
                 },
                 scale,
@@ -377,7 +374,6 @@ impl Trainer {
             Tensor::stack(&agreed, 0)?.to_vec1::<f32>()?
         };
         let mut agreed = agreed.into_iter();
-        let counts: Vec<usize> = counted.iter().map(Vec::len).collect();
         let agreement = counts
             .iter()
             .map(|&n| {
@@ -395,8 +391,11 @@ impl Trainer {
             let mut hits: Vec<Vec<Vec<bool>>> =
                 seqs.iter().map(|s| vec![vec![false; s.len()]; k]).collect();
             for (j, h) in hit_rows {
-                for (&(_, i, q), x) in counted[j].iter().zip(h.to_vec1::<f32>()?) {
-                    hits[i][j][q - j - 1] = x > 0.5;
+                let mut h = h.to_vec1::<f32>()?.into_iter();
+                for c in &counted[j] {
+                    for (p, x) in (c.first..c.end).zip(h.by_ref()) {
+                        hits[c.seq][j][p] = x > 0.5;
+                    }
                 }
             }
             let mut total = Walk::default();
@@ -424,6 +423,19 @@ impl Trainer {
             counted: counts,
             walk,
         })
+    }
+}
+
+/// The rows `first..end` of sequence `seq` that a chain step counts.
+struct Counted {
+    seq: usize,
+    first: usize,
+    end: usize,
+}
+
+impl Counted {
+    fn len(&self) -> usize {
+        self.end - self.first
     }
 }
 
