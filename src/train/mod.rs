@@ -59,6 +59,13 @@ pub struct Example<'a> {
     pub answer_from: usize,
 }
 
+impl Example<'_> {
+    /// The answer's tokens (none where it starts past the sequence).
+    pub fn answer(&self) -> &[u32] {
+        &self.seq[self.answer_from.min(self.seq.len())..]
+    }
+}
+
 /// What one optimiser step saw.
 #[derive(Debug, Clone)]
 pub struct StepReport {
@@ -424,6 +431,20 @@ impl Trainer {
             walk,
         })
     }
+}
+
+/// [`batches`] of `examples` (those `order` names) as [`Trainer::step`] reads them: each cut to
+/// `opts.max_len`, up to `opts.batch_tokens` positions a batch.
+pub fn batches_of(
+    examples: &[Example<'_>],
+    order: &[usize],
+    opts: &TrainOptions,
+) -> Vec<Vec<usize>> {
+    batches(
+        order,
+        |i| examples[i].seq.len().min(opts.max_len),
+        opts.batch_tokens,
+    )
 }
 
 /// The rows `first..end` of sequence `seq` that a chain step counts.

@@ -7,7 +7,7 @@
 //! held-out figures; read on resume) and `HEAD.safetensors.data.json` (the token ids trained on).
 
 use super::head::TrainableHead;
-use super::{answers_batched, batches, Example, TrainOptions, Trainer, Walk};
+use super::{answers_batched, batches_of, Example, TrainOptions, Trainer, Walk};
 use crate::bench::{bundled_prompts, load_prompts, PromptSet};
 use crate::error::{Error, Result};
 use crate::model::chat_template::{ChatMessage, Role};
@@ -139,11 +139,7 @@ fn mean_figures(
     let (mut loss, mut rows) = (0.0, 0usize);
     let (mut agreed, mut counted) = (vec![0.0; opts.k], vec![0usize; opts.k]);
     let mut walked = Walk::default();
-    for batch in batches(
-        &order,
-        |i| seqs[i].seq.len().min(opts.max_len),
-        opts.batch_tokens,
-    ) {
+    for batch in batches_of(seqs, &order, opts) {
         let examples: Vec<Example<'_>> = batch.iter().map(|&i| seqs[i]).collect();
         let r = trainer.step(target, &examples, false)?;
         loss += r.loss * r.predicted as f32;
@@ -214,10 +210,10 @@ pub fn trained_answers(path: &Path) -> Result<Vec<Vec<u32>>> {
     let n = d.sequences.len();
     let trained = n.saturating_sub(held_out_of(n));
     Ok(d.sequences
-        .into_iter()
+        .iter()
         .zip(d.answer_from.into_iter().chain(std::iter::repeat(0)))
         .take(trained)
-        .map(|(s, a)| s[a.min(s.len())..].to_vec())
+        .map(|(seq, answer_from)| Example { seq, answer_from }.answer().to_vec())
         .collect())
 }
 
@@ -539,9 +535,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     // (the same on resuming: the same data), stop tokens always.
     let vocab_size = t.decoder.config().vocab_size;
     let vocab = crate::model::draft_vocab::most_frequent(
-        train
-            .iter()
-            .map(|e| &e.seq[e.answer_from.min(e.seq.len())..]),
+        train.iter().map(|e| e.answer()),
         cfg.draft_vocab,
         vocab_size,
         t.tokenizer.stop_ids(),
@@ -561,36 +555,38 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     let epoch = |e: usize| {
         let mut order: Vec<usize> = (0..train.len()).collect();
         order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(cfg.seed + e as u64));
-        batches(
-            &order,
-            |i| train[i].seq.len().min(cfg.opts.max_len),
-            cfg.opts.batch_tokens,
-        )
+        batches_of(train, &order, &cfg.opts)
     };
     // Where a resumed run goes on: the epoch and batch of its step.
-    let (mut e, mut at, mut seen) = (0, 0, 0);
+    let (mut e, mut seen) = (0, 0);
     let mut current = epoch(0);
     while seen + current.len() <= step {
         seen += current.len();
         e += 1;
         current = epoch(e);
     }
-    at += step - seen;
+    let mut at = step - seen;
 
-    let record = |trainer: &mut Trainer, t: &mut crate::model::LoadedModel, step: usize| {
-        let (loss, agree, walked) = mean_figures(trainer, &mut t.decoder, held_out, &cfg.opts)?;
-        let mut eval = vec![];
-        for (set, data) in &eval_data {
-            let seqs: Vec<Example<'_>> = data
+    let eval_examples: Vec<(&String, Vec<Example<'_>>)> = eval_data
+        .iter()
+        .map(|(set, data)| {
+            let seqs = data
                 .iter()
                 .map(|(s, a)| Example {
                     seq: s.as_slice(),
                     answer_from: *a,
                 })
                 .collect();
-            let (_, agreement, w) = mean_figures(trainer, &mut t.decoder, &seqs, &cfg.opts)?;
+            (set, seqs)
+        })
+        .collect();
+    let record = |trainer: &mut Trainer, t: &mut crate::model::LoadedModel, step: usize| {
+        let (loss, agree, walked) = mean_figures(trainer, &mut t.decoder, held_out, &cfg.opts)?;
+        let mut eval = vec![];
+        for (set, seqs) in &eval_examples {
+            let (_, agreement, w) = mean_figures(trainer, &mut t.decoder, seqs, &cfg.opts)?;
             eval.push(EvalFigures {
-                set: set.clone(),
+                set: set.to_string(),
                 simulated_tau: simulated_tau(&agreement),
                 walked_tau: w.tau(),
                 agreement,
