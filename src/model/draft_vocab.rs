@@ -8,6 +8,8 @@
 //! A head file keeps the set as the vector `mtp.{i}.draft_vocab.weight` (token ids as f32, exact
 //! below 2^24, ascending); logits outside it read as [`crate::model::decoder::MASKED`].
 
+use crate::error::Result;
+use candle_core::{DType, Device, Tensor};
 use std::collections::BTreeSet;
 
 /// GGUF-style stem of the set's tensor within a head (`mtp.{i}.` before it).
@@ -56,6 +58,21 @@ pub fn is_set_of(ids: &[u32], vocab: usize) -> bool {
     !ids.is_empty()
         && ids.windows(2).all(|w| w[0] < w[1])
         && ids.iter().all(|&t| (t as usize) < vocab)
+}
+
+/// The set as a head file keeps it: its ids as an f32 vector on the host.
+pub fn to_tensor(ids: &[u32]) -> Result<Tensor> {
+    let as_f32: Vec<f32> = ids.iter().map(|&t| t as f32).collect();
+    Ok(Tensor::from_vec(as_f32, ids.len(), &Device::Cpu)?)
+}
+
+/// The set from the vector a head file keeps ([`to_tensor`]).
+pub fn from_tensor(t: &Tensor) -> Result<Vec<u32>> {
+    Ok(t.to_dtype(DType::F32)?
+        .to_vec1::<f32>()?
+        .into_iter()
+        .map(|x| x as u32)
+        .collect())
 }
 
 /// For each token of a vocabulary of `vocab`, its index in the set `ids` (ascending), if it is

@@ -139,13 +139,7 @@ impl MtpHead {
         let (cos, sin) = rope_tables(cfg, context, None, &device)?;
         let vocab_name = format!("{}.{}", names.block, crate::model::draft_vocab::STEM);
         let vocab = if store.contains(&vocab_name) {
-            let ids: Vec<u32> = store
-                .get_dense(&vocab_name)?
-                .to_dtype(DType::F32)?
-                .to_vec1::<f32>()?
-                .into_iter()
-                .map(|x| x as u32)
-                .collect();
+            let ids = crate::model::draft_vocab::from_tensor(&store.get_dense(&vocab_name)?)?;
             if !crate::model::draft_vocab::is_set_of(&ids, cfg.vocab_size) {
                 return Err(Error::Config(format!(
                     "the MTP head's draft vocabulary ({} ids) is not a set of the target's {} tokens in ascending order",

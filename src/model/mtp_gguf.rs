@@ -200,8 +200,7 @@ pub fn export_with(
         let name = format!("mtp.0.{}", crate::model::draft_vocab::STEM);
         named.retain(|(n, _)| *n != name);
         if !ids.is_empty() {
-            let as_f32: Vec<f32> = ids.iter().map(|&t| t as f32).collect();
-            named.push((name, Tensor::from_vec(as_f32, ids.len(), &Device::Cpu)?));
+            named.push((name, crate::model::draft_vocab::to_tensor(ids)?));
         }
     }
     named.sort_by(|a, b| a.0.cmp(&b.0));

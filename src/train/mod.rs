@@ -217,10 +217,9 @@ impl Trainer {
                 .collect()
         };
         if let Some((ids, _)) = &self.vocab {
-            let as_f32: Vec<f32> = ids.iter().map(|&t| t as f32).collect();
             tensors.insert(
                 head::saved_name(crate::model::draft_vocab::STEM),
-                Tensor::from_vec(as_f32, ids.len(), &candle_core::Device::Cpu)?,
+                crate::model::draft_vocab::to_tensor(ids)?,
             );
         }
         candle_core::safetensors::save(&tensors, path)
