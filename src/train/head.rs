@@ -1,7 +1,8 @@
 //! The MTP head as trainable parameters (candle-nn `VarMap`, saved under MiMo names, so the file loads
 //! as an [`crate::model::mtp::MtpHead`]), with a forward pass written in ops that have gradients
-//! (RMSNorm, RoPE, softmax and attention spelled out) over a batch of whole training sequences side by side, unrolled for
-//! k chain steps with the attention of inference: step 1 is the first pass over the context
+//! (RMSNorm, RoPE, softmax and attention spelled out) over a batch of whole training sequences
+//! side by side, unrolled for k chain steps with the attention of inference: step 1 is the first
+//! pass over the context
 //! (causal); step j at row p sits at position p + j - 1 and sees the context rows 0..=p of step 1
 //! and its own row p of steps 2..=j, as a chain drafted from position p does.
 
@@ -113,9 +114,7 @@ impl TrainableHead {
     /// gives them): a head trained before, to go on training from. Every parameter must be
     /// there, shaped as here.
     pub fn set_from(&mut self, tensors: &[(String, Tensor)]) -> Result<()> {
-        let data = self.vars.data().lock().map_err(|_| {
-            crate::error::Error::InvalidArgument("the head's parameters are poisoned".into())
-        })?;
+        let data = self.locked()?;
         let given: std::collections::HashMap<String, &Tensor> = tensors
             .iter()
             .map(|(stem, t)| (saved_name(stem), t))
@@ -148,11 +147,27 @@ impl TrainableHead {
         &mut self.vars
     }
 
-    fn w(&self, name: &str) -> Result<Tensor> {
-        let data = self.vars.data().lock().map_err(|_| {
+    /// The parameters by saved name, as they are now (to save them).
+    pub fn tensors(&self) -> Result<std::collections::HashMap<String, Tensor>> {
+        Ok(self
+            .locked()?
+            .iter()
+            .map(|(n, v)| (n.clone(), v.as_tensor().clone()))
+            .collect())
+    }
+
+    fn locked(
+        &self,
+    ) -> Result<std::sync::MutexGuard<'_, std::collections::HashMap<String, candle_core::Var>>>
+    {
+        self.vars.data().lock().map_err(|_| {
             crate::error::Error::InvalidArgument("the head's parameters are poisoned".into())
-        })?;
-        data.get(&saved_name(name))
+        })
+    }
+
+    fn w(&self, name: &str) -> Result<Tensor> {
+        self.locked()?
+            .get(&saved_name(name))
             .map(|v| v.as_tensor().clone())
             .ok_or_else(|| crate::error::Error::InvalidArgument(format!("no parameter {name}")))
     }

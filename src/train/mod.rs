@@ -207,15 +207,7 @@ impl Trainer {
     /// Write the head to `path` (safetensors, MiMo names: it loads as a drafter), its draft
     /// vocabulary beside its parameters.
     pub fn save(&self, path: &std::path::Path) -> Result<()> {
-        let mut tensors: std::collections::HashMap<String, Tensor> = {
-            let data =
-                self.head.vars().data().lock().map_err(|_| {
-                    Error::InvalidArgument("the head's parameters are poisoned".into())
-                })?;
-            data.iter()
-                .map(|(n, v)| (n.clone(), v.as_tensor().clone()))
-                .collect()
-        };
+        let mut tensors = self.head.tensors()?;
         if let Some((ids, _)) = &self.vocab {
             tensors.insert(
                 head::saved_name(crate::model::draft_vocab::STEM),
