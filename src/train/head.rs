@@ -2,9 +2,9 @@
 //! as an [`crate::model::mtp::MtpHead`]), with a forward pass written in ops that have gradients
 //! (RMSNorm, RoPE, softmax and attention spelled out) over a batch of whole training sequences
 //! side by side, unrolled for k chain steps with the attention of inference: step 1 is the first
-//! pass over the context
-//! (causal); step j at row p sits at position p + j - 1 and sees the context rows 0..=p of step 1
-//! and its own row p of steps 2..=j, as a chain drafted from position p does.
+//! pass over the context (causal); step j at row p sits at position p + j - 1 and sees the
+//! context rows 0..=p of step 1 and its own row p of steps 2..=j, as a chain drafted from
+//! position p does.
 
 use crate::error::Result;
 use crate::model::config::{ModelConfig, RopeStyle};
