@@ -191,3 +191,42 @@ extern "C" __global__ void gather_rows(const float *__restrict__ table,
   const int i = blockIdx.y * blockDim.x + threadIdx.x;
   if (i < h) x[(size_t)r * h + i] = table[(size_t)ids[r] * h + i];
 }
+
+// An MTP head's chain step, fed its own last output (src/gpu/step_chain.rs). Grid: 1 row; block
+// up to 1024 threads. o = RMSNorm(x) * w1 (the head's final norm: the output a chain feeds back),
+// then q8 = Q8_1(RMSNorm(o) * w2) (the head's hidden-state norm): both norms of the row in one
+// launch, o recomputed from x rather than stored. `qblocks` blocks are written (zero past h).
+extern "C" __global__ void norm2_q8(const float *__restrict__ x, const float *__restrict__ w1,
+                                    const float *__restrict__ w2, block_q8_1_t *__restrict__ q8,
+                                    int h, int qblocks, float eps) {
+  __shared__ float scratch[33];
+  pdl_enter();
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < h; i += blockDim.x) ss = fmaf(x[i], x[i], ss);
+  const float inv1 = rsqrtf(block_sum(ss, scratch) / (float)h + eps);
+  float ss2 = 0.f;
+  for (int i = threadIdx.x; i < h; i += blockDim.x) {
+    const float o = x[i] * inv1 * w1[i];
+    ss2 = fmaf(o, o, ss2);
+  }
+  const float inv2 = rsqrtf(block_sum(ss2, scratch) / (float)h + eps);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (int b = warp; b < qblocks; b += warps) {
+    const int i = b * QK8_1 + lane;
+    const float v = i < h ? x[i] * inv1 * w1[i] * inv2 * w2[i] : 0.f;
+    warp_quantize(v, q8 + b, lane);
+  }
+}
+
+// One thread: the token a greedy chain step took (the first id of its top-k words, an index into
+// `vocab` when the head drafts among a reduced vocabulary) written where the next step's
+// embedding lookup reads its id.
+extern "C" __global__ void next_token(const unsigned int *__restrict__ top,
+                                      const unsigned int *__restrict__ vocab,
+                                      unsigned int *__restrict__ ids) {
+  pdl_enter();
+  if (threadIdx.x == 0) {
+    const unsigned int i = top[0];
+    ids[0] = vocab != nullptr ? vocab[i] : i;
+  }
+}

@@ -309,6 +309,9 @@ enum Kind {
     /// An MTP head on the target's last hidden state (`mtp`: a chain verified by rejection
     /// sampling; `tree`: the DDTree over its chain).
     Mtp,
+    /// The same head drafting among three tokens in four only (a draft vocabulary): its
+    /// logits' columns are those tokens, mapped back to the target's ids.
+    MtpAmong,
 }
 
 fn drafter(kind: Kind, dir: &Path) -> Box<dyn Drafter> {
@@ -322,6 +325,12 @@ fn drafter(kind: Kind, dir: &Path) -> Box<dyn Drafter> {
             let cfg = target_cfg();
             let head = common::random_mtp_head(&cfg, 1, CONTEXT);
             Box::new(MtpDrafter::new(head, &cfg, "mtp"))
+        }
+        Kind::MtpAmong => {
+            let cfg = target_cfg();
+            let among: Vec<u32> = (0..cfg.vocab_size as u32).filter(|t| t % 4 != 3).collect();
+            let head = common::random_mtp_head_among(&cfg, 1, CONTEXT, Some(&among));
+            Box::new(MtpDrafter::new(head, &cfg, "mtp among 3/4 of the tokens"))
         }
     }
 }
@@ -522,6 +531,11 @@ fn dflash_trees_are_lossless() {
 #[test]
 fn mtp_chains_are_lossless() {
     check_lossless(Kind::Mtp, Mode::Mtp, 0, 0.01);
+}
+
+#[test]
+fn mtp_chains_among_a_draft_vocabulary_are_lossless() {
+    check_lossless(Kind::MtpAmong, Mode::Mtp, 0, 0.005);
 }
 
 #[test]

@@ -75,30 +75,65 @@ impl Chain {
         rng: &mut impl Rng,
         next: impl FnMut(u32) -> Result<Tensor>,
     ) -> Result<Chain> {
+        let among = Among {
+            top_k,
+            pick,
+            vocab: None,
+        };
+        Chain::draft_among(first, depth, among, min_chain_prob, rng, next)
+    }
+
+    /// [`Chain::draft`] over logits whose columns are `among.vocab`'s tokens (a drafter's
+    /// reduced vocabulary; the drafted tokens are those ids) or the whole vocabulary.
+    pub fn draft_among(
+        first: Tensor,
+        depth: usize,
+        among: Among,
+        min_chain_prob: f32,
+        rng: &mut impl Rng,
+        next: impl FnMut(u32) -> Result<Tensor>,
+    ) -> Result<Chain> {
         if depth == 0 {
             return Ok(Chain::default());
         }
-        let step = pick_step(&first, pick, top_k, rng)?;
-        Chain { steps: vec![step] }.extend(depth, top_k, pick, min_chain_prob, rng, next)
+        let step = among.pick_step(&first, rng)?;
+        Chain { steps: vec![step] }.extend_among(depth, among, min_chain_prob, rng, next)
     }
 
     /// Draft on after the last token (fed through `next`) until the chain holds `depth` tokens
     /// or a greedy chain's probability falls below `min_chain_prob`.
     pub fn extend(
-        mut self,
+        self,
         depth: usize,
         top_k: usize,
         pick: ChainPick,
         min_chain_prob: f32,
         rng: &mut impl Rng,
+        next: impl FnMut(u32) -> Result<Tensor>,
+    ) -> Result<Chain> {
+        let among = Among {
+            top_k,
+            pick,
+            vocab: None,
+        };
+        self.extend_among(depth, among, min_chain_prob, rng, next)
+    }
+
+    /// [`Chain::extend`] over logits whose columns are `among.vocab`'s tokens.
+    fn extend_among(
+        mut self,
+        depth: usize,
+        among: Among,
+        min_chain_prob: f32,
+        rng: &mut impl Rng,
         mut next: impl FnMut(u32) -> Result<Tensor>,
     ) -> Result<Chain> {
-        while self.steps.len() < depth && self.confident(0, pick, min_chain_prob) {
+        while self.steps.len() < depth && self.confident(0, among.pick, min_chain_prob) {
             let Some(last) = self.steps.last() else {
                 break;
             };
             let logits = next(last.token)?;
-            let step = pick_step(&logits, pick, top_k, rng)?;
+            let step = among.pick_step(&logits, rng)?;
             self.steps.push(step);
         }
         Ok(self)
@@ -115,9 +150,24 @@ impl Chain {
         confident(self.prob(from), pick, min_chain_prob)
     }
 
+    /// A greedy chain from each depth's most probable tokens (depth 1 first): each step takes
+    /// its depth's first token.
+    pub fn greedy(tops: Vec<DepthTopK>) -> Chain {
+        Chain {
+            steps: tops
+                .into_iter()
+                .map(|top| ChainStep {
+                    token: top.tokens.first().copied().unwrap_or(0),
+                    top: Some(top),
+                    q: None,
+                })
+                .collect(),
+        }
+    }
+
     /// The longest prefix of at most `depth` steps that [`Chain::draft`] would have drafted: it
     /// stops after the first step at which the chain is no longer confident.
-    fn cut(mut self, depth: usize, pick: ChainPick, min_chain_prob: f32) -> Chain {
+    pub fn cut(mut self, depth: usize, pick: ChainPick, min_chain_prob: f32) -> Chain {
         let (mut keep, mut p) = (0, 1.0f64);
         for step in self.steps.iter().take(depth) {
             keep += 1;
@@ -150,6 +200,36 @@ impl Chain {
     }
 }
 
+/// How a chain's steps are picked from a drafter's logits rows.
+#[derive(Debug, Clone, Copy)]
+pub struct Among<'a> {
+    /// Most probable tokens a greedy step keeps (a tree's q_d).
+    pub top_k: usize,
+    /// Greedy or drawn.
+    pub pick: ChainPick,
+    /// The token id of each column, where the drafter drafts among fewer tokens than the
+    /// target's (ascending, so that ties still go to the lower id); `None`: column = id.
+    pub vocab: Option<&'a [u32]>,
+}
+
+impl Among<'_> {
+    /// One depth from a logits row over the columns: [`pick_step`], its ids mapped.
+    fn pick_step(&self, logits: &Tensor, rng: &mut impl Rng) -> Result<ChainStep> {
+        let mut step = pick_step(logits, self.pick, self.top_k, rng)?;
+        if let Some(vocab) = self.vocab {
+            let id = |c: u32| vocab.get(c as usize).copied().unwrap_or(0);
+            step.token = id(step.token);
+            for t in step.top.iter_mut().flat_map(|t| t.tokens.iter_mut()) {
+                *t = id(*t);
+            }
+            for (t, _) in step.q.iter_mut().flatten() {
+                *t = id(*t);
+            }
+        }
+        Ok(step)
+    }
+}
+
 /// One depth of a chain from a `[1, vocab]` logits row: the token picked and, for a greedy pick,
 /// the `top_k` most probable tokens (read on the device where the row lives).
 fn pick_step(
@@ -179,12 +259,7 @@ fn greedy_step(logits: &Tensor, top_k: usize) -> Result<ChainStep> {
     let top = row_top_k(logits, top_k.max(1))?
         .pop()
         .ok_or_else(|| Error::InvalidArgument("no drafter logits".into()))?;
-    let token = top.tokens.first().copied().unwrap_or(0);
-    Ok(ChainStep {
-        token,
-        top: Some(top),
-        q: None,
-    })
+    Ok(Chain::greedy(vec![top]).steps.remove(0))
 }
 
 /// A small causal LM used as a drafter.

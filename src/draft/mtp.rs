@@ -8,7 +8,7 @@
 //! head's own output; those chain positions are dropped again afterwards, so the next proposal
 //! overwrites them with the target's hidden states of what was accepted (as vLLM does).
 
-use super::causal::Chain;
+use super::causal::{Among, Chain, ChainPick};
 use super::{Committed, DraftRequest, Drafter, Proposal};
 use crate::error::{Error, Result};
 use crate::model::config::ModelConfig;
@@ -28,13 +28,17 @@ pub struct MtpDrafter {
     hidden: usize,
     /// Target hidden states of positions `head.len()..`, not yet run through the head.
     pending: Option<Tensor>,
+    /// The tokens the head drafts among, when fewer than the target's: the columns of its
+    /// logits ([`MtpHead::logits`]).
+    vocab: Option<Vec<u32>>,
 }
 
 impl MtpDrafter {
     /// A drafter from `head`, for a target shaped as `target`.
     pub fn new(head: MtpHead, target: &ModelConfig, name: impl Into<String>) -> Self {
         let mut name = name.into();
-        if let Some(v) = head.draft_vocab() {
+        let vocab = head.draft_vocab().map(<[u32]>::to_vec);
+        if let Some(v) = &vocab {
             name = format!("{name}, drafting among {} tokens", v.len());
         }
         MtpDrafter {
@@ -43,6 +47,7 @@ impl MtpDrafter {
             layers: [target.n_layers - 1],
             hidden: target.hidden,
             pending: None,
+            vocab,
         }
     }
 
@@ -124,25 +129,35 @@ impl Drafter for MtpDrafter {
             )));
         }
         // Position p pairs h_p with x_{p+1}: the tokens after the pending positions.
-        let o = self.head.forward(req.target, &pending, &seq[start + 1..])?;
+        let y = self
+            .head
+            .block_forward(req.target, &pending, &seq[start + 1..])?;
         let committed = self.head.len();
-        let mut o = o.narrow(0, rows - 1, 1)?;
-        let first = self.head.logits(req.target, &o)?;
+        let y = y.narrow(0, rows - 1, 1)?;
         let depth = req.depth().min(self.head_room());
         let s = req.settings;
+        if req.chain_pick() == ChainPick::Greedy {
+            // The whole chain in one launch where the head's GPU step can draft it.
+            let _span = crate::profile::span("MTP chain (one launch)", y.device());
+            if let Some(tops) = self.head.greedy_chain(req.target, &y, depth, req.top_k())? {
+                let chain = Chain::greedy(tops).cut(depth, ChainPick::Greedy, s.min_chain_prob);
+                return Ok(chain.into_proposal(req.mode, root));
+            }
+        }
+        // Depth by depth (a sampled chain, or no GPU step), over the head's draft vocabulary's
+        // columns when it has one.
+        let mut o = self.head.final_norm(&y)?;
+        let first = self.head.logits(req.target, &o)?;
+        let among = Among {
+            top_k: req.top_k(),
+            pick: req.chain_pick(),
+            vocab: self.vocab.as_deref(),
+        };
         let head = &mut self.head;
-        let chain = Chain::draft(
-            first,
-            depth,
-            req.top_k(),
-            req.chain_pick(),
-            s.min_chain_prob,
-            rng,
-            |token| {
-                o = head.forward(req.target, &o, &[token])?;
-                head.logits(req.target, &o)
-            },
-        )?;
+        let chain = Chain::draft_among(first, depth, among, s.min_chain_prob, rng, |token| {
+            o = head.forward(req.target, &o, &[token])?;
+            head.logits(req.target, &o)
+        })?;
         // The chain's positions are rewritten from the target's states of what is accepted.
         self.head.truncate(committed);
         Ok(chain.into_proposal(req.mode, root))

@@ -126,6 +126,25 @@ pub struct StepInput<'a> {
     pub inputs: Option<&'a Tensor>,
 }
 
+/// An MTP head's own weights beside its block (which its step runs as the one layer, with the
+/// head's final norm as the step's), for greedy chains drafted in one launch
+/// ([`GpuStep::greedy_chain`]).
+pub struct HeadStage<'a> {
+    /// Norm of the hidden state fed in.
+    pub hidden_norm: &'a Tensor,
+    /// Norm of the token's embedding.
+    pub token_norm: &'a Tensor,
+    /// `[hidden, 2 * hidden]` over the two normed halves.
+    pub input_proj: &'a crate::model::weights::Linear,
+    /// The concatenation's order: hidden state first (MiMo) or embedding first.
+    pub hidden_first: bool,
+    /// The LM head rows the head drafts among (the target's LM head, or its rows of a reduced
+    /// vocabulary).
+    pub lm_head: &'a crate::model::weights::Linear,
+    /// The target's token id of each row of `lm_head` (u32 on the step's GPU), when reduced.
+    pub vocab: Option<&'a Tensor>,
+}
+
 #[cfg(feature = "cuda")]
 pub use cuda::GpuStep;
 
@@ -191,6 +210,22 @@ impl GpuStep {
     pub fn dependent_launches(&self) -> bool {
         false
     }
+
+    /// Never set without CUDA.
+    pub fn set_head_stage(&mut self, _s: &HeadStage) -> std::result::Result<(), String> {
+        Err("built without CUDA".into())
+    }
+
+    /// Unreachable: no step exists without CUDA.
+    pub fn greedy_chain(
+        &mut self,
+        _y: &Tensor,
+        _start: usize,
+        _depth: usize,
+        _k: usize,
+    ) -> Result<Vec<crate::tree::DepthTopK>> {
+        Err(Error::Device("no GPU step without CUDA".into()))
+    }
 }
 
 /// A weight as the product kernels (`gpu::products`) read it.
@@ -242,6 +277,8 @@ mod cuda {
         DevicePtrMut, LaunchConfig, PushKernelArg,
     };
     use std::collections::{HashMap, HashSet};
+
+    mod head_chain;
 
     const STEP_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/step.ptx"));
     const ATT_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/attention.ptx"));
@@ -347,6 +384,9 @@ mod cuda {
         /// Whether the pass gathers its input rows from the embedding (else they are copied
         /// into place before it: [`StepInput::inputs`]).
         embed: bool,
+        /// An MTP head's greedy chain of this many depths (`head_chain`; `m` is then its top-k),
+        /// or 0 for a pass.
+        chain: usize,
     }
 
     /// The layers of `layers` as bits of a graph key (whose replays fill the slots in the
@@ -393,6 +433,17 @@ mod cuda {
         }
     }
 
+    /// Device addresses of one pass's per-pass values (a [`Meta`] block in the buffer).
+    #[derive(Clone, Copy)]
+    struct MetaAt {
+        ids: u64,
+        pos: u64,
+        slots: u64,
+        out_slots: u64,
+        table: u64,
+        width: usize,
+    }
+
     /// The decoder step (see the module documentation).
     pub struct GpuStep {
         dev: candle_core::CudaDevice,
@@ -434,6 +485,9 @@ mod cuda {
         /// The step's kernels launch with PDL (`gpu::launch`; of the dp4a products only those
         /// whose kernel waits, [`Dp4a::dependent`]).
         pdl: bool,
+        /// An MTP head's input stage and LM head rows, for greedy chains in one launch
+        /// ([`GpuStep::set_head_stage`]).
+        head: Option<head_chain::HeadChain>,
         _keep: Vec<Tensor>,
     }
 
@@ -598,6 +652,7 @@ mod cuda {
                 tensor_cores: false,
                 replay_on: None,
                 pdl,
+                head: None,
                 _keep: keep,
             })
         }
@@ -656,6 +711,7 @@ mod cuda {
                 chunks,
                 hidden: bits.unwrap_or(0),
                 embed: input.inputs.is_none(),
+                chain: 0,
             };
             let graphed = self.graphs_on
                 && n <= GRAPH_MAX_ROWS
@@ -959,26 +1015,75 @@ mod cuda {
             hidden_layers: &[usize],
             hidden: &mut HiddenOut,
         ) -> Result<()> {
-            let (n, m, chunks) = (key.n, key.m, key.chunks);
+            let (n, m) = (key.n, key.m);
+            let b = self.bufs.as_ref().expect("ensured");
+            let (x, proj) = (
+                b.x.device_ptr(&self.stream).0,
+                b.proj.device_ptr(&self.stream).0,
+            );
+            let q8 = b.q8.device_ptr(&self.stream).0;
+            let at = self.meta_at(meta, 0);
+            if key.embed {
+                self.embed(n, at.ids, x)?;
+            }
+            let pending_hidden = self.launch_layers(n, key.chunks, at, hidden_layers, hidden)?;
+            // x += last down output; final norm of the logits rows into their slots.
+            self.norm_q8(n, x, proj, self.norm, at.out_slots, q8, self.h)?;
+            if let Some(prev) = pending_hidden {
+                self.copy_hidden(n, x, prev, hidden_layers, hidden)?;
+            }
+            if m > 0 {
+                self.matmul(
+                    &[&self.lm_head],
+                    (q8, qblocks(self.h)),
+                    (logits, self.vocab),
+                    m,
+                )?;
+            }
+            Ok(())
+        }
+
+        /// Device addresses of the per-pass values of a metadata block laid out as `meta`,
+        /// starting `first` u32 entries into the metadata buffer.
+        fn meta_at(&self, meta: Meta, first: usize) -> MetaAt {
+            let base = self
+                .bufs
+                .as_ref()
+                .expect("ensured")
+                .meta
+                .device_ptr(&self.stream)
+                .0;
+            let at = |off: usize| base + ((first + off) * 4) as u64;
+            MetaAt {
+                ids: at(meta.ids),
+                pos: at(meta.pos),
+                slots: at(meta.slots),
+                out_slots: at(meta.out_slots),
+                table: at(meta.table),
+                width: meta.width,
+            }
+        }
+
+        /// Every layer of a pass of `n` rows whose inputs are in `x` (`chunks` attention
+        /// chunks, per-pass values at `meta`): the last layer's down output is left in `proj`,
+        /// not yet added to `x`. Returns the last layer if its hidden state is wanted (copied
+        /// out once the residual is added).
+        fn launch_layers(
+            &self,
+            n: usize,
+            chunks: usize,
+            meta: MetaAt,
+            hidden_layers: &[usize],
+            hidden: &mut HiddenOut,
+        ) -> Result<Option<usize>> {
             let b = self.bufs.as_ref().expect("ensured");
             let s = &self.stream;
             let p = |x: &CudaSlice<f32>| x.device_ptr(s).0;
             let (x, proj, q, att, part) = (p(&b.x), p(&b.proj), p(&b.q), p(&b.att), p(&b.part));
             let q8 = b.q8.device_ptr(s).0;
-            let base = b.meta.device_ptr(s).0;
-            let at = |off: usize| base + (off * 4) as u64;
-            let (ids, pos, slots, out_slots, table) = (
-                at(meta.ids),
-                at(meta.pos),
-                at(meta.slots),
-                at(meta.out_slots),
-                at(meta.table),
-            );
+            let (pos, slots, table) = (meta.pos, meta.slots, meta.table);
             let (h, nh, nkv, hd, ffn) = (self.h, self.nh, self.nkv, self.hd, self.ffn);
             let n_i = n as i32;
-            if key.embed {
-                self.embed(n, ids, x)?;
-            }
             let mut pending_hidden: Option<usize> = None;
             for (li, l) in self.layers.iter().enumerate() {
                 // x += previous layer's down output (its residual), norm, quantise.
@@ -1041,15 +1146,7 @@ mod cuda {
                     pending_hidden = Some(li);
                 }
             }
-            // x += last down output; final norm of the logits rows into their slots.
-            self.norm_q8(n, x, proj, self.norm, out_slots, q8, h)?;
-            if let Some(prev) = pending_hidden.take() {
-                self.copy_hidden(n, x, prev, hidden_layers, hidden)?;
-            }
-            if m > 0 {
-                self.matmul(&[&self.lm_head], (q8, qblocks(h)), (logits, self.vocab), m)?;
-            }
-            Ok(())
+            Ok(pending_hidden)
         }
 
         /// Copy the `n x h` hidden states at `x` (layer `layer`'s output) to every slot of
@@ -1142,8 +1239,24 @@ mod cuda {
             q8: u64,
             h: usize,
         ) -> Result<()> {
+            self.norm_q8_blocks(n, x, delta, w, slots, (q8, qblocks(h)), h)
+        }
+
+        /// [`Self::norm_q8`] into rows of `qb` Q8_1 blocks (part of a wider row: an MTP
+        /// head's concatenated input).
+        #[allow(clippy::too_many_arguments)]
+        fn norm_q8_blocks(
+            &self,
+            n: usize,
+            x: u64,
+            delta: u64,
+            w: u64,
+            slots: u64,
+            (q8, qb): (u64, usize),
+            h: usize,
+        ) -> Result<()> {
             let mut b = Launch::new(&self.f.norm_q8);
-            let (h_i, qb_i) = (h as i32, qblocks(h) as i32);
+            let (h_i, qb_i) = (h as i32, qb as i32);
             b.arg(&x)
                 .arg(&delta)
                 .arg(&w)

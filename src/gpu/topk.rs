@@ -90,11 +90,17 @@ pub fn row_top_k(logits: &Tensor, k: usize) -> Result<Vec<DepthTopK>> {
 }
 
 #[cfg(feature = "cuda")]
+pub(crate) use cuda::{depths, launch_top_k, TopKFuncs, TopKScratch};
+
+#[cfg(feature = "cuda")]
 mod cuda {
     use super::*;
     use crate::error::Error;
     use candle_core::CudaDevice;
-    use cudarc::driver::{CudaView, LaunchConfig, PushKernelArg};
+    use cudarc::driver::{
+        CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtr, LaunchConfig, PushKernelArg,
+    };
+    use std::sync::Arc;
 
     const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/topk.ptx"));
     /// Threads per block of the first top-k launch: `TOPK_THREADS` in `kernels/topk.cu`.
@@ -155,64 +161,115 @@ mod cuda {
         })
     }
 
+    /// The two kernels of the device top-k (`kernels/topk.cu`).
+    pub(crate) struct TopKFuncs {
+        part: CudaFunction,
+        merge: CudaFunction,
+    }
+
+    impl TopKFuncs {
+        /// Load (once per device) the kernels.
+        pub(crate) fn load(dev: &CudaDevice) -> Result<Self> {
+            let load = |name| dev.get_or_load_custom_func(name, "treespec_topk", PTX);
+            Ok(TopKFuncs {
+                part: load("row_top_k_part_f32")?.into_cuda_function(),
+                merge: load("row_top_k_merge_f32")?.into_cuda_function(),
+            })
+        }
+    }
+
+    /// Scratch of the first launch for `rows` rows and k up to [`TOP_K_MAX`].
+    pub(crate) struct TopKScratch {
+        v: CudaSlice<f32>,
+        i: CudaSlice<i32>,
+        max: CudaSlice<f32>,
+        sum: CudaSlice<f64>,
+    }
+
+    impl TopKScratch {
+        /// Scratch for `rows` rows.
+        pub(crate) fn new(stream: &Arc<CudaStream>, rows: usize) -> Result<Self> {
+            let slices = rows * SPLIT as usize;
+            // SAFETY: uninitialised device buffers: the first launch writes every candidate and
+            // slice sum before the merge reads them.
+            unsafe {
+                Ok(TopKScratch {
+                    v: stream.alloc::<f32>(slices * TOP_K_MAX).map_err(driver)?,
+                    i: stream.alloc::<i32>(slices * TOP_K_MAX).map_err(driver)?,
+                    max: stream.alloc::<f32>(slices).map_err(driver)?,
+                    sum: stream.alloc::<f64>(slices).map_err(driver)?,
+                })
+            }
+        }
+    }
+
+    /// Queue the top `k` (1..=[`TOP_K_MAX`]) of `rows` rows of `cols` f32 logits at device
+    /// address `x` into `out` (`[rows, 2k + 1]` words: ids, log-probabilities as f32 bits, the
+    /// log-normaliser), with `scratch` for at least `rows` rows. Plain launches (no PDL), so
+    /// they may sit in a captured graph between the decoder step's kernels.
+    pub(crate) fn launch_top_k(
+        stream: &Arc<CudaStream>,
+        f: &TopKFuncs,
+        scratch: &TopKScratch,
+        (x, rows, cols): (u64, usize, usize),
+        k: usize,
+        out: u64,
+    ) -> Result<()> {
+        let p = |s: &CudaSlice<f32>| s.device_ptr(stream).0;
+        let (v, i) = (p(&scratch.v), scratch.i.device_ptr(stream).0);
+        let (max, sum) = (p(&scratch.max), scratch.sum.device_ptr(stream).0);
+        let (cols_i, k_i) = (cols as i32, k as i32);
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, SPLIT, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = stream.launch_builder(&f.part);
+        b.arg(&x)
+            .arg(&cols_i)
+            .arg(&k_i)
+            .arg(&v)
+            .arg(&i)
+            .arg(&max)
+            .arg(&sum);
+        // SAFETY: the arguments match the kernel's signature: a [rows, cols] f32 input,
+        // [rows, SPLIT, k] candidates and [rows, SPLIT] slice sums (the scratch holds rows),
+        // k <= TOPK_MAX (checked by the callers).
+        unsafe { b.launch(cfg) }.map_err(driver)?;
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, 1, 1),
+            block_dim: (MERGE_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = stream.launch_builder(&f.merge);
+        b.arg(&v).arg(&i).arg(&max).arg(&sum).arg(&k_i).arg(&out);
+        // SAFETY: the buffers the first launch filled, and a [rows, 2k + 1] output.
+        unsafe { b.launch(cfg) }.map_err(driver)?;
+        Ok(())
+    }
+
+    /// The `[rows, 2k + 1]` words of [`launch_top_k`] as one [`DepthTopK`] a row.
+    pub(crate) fn depths(words: &[u32], k: usize) -> Vec<DepthTopK> {
+        words
+            .chunks(2 * k + 1)
+            .map(|w| DepthTopK {
+                tokens: w[..k].to_vec(),
+                log_probs: w[k..2 * k].iter().map(|&b| f32::from_bits(b)).collect(),
+            })
+            .collect()
+    }
+
     pub(super) fn row_top_k(dev: &CudaDevice, logits: &Tensor, k: usize) -> Result<Vec<DepthTopK>> {
         with_logits(logits, "top-k", vec![], |x, rows, cols| {
-            let part = dev.get_or_load_custom_func("row_top_k_part_f32", "treespec_topk", PTX)?;
-            let merge = dev.get_or_load_custom_func("row_top_k_merge_f32", "treespec_topk", PTX)?;
+            let f = TopKFuncs::load(dev)?;
             let stream = dev.cuda_stream();
-            let slices = rows * SPLIT as usize;
-            let words = 2 * k + 1;
-            // SAFETY: uninitialised device buffers (no memset launches); the first launch writes
-            // every candidate and slice sum, the merge every output word, before any read.
-            let (mut part_v, mut part_i, mut part_max, mut part_sum, mut out) = unsafe {
-                (
-                    stream.alloc::<f32>(slices * k).map_err(driver)?,
-                    stream.alloc::<i32>(slices * k).map_err(driver)?,
-                    stream.alloc::<f32>(slices).map_err(driver)?,
-                    stream.alloc::<f64>(slices).map_err(driver)?,
-                    stream.alloc::<u32>(rows * words).map_err(driver)?,
-                )
-            };
-            let (cols_i, k_i) = (cols as i32, k as i32);
-            let cfg = LaunchConfig {
-                grid_dim: (rows as u32, SPLIT, 1),
-                block_dim: (THREADS, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            let mut b = part.builder();
-            b.arg(x)
-                .arg(&cols_i)
-                .arg(&k_i)
-                .arg(&mut part_v)
-                .arg(&mut part_i)
-                .arg(&mut part_max)
-                .arg(&mut part_sum);
-            // SAFETY: the arguments match the kernel's signature: a [rows, cols] f32 input,
-            // [rows, SPLIT, k] candidates and [rows, SPLIT] slice sums, k <= TOPK_MAX (checked
-            // by the caller).
-            unsafe { b.launch(cfg) }.map_err(driver)?;
-            let cfg = LaunchConfig {
-                grid_dim: (rows as u32, 1, 1),
-                block_dim: (MERGE_THREADS, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            let mut b = merge.builder();
-            b.arg(&part_v)
-                .arg(&part_i)
-                .arg(&part_max)
-                .arg(&part_sum)
-                .arg(&k_i)
-                .arg(&mut out);
-            // SAFETY: the buffers the first launch filled, and a [rows, 2k + 1] output.
-            unsafe { b.launch(cfg) }.map_err(driver)?;
-            let out = stream.clone_dtoh(&out).map_err(driver)?;
-            Ok(out
-                .chunks(words)
-                .map(|w| DepthTopK {
-                    tokens: w[..k].to_vec(),
-                    log_probs: w[k..2 * k].iter().map(|&b| f32::from_bits(b)).collect(),
-                })
-                .collect())
+            let scratch = TopKScratch::new(&stream, rows)?;
+            // SAFETY: uninitialised (no memset launch); the merge writes every output word.
+            let out = unsafe { stream.alloc::<u32>(rows * (2 * k + 1)) }.map_err(driver)?;
+            let x_ptr = x.device_ptr(&stream).0;
+            let out_ptr = out.device_ptr(&stream).0;
+            launch_top_k(&stream, &f, &scratch, (x_ptr, rows, cols), k, out_ptr)?;
+            Ok(depths(&stream.clone_dtoh(&out).map_err(driver)?, k))
         })
     }
 }

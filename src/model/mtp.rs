@@ -19,7 +19,7 @@
 //! it drafted. The head shares the target's embedding and LM head.
 
 use crate::error::{Error, Result};
-use crate::gpu::step::{GpuStep, StepInput, StepWeights};
+use crate::gpu::step::{GpuStep, HeadStage, StepInput, StepWeights};
 use crate::model::config::ModelConfig;
 use crate::model::decoder::{rope_tables, Decoder};
 use crate::model::kv_cache::KvCache;
@@ -87,6 +87,16 @@ struct HeadVocab {
     lm_head: Option<Linear>,
 }
 
+impl HeadVocab {
+    /// The target's LM head cut to the vocabulary's rows (cut on the first call).
+    fn lm_head(&mut self, target: &Decoder) -> Result<&Linear> {
+        Ok(match &mut self.lm_head {
+            Some(l) => l,
+            slot => slot.insert(target.lm_head_weights().select_rows(&self.ids)?),
+        })
+    }
+}
+
 /// Most rows of one pass of the head's GPU step (a longer context goes in pieces).
 const HEAD_STEP_ROWS: usize = 512;
 
@@ -112,6 +122,9 @@ pub struct MtpHead {
     /// the step cannot run these weights (an f32 head: `treespec export-head` writes Q8_0) and
     /// candle's ops run the block.
     step: Option<std::result::Result<GpuStep, String>>,
+    /// Whether that step drafts greedy chains in one launch ([`MtpHead::greedy_chain`]); set on
+    /// the first chain.
+    chain: Option<bool>,
 }
 
 impl MtpHead {
@@ -169,6 +182,7 @@ impl MtpHead {
             cfg: cfg.clone(),
             vocab,
             step: None,
+            chain: None,
         })
     }
 
@@ -177,31 +191,15 @@ impl MtpHead {
         self.vocab.as_ref().map(|v| v.ids.as_slice())
     }
 
-    /// Logits over the target's vocabulary for the head's outputs `o` `[rows, hidden]` (after
-    /// its final norm): the target's LM head, or with a reduced vocabulary its rows of that set,
-    /// [`crate::model::decoder::MASKED`] elsewhere.
+    /// The head's logits for its outputs `o` `[rows, hidden]` (after its final norm): over the
+    /// target's vocabulary (its LM head), or with a reduced vocabulary over that set's tokens
+    /// only, `[rows, m]` in the order of [`MtpHead::draft_vocab`] (column `c` is token
+    /// `draft_vocab()[c]`; every other token has probability 0).
     pub fn logits(&mut self, target: &Decoder, o: &Tensor) -> Result<Tensor> {
-        let Some(v) = &mut self.vocab else {
-            return target.lm_head(o);
-        };
-        let lm_head = match &mut v.lm_head {
-            Some(l) => l,
-            slot => slot.insert(target.lm_head_weights().select_rows(&v.ids)?),
-        };
-        let sub = lm_head.forward(o)?.to_dtype(DType::F32)?;
-        let rows = o.dim(0)?;
-        let m = v.ids.len();
-        let full = Tensor::full(
-            crate::model::decoder::MASKED,
-            (rows, self.cfg.vocab_size),
-            o.device(),
-        )?;
-        let at = v
-            .on_device
-            .unsqueeze(0)?
-            .broadcast_as((rows, m))?
-            .contiguous()?;
-        Ok(full.scatter(&at, &sub, 1)?)
+        match &mut self.vocab {
+            None => target.lm_head(o),
+            Some(v) => Ok(v.lm_head(target)?.forward(o)?.to_dtype(DType::F32)?),
+        }
     }
 
     /// Positions the cache covers.
@@ -376,13 +374,149 @@ impl MtpHead {
                 )));
             }
         }
+        report.push(self.check_greedy_chain(target, &hidden, tokens)?);
         Ok(report)
+    }
+
+    /// The greedy chain in one launch ([`MtpHead::greedy_chain`]) against the same chain drafted
+    /// depth by depth, from every position of the context in turn (as decoding reaches them):
+    /// the depths whose top token agrees, the largest difference of the top log-probability,
+    /// and whether a second launch (a graph replay) repeats the first. An error where depth 1
+    /// disagrees more than once in twenty or a replay differs.
+    fn check_greedy_chain(
+        &mut self,
+        target: &Decoder,
+        hidden: &Tensor,
+        tokens: &[u32],
+    ) -> Result<String> {
+        const DEPTH: usize = 4;
+        let (n, k) = (tokens.len(), 4);
+        let (mut agree, mut total, mut first_agree, mut starts, mut worst) = (0, 0, 0, 0, 0f32);
+        self.truncate(0);
+        for p in 1..n - 1 {
+            // Position p - 1 committed; its block output starts the chain.
+            let y = self.block_forward(target, &hidden.narrow(0, p - 1, 1)?, &tokens[p..p + 1])?;
+            let fused = self.greedy_chain(target, &y, DEPTH, k)?.ok_or_else(|| {
+                Error::Device("the head's GPU step does not draft chains in one launch".into())
+            })?;
+            if fused != self.greedy_chain(target, &y, DEPTH, k)?.unwrap_or_default() {
+                return Err(Error::Device(format!(
+                    "a second launch of the MTP chain at position {p} gave other tokens"
+                )));
+            }
+            let committed = self.len();
+            let mut o = self.final_norm(&y)?;
+            let mut stepwise = vec![];
+            for d in 0..DEPTH {
+                let mut top = crate::gpu::row_top_k(&self.logits(target, &o)?, k)?.remove(0);
+                if let Some(v) = &self.vocab {
+                    top.tokens.iter_mut().for_each(|t| *t = v.ids[*t as usize]);
+                }
+                if d + 1 < DEPTH {
+                    o = self.forward(target, &o, &top.tokens[..1])?;
+                }
+                stepwise.push(top);
+            }
+            self.truncate(committed);
+            starts += 1;
+            for (d, (a, b)) in fused.iter().zip(&stepwise).enumerate() {
+                if a.tokens[0] != b.tokens[0] {
+                    break; // later depths follow other tokens
+                }
+                agree += 1;
+                first_agree += usize::from(d == 0);
+                worst = worst.max((a.log_probs[0] - b.log_probs[0]).abs());
+            }
+            total += DEPTH;
+        }
+        let line = format!(
+            "MTP chain in one launch vs depth by depth, {starts} starts of {DEPTH} depths: depth 1 agrees on {first_agree}/{starts}, {agree}/{total} depths before a first difference, top log-probability within {worst:.2e}"
+        );
+        if first_agree * 20 < starts * 19 {
+            return Err(Error::Device(format!(
+                "the MTP chain in one launch disagrees with the head drafting depth by depth: {line}"
+            )));
+        }
+        Ok(line)
     }
 
     /// Run rows at consecutive positions from [`MtpHead::len`]: row `r` pairs the hidden state
     /// `hidden[r]` (`[n, hidden]`) with `tokens[r]`. Returns `o` (`[n, hidden]`, after the final
     /// norm: the LM head's input, and the hidden state a chain feeds back).
     pub fn forward(&mut self, target: &Decoder, hidden: &Tensor, tokens: &[u32]) -> Result<Tensor> {
+        let y = self.block_forward(target, hidden, tokens)?;
+        self.final_norm(&y)
+    }
+
+    /// The head's final norm of block outputs `y` (`[n, hidden]`): its outputs `o`.
+    pub fn final_norm(&self, y: &Tensor) -> Result<Tensor> {
+        let eps = self.cfg.rms_eps as f32;
+        Ok(candle_nn::ops::rms_norm(y, &self.final_norm, eps)?)
+    }
+
+    /// Draft a greedy chain of `depth` tokens after the last position the cache covers, from
+    /// that position's block output `y` (`[1, hidden]`, [`MtpHead::block_forward`]'s last row):
+    /// each depth's `k` most probable tokens with their log-probabilities, depth 1 first, in
+    /// one launch of the head's GPU step (`gpu::step`'s `head_chain`) instead of a round trip
+    /// per depth. The cache keeps its length. `None` where that launch cannot run (off a GPU,
+    /// no GPU step, k past [`crate::gpu::TOP_K_MAX`], `TREESPEC_MTP_CHAIN=0`): the caller
+    /// drafts depth by depth.
+    pub fn greedy_chain(
+        &mut self,
+        target: &Decoder,
+        y: &Tensor,
+        depth: usize,
+        k: usize,
+    ) -> Result<Option<Vec<crate::tree::DepthTopK>>> {
+        let off = std::env::var("TREESPEC_MTP_CHAIN").as_deref() == Ok("0");
+        if off || !(1..=crate::gpu::TOP_K_MAX).contains(&k) || depth == 0 {
+            return Ok(None);
+        }
+        let Some(Ok(step)) = &mut self.step else {
+            return Ok(None);
+        };
+        if self.chain.is_none() {
+            if let Some(v) = &mut self.vocab {
+                v.lm_head(target)?;
+            }
+            let lm_head = match self.vocab.as_ref().and_then(|v| v.lm_head.as_ref()) {
+                Some(cut) => cut,
+                None => target.lm_head_weights(),
+            };
+            let set = step.set_head_stage(&HeadStage {
+                hidden_norm: &self.hidden_norm,
+                token_norm: &self.token_norm,
+                input_proj: &self.input_proj,
+                hidden_first: self.hidden_first,
+                lm_head,
+                vocab: self.vocab.as_ref().map(|v| &v.on_device),
+            });
+            if let Err(why) = &set {
+                eprintln!("treespec: the MTP head drafts depth by depth: {why}");
+            }
+            self.chain = Some(set.is_ok());
+        }
+        if self.chain != Some(true) {
+            return Ok(None);
+        }
+        let mut tops = step.greedy_chain(y, self.cache.len(), depth, k)?;
+        if let Some(v) = &self.vocab {
+            for t in &mut tops {
+                for id in &mut t.tokens {
+                    *id = v.ids.get(*id as usize).copied().unwrap_or(0);
+                }
+            }
+        }
+        Ok(Some(tops))
+    }
+
+    /// [`MtpHead::forward`] before the final norm: the block's outputs `y` (`[n, hidden]`).
+    pub fn block_forward(
+        &mut self,
+        target: &Decoder,
+        hidden: &Tensor,
+        tokens: &[u32],
+    ) -> Result<Tensor> {
         let n = tokens.len();
         let start = self.cache.len();
         if hidden.dim(0)? != n {
@@ -417,7 +551,7 @@ impl MtpHead {
         };
         let u = self.input_proj.forward(&cat)?;
         if let Some(y) = self.step_forward(target, &u, start)? {
-            return Ok(candle_nn::ops::rms_norm(&y, &self.final_norm, eps)?);
+            return Ok(y);
         }
         let cos = self.cos.narrow(0, start, n)?;
         let sin = self.sin.narrow(0, start, n)?;
@@ -427,9 +561,7 @@ impl MtpHead {
             &self.cfg,
             u.device(),
         )?;
-        let y = self
-            .block
-            .forward_cached(&u, &cos, &sin, &mut self.cache, &visible)?;
-        Ok(candle_nn::ops::rms_norm(&y, &self.final_norm, eps)?)
+        self.block
+            .forward_cached(&u, &cos, &sin, &mut self.cache, &visible)
     }
 }

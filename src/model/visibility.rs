@@ -93,6 +93,15 @@ impl VisibleKeys {
         }
     }
 
+    /// One new row after `prefix` cached rows that sees them all and itself (what
+    /// [`VisibleKeys::new`] gives for `n` = 1 without a mask, without listing the prefix).
+    pub fn one_causal(prefix: usize) -> Self {
+        VisibleKeys {
+            rows: vec![(prefix + 1, vec![])],
+            total: prefix + 1,
+        }
+    }
+
     /// Rows of the block.
     pub fn len(&self) -> usize {
         self.rows.len()
@@ -175,6 +184,16 @@ impl VisibleKeys {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_causal_row_is_what_new_gives() {
+        for prefix in [0, 1, 7, 300] {
+            assert_eq!(
+                VisibleKeys::one_causal(prefix),
+                VisibleKeys::new(None, None, 1, prefix)
+            );
+        }
+    }
 
     #[test]
     fn causal_rows_are_leading_runs() {

@@ -66,6 +66,17 @@ pub fn random_weights(cfg: &ModelConfig, seed: u64) -> HashMap<String, Tensor> {
 /// A random MiMo-layout MTP head for a target shaped as `cfg` (names `mtp.0.*`; the head uses the
 /// target's embedding and LM head).
 pub fn random_mtp_head(cfg: &ModelConfig, seed: u64, context: usize) -> MtpHead {
+    random_mtp_head_among(cfg, seed, context, None)
+}
+
+/// [`random_mtp_head`] drafting among `vocab` (ascending token ids) only, as a head exported with
+/// a draft vocabulary does.
+pub fn random_mtp_head_among(
+    cfg: &ModelConfig,
+    seed: u64,
+    context: usize,
+    vocab: Option<&[u32]>,
+) -> MtpHead {
     let mut one = cfg.clone();
     one.n_layers = 1;
     let h = cfg.hidden;
@@ -82,6 +93,10 @@ pub fn random_mtp_head(cfg: &ModelConfig, seed: u64, context: usize) -> MtpHead 
         "mtp.0.input_proj.weight".into(),
         t(&[h, 2 * h], 1.0 / (2.0 * h as f32).sqrt(), 0.0),
     );
+    if let Some(v) = vocab {
+        let name = format!("mtp.0.{}", treespec::model::draft_vocab::STEM);
+        m.insert(name, treespec::model::draft_vocab::to_tensor(v).unwrap());
+    }
     let mut store = WeightStore::from_tensors(m, &Device::Cpu);
     MtpHead::load(&mut store, cfg, MtpLayout::MiMo, 0, context).unwrap()
 }
