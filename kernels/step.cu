@@ -71,10 +71,13 @@ __device__ __forceinline__ float block_sum(float v, float *scratch) {
 }
 
 // Grid: n rows; block up to 1024 threads. Row r: x[r] += delta[r] (when delta is set, written back),
-// then q8[slot] = Q8_1(x[r] / rms(x[r]) * w) with slot = slots ? slots[r] : r (negative: skip).
+// then q8[slot] = Q8_1(x[r] / rms(x[r]) * w) with slot = slots ? slots[r] : r (negative: skip):
+// `qblocks` blocks at q8 + slot * stride (stride > qblocks: one part of a wider row, an MTP head's
+// concatenated input).
 extern "C" __global__ void norm_q8(float *__restrict__ x, const float *__restrict__ delta,
                                    const float *__restrict__ w, const int *__restrict__ slots,
-                                   block_q8_1_t *__restrict__ q8, int h, int qblocks, float eps) {
+                                   block_q8_1_t *__restrict__ q8, int h, int qblocks, int stride,
+                                   float eps) {
   __shared__ float scratch[33];
   pdl_enter();
   const int r = blockIdx.x;
@@ -93,7 +96,7 @@ extern "C" __global__ void norm_q8(float *__restrict__ x, const float *__restric
   if (slot < 0) return;
   const float inv = rsqrtf(total / (float)h + eps);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  block_q8_1_t *out = q8 + (size_t)slot * qblocks;
+  block_q8_1_t *out = q8 + (size_t)slot * stride;
   for (int b = warp; b < qblocks; b += warps) {
     const int i = b * QK8_1 + lane;
     const float v = i < h ? xr[i] * inv * w[i] : 0.f;

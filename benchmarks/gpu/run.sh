@@ -103,12 +103,14 @@ for what in "$@"; do
         --drafter "$S/head/head.gguf" --mode mtp -p "$prompt" --max-tokens 256 2>&1 >/dev/null | tail -1)"
     done; done | tee -a "$OUT/head-check.txt" ;;
   train-carry)
-    # An exported head and its data carried in (.stage/head-i/: head.gguf.NN and
-    # head.data.json.gz, as train-export brought them back; 57 MB, one call): the head to start
-    # from ($S/head/init.gguf, INIT= for train-start) and the data, so that nothing is generated
-    # again (train-start with the SELF_PROMPTS and ANSWER_TOKENS it was made with).
-    mkdir -p "$S/head" && cat .stage/head-i/head.gguf.* > "$S/head/init.gguf" \
-      && gunzip -c .stage/head-i/head.data.json.gz > "$S/head/head.safetensors.data.json" && ls -la "$S/head" ;;
+    # An exported head and its data carried in (HEAD_DIR, .stage/head-i/ by default: head.gguf.NN
+    # and head.data.json.gz, as train-export brought them back; 57 MB, two calls with the tree):
+    # the head to start from ($S/head/init.gguf, INIT= for train-start) and the data, so that
+    # nothing is generated again (train-start with the SELF_PROMPTS and ANSWER_TOKENS it was made
+    # with).
+    hd="${HEAD_DIR:-.stage/head-i}"
+    mkdir -p "$S/head" && cat "$hd"/head.gguf.* > "$S/head/init.gguf" \
+      && gunzip -c "$hd/head.data.json.gz" > "$S/head/head.safetensors.data.json" && ls -la "$S/head" ;;
   train-restore)
     # A head fetched in an earlier session, carried back in (as the models are: .stage/head/
     # head.tar.gz.NN, 50 MiB a call), unpacked where train-start resumes from it.

@@ -6,11 +6,14 @@
 //! the target has run since wait in `pending`. A proposal first runs the pending positions (the
 //! last of them, paired with the root, gives depth 1), then feeds each drafted token back with the
 //! head's own output; those chain positions are dropped again afterwards, so the next proposal
-//! overwrites them with the target's hidden states of what was accepted (as vLLM does).
+//! overwrites them with the target's hidden states of what was accepted (as vLLM does). On a GPU a
+//! greedy chain is drafted in one launch of the head's step ([`MtpHead::greedy_chain`]), the
+//! pending positions' pass in the same launch where that is turned on.
 
 use super::causal::{Among, Chain, ChainPick};
 use super::{Committed, DraftRequest, Drafter, Proposal};
 use crate::error::{Error, Result};
+use crate::gpu::step::ChainStart;
 use crate::model::config::ModelConfig;
 use crate::model::mtp::MtpHead;
 use candle_core::Tensor;
@@ -129,20 +132,23 @@ impl Drafter for MtpDrafter {
             )));
         }
         // Position p pairs h_p with x_{p+1}: the tokens after the pending positions.
-        let y = self
-            .head
-            .block_forward(req.target, &pending, &seq[start + 1..])?;
+        let tokens = &seq[start + 1..];
+        let depth = req.depth().min(self.room_after(rows));
+        let s = req.settings;
+        // The pending positions and the whole chain in one launch, where the head's GPU step
+        // can; else the pending positions first and the chain in one launch.
+        let from = ChainStart::CatchUp {
+            hidden: &pending,
+            tokens,
+        };
+        if let Some(p) = self.one_launch(req, from, depth, root)? {
+            return Ok(p);
+        }
+        let y = self.head.block_forward(req.target, &pending, tokens)?;
         let committed = self.head.len();
         let y = y.narrow(0, rows - 1, 1)?;
-        let depth = req.depth().min(self.head_room());
-        let s = req.settings;
-        if req.chain_pick() == ChainPick::Greedy {
-            // The whole chain in one launch where the head's GPU step can draft it.
-            let _span = crate::profile::span("MTP chain (one launch)", y.device());
-            if let Some(tops) = self.head.greedy_chain(req.target, &y, depth, req.top_k())? {
-                let chain = Chain::greedy(tops).cut(depth, ChainPick::Greedy, s.min_chain_prob);
-                return Ok(chain.into_proposal(req.mode, root));
-            }
+        if let Some(p) = self.one_launch(req, ChainStart::Row(&y), depth, root)? {
+            return Ok(p);
         }
         // Depth by depth (a sampled chain, or no GPU step), over the head's draft vocabulary's
         // columns when it has one.
@@ -173,8 +179,35 @@ impl Drafter for MtpDrafter {
 }
 
 impl MtpDrafter {
-    /// Chain positions the head's cache can still hold.
-    fn head_room(&self) -> usize {
-        self.head.capacity().saturating_sub(self.head.len()).max(1)
+    /// A greedy chain's proposal drafted in one launch of the head's GPU step
+    /// ([`MtpHead::greedy_chain`]) `from` a block output or a catch-up, cut where the chain's
+    /// own probability falls below the settings' threshold; `None` where the chain is sampled
+    /// or that launch cannot run.
+    fn one_launch(
+        &mut self,
+        req: &DraftRequest<'_>,
+        from: ChainStart,
+        depth: usize,
+        root: u32,
+    ) -> Result<Option<Proposal>> {
+        if req.chain_pick() != ChainPick::Greedy {
+            return Ok(None);
+        }
+        let _span = crate::profile::span("MTP chain (one launch)", req.target.device());
+        let Some(tops) = self
+            .head
+            .greedy_chain(req.target, from, depth, req.top_k())?
+        else {
+            return Ok(None);
+        };
+        let min_chain_prob = req.settings.min_chain_prob;
+        let chain = Chain::greedy(tops).cut(depth, ChainPick::Greedy, min_chain_prob);
+        Ok(Some(chain.into_proposal(req.mode, root)))
+    }
+
+    /// Chain positions the head's cache can hold once `rows` more positions are run.
+    fn room_after(&self, rows: usize) -> usize {
+        let used = self.head.len() + rows;
+        self.head.capacity().saturating_sub(used).max(1)
     }
 }

@@ -145,6 +145,24 @@ pub struct HeadStage<'a> {
     pub vocab: Option<&'a Tensor>,
 }
 
+/// Where a greedy chain of an MTP head ([`GpuStep::greedy_chain`]) starts.
+#[derive(Clone, Copy)]
+pub enum ChainStart<'a> {
+    /// The block's output (`[1, hidden]`, before the final norm) at the position before
+    /// `start`: depth 1 reads it.
+    Row(&'a Tensor),
+    /// A catch-up pass first: the target's hidden states `[n, hidden]` of positions
+    /// `start..start + n`, each paired with the token after it (`tokens`), their K/V written to
+    /// the head's cache (the caller counts them); the last row's output starts the chain.
+    /// Not at position 0 (whose embedding the head zeroes).
+    CatchUp {
+        /// The target's hidden states.
+        hidden: &'a Tensor,
+        /// The token paired with each row.
+        tokens: &'a [u32],
+    },
+}
+
 #[cfg(feature = "cuda")]
 pub use cuda::GpuStep;
 
@@ -219,7 +237,7 @@ impl GpuStep {
     /// Unreachable: no step exists without CUDA.
     pub fn greedy_chain(
         &mut self,
-        _y: &Tensor,
+        _from: ChainStart,
         _start: usize,
         _depth: usize,
         _k: usize,
@@ -1239,11 +1257,12 @@ mod cuda {
             q8: u64,
             h: usize,
         ) -> Result<()> {
-            self.norm_q8_blocks(n, x, delta, w, slots, (q8, qblocks(h)), h)
+            let qb = qblocks(h);
+            self.norm_q8_blocks(n, x, delta, w, slots, (q8, qb, qb), h)
         }
 
-        /// [`Self::norm_q8`] into rows of `qb` Q8_1 blocks (part of a wider row: an MTP
-        /// head's concatenated input).
+        /// [`Self::norm_q8`] into `qb` Q8_1 blocks of rows `stride` blocks apart (part of a
+        /// wider row: an MTP head's concatenated input).
         #[allow(clippy::too_many_arguments)]
         fn norm_q8_blocks(
             &self,
@@ -1252,11 +1271,11 @@ mod cuda {
             delta: u64,
             w: u64,
             slots: u64,
-            (q8, qb): (u64, usize),
+            (q8, qb, stride): (u64, usize, usize),
             h: usize,
         ) -> Result<()> {
             let mut b = Launch::new(&self.f.norm_q8);
-            let (h_i, qb_i) = (h as i32, qb as i32);
+            let (h_i, qb_i, stride_i) = (h as i32, qb as i32, stride as i32);
             b.arg(&x)
                 .arg(&delta)
                 .arg(&w)
@@ -1264,6 +1283,7 @@ mod cuda {
                 .arg(&q8)
                 .arg(&h_i)
                 .arg(&qb_i)
+                .arg(&stride_i)
                 .arg(&self.eps);
             let cfg = LaunchConfig {
                 grid_dim: (n as u32, 1, 1),

@@ -19,7 +19,7 @@
 //! it drafted. The head shares the target's embedding and LM head.
 
 use crate::error::{Error, Result};
-use crate::gpu::step::{GpuStep, HeadStage, StepInput, StepWeights};
+use crate::gpu::step::{ChainStart, GpuStep, HeadStage, StepInput, StepWeights};
 use crate::model::config::ModelConfig;
 use crate::model::decoder::{rope_tables, Decoder};
 use crate::model::kv_cache::KvCache;
@@ -375,6 +375,9 @@ impl MtpHead {
             }
         }
         report.push(self.check_greedy_chain(target, &hidden, tokens)?);
+        if std::env::var("TREESPEC_MTP_CATCH_UP").as_deref() == Ok("1") {
+            report.push(self.check_catch_up(target, &hidden, tokens)?);
+        }
         Ok(report)
     }
 
@@ -396,10 +399,15 @@ impl MtpHead {
         for p in 1..n - 1 {
             // Position p - 1 committed; its block output starts the chain.
             let y = self.block_forward(target, &hidden.narrow(0, p - 1, 1)?, &tokens[p..p + 1])?;
-            let fused = self.greedy_chain(target, &y, DEPTH, k)?.ok_or_else(|| {
+            let row = ChainStart::Row(&y);
+            let fused = self.greedy_chain(target, row, DEPTH, k)?.ok_or_else(|| {
                 Error::Device("the head's GPU step does not draft chains in one launch".into())
             })?;
-            if fused != self.greedy_chain(target, &y, DEPTH, k)?.unwrap_or_default() {
+            if fused
+                != self
+                    .greedy_chain(target, row, DEPTH, k)?
+                    .unwrap_or_default()
+            {
                 return Err(Error::Device(format!(
                     "a second launch of the MTP chain at position {p} gave other tokens"
                 )));
@@ -440,6 +448,60 @@ impl MtpHead {
         Ok(line)
     }
 
+    /// The catch-up pass in the chain's launch (`TREESPEC_MTP_CATCH_UP=1`) against the catch-up
+    /// through [`MtpHead::block_forward`] followed by the chain: over passes of 1-4 rows at
+    /// positions through the context, the depths whose top token agrees before a first
+    /// difference. An error where depth 1 disagrees more than once in ten.
+    fn check_catch_up(
+        &mut self,
+        target: &Decoder,
+        hidden: &Tensor,
+        tokens: &[u32],
+    ) -> Result<String> {
+        const DEPTH: usize = 4;
+        let n = tokens.len();
+        let (mut agree, mut total, mut first_agree, mut passes) = (0, 0, 0, 0);
+        for p in (5..n - 1).step_by(3) {
+            let rows = 1 + p % 4;
+            let at = p - rows; // the pass covers positions at..p
+            let (h, t) = (hidden.narrow(0, at, rows)?, &tokens[at + 1..p + 1]);
+            self.truncate(0);
+            self.block_forward(target, &hidden.narrow(0, 0, at)?, &tokens[1..at + 1])?;
+            let from = ChainStart::CatchUp {
+                hidden: &h,
+                tokens: t,
+            };
+            let fused = self.greedy_chain(target, from, DEPTH, 4)?.ok_or_else(|| {
+                Error::Device("the head's GPU step does not run the catch-up in its chain".into())
+            })?;
+            self.truncate(at);
+            let y = self.block_forward(target, &h, t)?;
+            let y = y.narrow(0, rows - 1, 1)?;
+            let apart = self
+                .greedy_chain(target, ChainStart::Row(&y), DEPTH, 4)?
+                .unwrap_or_default();
+            passes += 1;
+            for (d, (a, b)) in fused.iter().zip(&apart).enumerate() {
+                if a.tokens[0] != b.tokens[0] {
+                    break;
+                }
+                agree += 1;
+                first_agree += usize::from(d == 0);
+            }
+            total += DEPTH;
+        }
+        self.truncate(0);
+        let line = format!(
+            "MTP catch-up in the chain's launch vs before it, {passes} passes of 1-4 rows: depth 1 agrees on {first_agree}/{passes}, {agree}/{total} depths before a first difference"
+        );
+        if first_agree * 10 < passes * 9 {
+            return Err(Error::Device(format!(
+                "the MTP catch-up in the chain's launch disagrees with the catch-up before it: {line}"
+            )));
+        }
+        Ok(line)
+    }
+
     /// Run rows at consecutive positions from [`MtpHead::len`]: row `r` pairs the hidden state
     /// `hidden[r]` (`[n, hidden]`) with `tokens[r]`. Returns `o` (`[n, hidden]`, after the final
     /// norm: the LM head's input, and the hidden state a chain feeds back).
@@ -454,23 +516,40 @@ impl MtpHead {
         Ok(candle_nn::ops::rms_norm(y, &self.final_norm, eps)?)
     }
 
-    /// Draft a greedy chain of `depth` tokens after the last position the cache covers, from
-    /// that position's block output `y` (`[1, hidden]`, [`MtpHead::block_forward`]'s last row):
-    /// each depth's `k` most probable tokens with their log-probabilities, depth 1 first, in
-    /// one launch of the head's GPU step (`gpu::step`'s `head_chain`) instead of a round trip
-    /// per depth. The cache keeps its length. `None` where that launch cannot run (off a GPU,
-    /// no GPU step, k past [`crate::gpu::TOP_K_MAX`], `TREESPEC_MTP_CHAIN=0`): the caller
-    /// drafts depth by depth.
+    /// Draft a greedy chain of `depth` tokens after the last position the cache covers: each
+    /// depth's `k` most probable tokens with their log-probabilities, depth 1 first, in one
+    /// launch of the head's GPU step (`gpu::step`'s `head_chain`) instead of a round trip per
+    /// depth. `from` is that position's block output (`[1, hidden]`, [`MtpHead::block_forward`]'s
+    /// last row; the cache keeps its length), or the target's hidden states of the positions
+    /// not yet run through the head, with their tokens, which the same launch runs first (the
+    /// cache then covers them; off unless `TREESPEC_MTP_CATCH_UP=1`, not yet run on a GPU).
+    /// `None` where that launch cannot run (off a GPU, no GPU step, k past
+    /// [`crate::gpu::TOP_K_MAX`], a catch-up at position 0 or of more rows than a graph takes,
+    /// `TREESPEC_MTP_CHAIN=0`): the caller drafts depth by depth.
     pub fn greedy_chain(
         &mut self,
         target: &Decoder,
-        y: &Tensor,
+        from: ChainStart,
         depth: usize,
         k: usize,
     ) -> Result<Option<Vec<crate::tree::DepthTopK>>> {
         let off = std::env::var("TREESPEC_MTP_CHAIN").as_deref() == Ok("0");
         if off || !(1..=crate::gpu::TOP_K_MAX).contains(&k) || depth == 0 {
             return Ok(None);
+        }
+        let start = self.cache.len();
+        if let ChainStart::CatchUp { tokens, .. } = from {
+            let on = std::env::var("TREESPEC_MTP_CATCH_UP").as_deref() == Ok("1");
+            let n = tokens.len();
+            if !on || start == 0 || n == 0 || n > crate::gpu::step::GRAPH_MAX_ROWS {
+                return Ok(None);
+            }
+            if start + n > self.cache.capacity() {
+                return Err(Error::ContextOverflow {
+                    prompt: start + n,
+                    context: self.cache.capacity(),
+                });
+            }
         }
         let Some(Ok(step)) = &mut self.step else {
             return Ok(None);
@@ -499,7 +578,10 @@ impl MtpHead {
         if self.chain != Some(true) {
             return Ok(None);
         }
-        let mut tops = step.greedy_chain(y, self.cache.len(), depth, k)?;
+        let mut tops = step.greedy_chain(from, start, depth, k)?;
+        if let ChainStart::CatchUp { tokens, .. } = from {
+            self.cache.advance(tokens.len())?;
+        }
         if let Some(v) = &self.vocab {
             for t in &mut tops {
                 for id in &mut t.tokens {

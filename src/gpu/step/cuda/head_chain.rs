@@ -17,6 +17,7 @@
 //! its cache as it was, and the next catch-up pass writes over them.
 
 use super::*;
+use crate::gpu::step::ChainStart;
 use crate::gpu::topk::{depths, launch_top_k, TopKFuncs, TopKScratch};
 use crate::model::visibility::VisibleKeys;
 use crate::tree::DepthTopK;
@@ -132,13 +133,13 @@ impl GpuStep {
         Ok(())
     }
 
-    /// Draft a greedy chain of `depth` tokens (see the module documentation) from `y`
-    /// (`[1, hidden]`, the block's output at position `start - 1`, before the final norm): per
-    /// depth the `k` (1..=[`TOP_K_MAX`]) most probable rows of the head's LM head, as indices
-    /// into those rows, with their log-probabilities. Needs [`Self::set_head_stage`].
+    /// Draft a greedy chain of `depth` tokens (see the module documentation) `from` a block
+    /// output or after a catch-up pass ([`ChainStart`]; its first position `start`): per depth
+    /// the `k` (1..=[`TOP_K_MAX`]) most probable rows of the head's LM head, as indices into
+    /// those rows, with their log-probabilities. Needs [`Self::set_head_stage`].
     pub fn greedy_chain(
         &mut self,
-        y: &Tensor,
+        from: ChainStart,
         start: usize,
         depth: usize,
         k: usize,
@@ -152,28 +153,59 @@ impl GpuStep {
                 "a chain of {depth} depths with top-{k}"
             )));
         }
+        let (input, tokens) = match from {
+            ChainStart::Row(y) => (y, &[][..]),
+            ChainStart::CatchUp { hidden, tokens } => (hidden, tokens),
+        };
+        let n = tokens.len();
+        let input = input.to_dtype(candle_core::DType::F32)?.contiguous()?;
+        let catch_up = matches!(from, ChainStart::CatchUp { .. });
+        if input.dims() != [n.max(1), self.h] || (catch_up && (n == 0 || start == 0)) {
+            return Err(Error::InvalidArgument(format!(
+                "MTP chain: start rows {:?} for {n} tokens at position {start}",
+                input.dims()
+            )));
+        }
+        if n > GRAPH_MAX_ROWS {
+            return Err(Error::InvalidArgument(format!(
+                "MTP chain: a catch-up of {n} rows (at most {GRAPH_MAX_ROWS})"
+            )));
+        }
         let capacity = self.kv_stride as usize / self.hd;
         let steps = depth - 1;
-        if start + steps > capacity {
+        let first = start + n; // the chain's first block position
+        if first + steps > capacity {
             return Err(Error::ContextOverflow {
-                prompt: start + steps,
+                prompt: first + steps,
                 context: capacity,
             });
         }
-        let meta = Meta::new(1, 2);
-        let mut host = vec![0u32; steps.max(1) * meta.len];
-        for (j, block) in host.chunks_mut(meta.len).take(steps).enumerate() {
-            let p = start + j;
+        // The catch-up pass's per-pass values, then one block a chain step.
+        let (cu, meta) = (Meta::new(n, 2), Meta::new(1, 2));
+        let cu_len = if n > 0 { cu.len } else { 0 };
+        let mut host = vec![0u32; cu_len + steps.max(1) * meta.len];
+        if n > 0 {
+            host[cu.ids..cu.ids + n].copy_from_slice(tokens);
+            for r in 0..n {
+                host[cu.pos + r] = (start + r) as u32;
+                host[cu.slots + r] = (start + r) as u32;
+                host[cu.out_slots + r] = if r + 1 == n { 0 } else { u32::MAX };
+            }
+            let keys = VisibleKeys::new(None, None, n, start);
+            host[cu.table..cu.len].copy_from_slice(&keys.packed_to(2));
+        }
+        for (j, block) in host[cu_len..].chunks_mut(meta.len).take(steps).enumerate() {
+            let p = first + j;
             block[meta.pos] = p as u32;
             block[meta.slots] = p as u32;
             block[meta.out_slots] = 0;
             block[meta.table..].copy_from_slice(&VisibleKeys::one_causal(p).packed_to(2));
         }
-        let chunks = (start + steps)
+        let chunks = (first + steps)
             .div_ceil(crate::gpu::attention::CHUNK)
             .max(1)
             .next_power_of_two();
-        self.ensure(1, chunks, host.len(), 0)?;
+        self.ensure(n.max(1), chunks, host.len(), 0)?;
         if allocated < depth {
             let s = &self.stream;
             let bufs = ChainBuffers {
@@ -191,16 +223,9 @@ impl GpuStep {
         self.stream
             .memcpy_htod(&host, &mut bufs.meta.slice_mut(..host.len()))
             .map_err(driver)?;
-        let y = y.to_dtype(candle_core::DType::F32)?.contiguous()?;
-        if y.dims() != [1, self.h] {
-            return Err(Error::InvalidArgument(format!(
-                "MTP chain: a start row of {:?}",
-                y.dims()
-            )));
-        }
-        self.place_inputs(&y)?;
+        self.place_inputs(&input)?;
         let key = GraphKey {
-            n: 1,
+            n,
             m: k,
             width: 2,
             chunks,
@@ -208,12 +233,13 @@ impl GpuStep {
             embed: false,
             chain: depth,
         };
+        let layout = ChainMeta { cu, meta, cu_len };
         if self.graphs_on {
             if !self.graphs.contains_key(&key) {
                 if self.graphs.len() >= GRAPH_CACHE {
                     self.graphs.clear();
                 }
-                let graph = capture(&self.stream, || self.launch_chain(key, meta));
+                let graph = capture(&self.stream, || self.launch_chain(key, layout));
                 let graph = match graph {
                     Ok(g) => g,
                     Err(e) => {
@@ -223,28 +249,28 @@ impl GpuStep {
                         eprintln!(
                             "treespec: CUDA graph capture failed, running passes eagerly: {e}"
                         );
-                        self.place_inputs(&y)?;
-                        return self.read_chain(key, meta, true);
+                        return self.read_chain(key, layout, true);
                     }
                 };
-                if let Some(times) = profile_replays() {
+                // (A catch-up writes the head's cache: not replayed to profile.)
+                if let Some(times) = profile_replays().filter(|_| n == 0) {
                     // Replays feed each other's last output back: fine for timing.
                     eprintln!(
                         "treespec: graph of an MTP chain of {depth} depths (top-{k}, {chunks} attention chunks): {:.1} us a replay on the GPU",
                         replay_micros(&self.stream, &graph, times)?
                     );
-                    self.place_inputs(&y)?;
+                    self.place_inputs(&input)?;
                 }
                 self.graphs.insert(key, Graph(graph));
             }
             self.graphs[&key].0.launch().map_err(driver)?;
-            return self.read_chain(key, meta, false);
+            return self.read_chain(key, layout, false);
         }
-        self.read_chain(key, meta, true)
+        self.read_chain(key, layout, true)
     }
 
     /// Run the chain's launches now (`eager`) or after a replay, and copy its top-k back.
-    fn read_chain(&self, key: GraphKey, meta: Meta, eager: bool) -> Result<Vec<DepthTopK>> {
+    fn read_chain(&self, key: GraphKey, meta: ChainMeta, eager: bool) -> Result<Vec<DepthTopK>> {
         if eager {
             self.launch_chain(key, meta)?;
         }
@@ -261,9 +287,9 @@ impl GpuStep {
             .collect())
     }
 
-    /// Every launch of a chain of `key.chain` depths with top-`key.m` (metadata of step `j`
-    /// laid out as `meta`, `j - 1` blocks into the buffer).
-    fn launch_chain(&self, key: GraphKey, meta: Meta) -> Result<()> {
+    /// Every launch of a chain of `key.chain` depths with top-`key.m`, after a catch-up pass of
+    /// `key.n` rows when that is not 0 (per-pass values laid out as `layout`).
+    fn launch_chain(&self, key: GraphKey, layout: ChainMeta) -> Result<()> {
         let head = self.head.as_ref().expect("checked");
         let cb = head.bufs.as_ref().expect("allocated");
         let b = self.bufs.as_ref().expect("ensured");
@@ -271,7 +297,7 @@ impl GpuStep {
         let (x, proj) = (b.x.device_ptr(s).0, b.proj.device_ptr(s).0);
         let q8 = b.q8.device_ptr(s).0;
         let (logits, out) = (cb.logits.device_ptr(s).0, cb.out.device_ptr(s).0);
-        let (h, k) = (self.h, key.m);
+        let (h, k, n) = (self.h, key.m, key.n);
         // The input row's two halves: `half` blocks of exactly h values, then the rest of the
         // padded row.
         let (half, wide) = (h / 32, qblocks(2 * h));
@@ -279,17 +305,35 @@ impl GpuStep {
             true => ((0, half), (half, wide - half)),
             false => ((half, wide - half), (0, half)),
         };
-        let q8_at = |(first, blocks): (usize, usize)| (q8 + (first * Q8_BYTES) as u64, blocks);
+        let q8_at =
+            |(first, blocks): (usize, usize)| (q8 + (first * Q8_BYTES) as u64, blocks, wide);
         let out_at = |d: usize| out + (d * DEPTH_WORDS * 4) as u64;
+        let step_at =
+            |d: usize| self.meta_at(layout.meta, layout.cu_len + (d - 1) * layout.meta.len);
+        let mut none = HiddenOut::Buffers(vec![]);
+        // The row depth 2 feeds back: the catch-up's last, else the one placed.
+        let last = x + (n.saturating_sub(1) * h * 4) as u64;
+        if n > 0 {
+            // The catch-up: u = input_proj([hidden_norm(g) | token_norm(embed(token))]) for
+            // each row, the block over them, then the final norm of the last row's output.
+            let at = self.meta_at(layout.cu, 0);
+            self.embed(n, at.ids, proj)?;
+            self.norm_q8_blocks(n, x, 0, head.hidden_norm, 0, q8_at(g_at), h)?;
+            self.norm_q8_blocks(n, proj, 0, head.token_norm, 0, q8_at(e_at), h)?;
+            self.matmul(&[&head.input_proj], (q8, wide), (x, h), n)?;
+            self.launch_layers(n, key.chunks, at, &[], &mut none)?;
+            self.norm_q8(n, x, proj, self.norm, at.out_slots, q8, h)?;
+        }
         for d in 0..key.chain {
-            // The block for depth d + 1 (depth 1 reads the caller's row).
+            // The block for depth d + 1 (depth 1 reads the caller's row or the catch-up's).
             if d > 0 {
-                let at = self.meta_at(meta, (d - 1) * meta.len);
+                let at = step_at(d);
                 self.embed(1, at.ids, proj)?;
-                let (g, g_blocks) = q8_at(g_at);
+                let from = if d == 1 { last } else { x };
+                let (g, g_blocks, _) = q8_at(g_at);
                 let mut bld = Launch::new(&head.norm2_q8);
                 let (h_i, gb_i) = (h as i32, g_blocks as i32);
-                bld.arg(&x)
+                bld.arg(&from)
                     .arg(&self.norm)
                     .arg(&head.hidden_norm)
                     .arg(&g)
@@ -301,21 +345,23 @@ impl GpuStep {
                     block_dim: (NORM_THREADS, 1, 1),
                     shared_mem_bytes: 0,
                 };
-                // SAFETY: x holds a row of h f32, the norms h f32 each, q8 the wide row.
+                // SAFETY: `from` holds a row of h f32, the norms h f32 each, q8 the wide row.
                 unsafe { bld.launch(self.on(), cfg) }.map_err(driver)?;
                 self.norm_q8_blocks(1, proj, 0, head.token_norm, 0, q8_at(e_at), h)?;
                 self.matmul(&[&head.input_proj], (q8, wide), (x, h), 1)?;
-                let mut none = HiddenOut::Buffers(vec![]);
                 self.launch_layers(1, key.chunks, at, &[], &mut none)?;
             }
-            // y = x (+ the block's last output); its final norm through the LM head rows.
-            let delta = if d > 0 { proj } else { 0 };
-            self.norm_q8(1, x, delta, self.norm, 0, q8, h)?;
+            // y = x (+ the block's last output); its final norm through the LM head rows (the
+            // catch-up's already normed).
+            if d > 0 || n == 0 {
+                let delta = if d > 0 { proj } else { 0 };
+                self.norm_q8(1, x, delta, self.norm, 0, q8, h)?;
+            }
             let rows = head.lm_head.rows;
             self.matmul(&[&head.lm_head], (q8, qblocks(h)), (logits, rows), 1)?;
             launch_top_k(s, &head.top_k, &cb.scratch, (logits, 1, rows), k, out_at(d))?;
             if d + 1 < key.chain {
-                let next = self.meta_at(meta, d * meta.len).ids;
+                let next = step_at(d + 1).ids;
                 let mut bld = Launch::new(&head.next_token);
                 let top = out_at(d);
                 bld.arg(&top).arg(&head.vocab).arg(&next);
@@ -331,4 +377,13 @@ impl GpuStep {
         }
         Ok(())
     }
+}
+
+/// Where a chain's per-pass values lie in the step's metadata buffer: the catch-up pass's block
+/// (`cu_len` entries, 0 without one) first, then one `meta` block a chain step.
+#[derive(Clone, Copy)]
+struct ChainMeta {
+    cu: Meta,
+    meta: Meta,
+    cu_len: usize,
 }
