@@ -8,7 +8,7 @@
 //! head's own output; those chain positions are dropped again afterwards, so the next proposal
 //! overwrites them with the target's hidden states of what was accepted (as vLLM does). On a GPU a
 //! greedy chain is drafted in one launch of the head's step ([`MtpHead::greedy_chain`]), the
-//! pending positions' pass in the same launch where that is turned on.
+//! pending positions' pass in the same launch.
 
 use super::causal::{Among, Chain, ChainPick};
 use super::{Committed, DraftRequest, Drafter, Proposal};

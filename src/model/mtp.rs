@@ -375,9 +375,10 @@ impl MtpHead {
             }
         }
         report.push(self.check_greedy_chain(target, &hidden, tokens)?);
-        if std::env::var("TREESPEC_MTP_CATCH_UP").as_deref() == Ok("1") {
-            report.push(self.check_catch_up(target, &hidden, tokens)?);
-        }
+        report.push(match std::env::var("TREESPEC_MTP_CATCH_UP").as_deref() {
+            Ok("0") => "MTP catch-up in the chain's launch: off (TREESPEC_MTP_CATCH_UP=0)".into(),
+            _ => self.check_catch_up(target, &hidden, tokens)?,
+        });
         Ok(report)
     }
 
@@ -448,7 +449,7 @@ impl MtpHead {
         Ok(line)
     }
 
-    /// The catch-up pass in the chain's launch (`TREESPEC_MTP_CATCH_UP=1`) against the catch-up
+    /// The catch-up pass in the chain's launch ([`ChainStart::CatchUp`]) against the catch-up
     /// through [`MtpHead::block_forward`] followed by the chain: over passes of 1-4 rows at
     /// positions through the context, the depths whose top token agrees before a first
     /// difference. An error where depth 1 disagrees more than once in ten.
@@ -522,7 +523,7 @@ impl MtpHead {
     /// depth. `from` is that position's block output (`[1, hidden]`, [`MtpHead::block_forward`]'s
     /// last row; the cache keeps its length), or the target's hidden states of the positions
     /// not yet run through the head, with their tokens, which the same launch runs first (the
-    /// cache then covers them; off unless `TREESPEC_MTP_CATCH_UP=1`, not yet run on a GPU).
+    /// cache then covers them; `TREESPEC_MTP_CATCH_UP=0` turns that off, to compare).
     /// `None` where that launch cannot run (off a GPU, no GPU step, k past
     /// [`crate::gpu::TOP_K_MAX`], a catch-up at position 0 or of more rows than a graph takes,
     /// `TREESPEC_MTP_CHAIN=0`): the caller drafts depth by depth.
@@ -539,7 +540,7 @@ impl MtpHead {
         }
         let start = self.cache.len();
         if let ChainStart::CatchUp { tokens, .. } = from {
-            let on = std::env::var("TREESPEC_MTP_CATCH_UP").as_deref() == Ok("1");
+            let on = std::env::var("TREESPEC_MTP_CATCH_UP").as_deref() != Ok("0");
             let n = tokens.len();
             if !on || start == 0 || n == 0 || n > crate::gpu::step::GRAPH_MAX_ROWS {
                 return Ok(None);
