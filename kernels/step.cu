@@ -13,6 +13,8 @@
 //   keys and values into the KV cache at the row's slot.
 // - silu_mul_q8: silu(gate) * up quantised to Q8_1.
 // - gather_rows: rows of a dense f32 table by token id.
+// - norm2_q8: an MTP head's final norm then hidden-state norm of one row, quantised.
+// - next_token: the token a greedy chain step took, written where the next step reads its id.
 // CPU references: src/gpu/step.rs (`reference`), checked by `treespec selftest --device cuda`.
 
 #include <cuda_fp16.h>
@@ -195,7 +197,7 @@ extern "C" __global__ void gather_rows(const float *__restrict__ table,
   if (i < h) x[(size_t)r * h + i] = table[(size_t)ids[r] * h + i];
 }
 
-// An MTP head's chain step, fed its own last output (src/gpu/step_chain.rs). Grid: 1 row; block
+// An MTP head's chain step, fed its own last output (src/gpu/step/cuda/head_chain.rs). Grid: 1 row; block
 // up to 1024 threads. o = RMSNorm(x) * w1 (the head's final norm: the output a chain feeds back),
 // then q8 = Q8_1(RMSNorm(o) * w2) (the head's hidden-state norm): both norms of the row in one
 // launch, o recomputed from x rather than stored. `qblocks` blocks are written (zero past h).

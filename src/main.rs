@@ -113,9 +113,13 @@ struct TrainArgs {
     /// Chain steps the head is trained unrolled for.
     #[arg(long, default_value_t = 3)]
     k: usize,
-    /// Learning rate (AdamW).
+    /// Learning rate (AdamW; the peak under a schedule).
     #[arg(long, default_value_t = 2e-4)]
     lr: f64,
+    /// How the learning rate moves over --steps: `cosine` (a short warm-up, then down to a
+    /// tenth of --lr at the last step; set --steps to the run's real length) or `constant`.
+    #[arg(long, default_value = "cosine", value_parser = parse_schedule)]
+    lr_schedule: treespec::train::LrSchedule,
     /// Prompt files (JSON lines with a "prompt" field; default: the bundled sets).
     #[arg(long, num_args = 1..)]
     data: Vec<PathBuf>,
@@ -795,6 +799,11 @@ fn run_synth(a: SynthArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--lr-schedule`'s value.
+fn parse_schedule(s: &str) -> Result<treespec::train::LrSchedule, String> {
+    treespec::train::LrSchedule::parse(s).ok_or_else(|| format!("`{s}`: use cosine or constant"))
+}
+
 fn run_train(a: TrainArgs) -> anyhow::Result<()> {
     let load = a.runtime.load_options()?;
     let cfg = treespec::train::run::RunConfig {
@@ -804,6 +813,7 @@ fn run_train(a: TrainArgs) -> anyhow::Result<()> {
         opts: treespec::train::TrainOptions {
             k: a.k,
             lr: a.lr,
+            schedule: a.lr_schedule,
             batch_tokens: a.batch_tokens,
             cache_bytes: (a.cache_gib.max(0.0) * (1u64 << 30) as f64) as usize,
             ..Default::default()

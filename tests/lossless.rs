@@ -494,6 +494,7 @@ fn trees_emit_the_draws_ar_makes_with_the_same_seed() {
         (Kind::Causal, 2),
         (Kind::DFlash, 0),
         (Kind::Mtp, 0),
+        (Kind::MtpAmong, 0),
     ] {
         let s = shaped(Mode::Tree, expand, params, Verification::Lossless);
         let mut e = Engine::new(

@@ -217,7 +217,10 @@ impl Among<'_> {
     fn pick_step(&self, logits: &Tensor, rng: &mut impl Rng) -> Result<ChainStep> {
         let mut step = pick_step(logits, self.pick, self.top_k, rng)?;
         if let Some(vocab) = self.vocab {
-            let id = |c: u32| vocab.get(c as usize).copied().unwrap_or(0);
+            let id = |c: u32| {
+                debug_assert!((c as usize) < vocab.len(), "a column past the vocabulary");
+                vocab.get(c as usize).copied().unwrap_or(0)
+            };
             step.token = id(step.token);
             for t in step.top.iter_mut().flat_map(|t| t.tokens.iter_mut()) {
                 *t = id(*t);

@@ -1290,8 +1290,8 @@ mod cuda {
                 block_dim: (NORM_THREADS, 1, 1),
                 shared_mem_bytes: 0,
             };
-            // SAFETY: x and delta hold n rows of h, q8 n rows of qblocks(h); slots (when set)
-            // below n.
+            // SAFETY: x and delta hold n rows of h; q8 holds n rows (or slots) `stride` blocks
+            // apart, of which the kernel writes the first `qb`; slots (when set) below n.
             unsafe { b.launch(self.on(), cfg) }.map_err(driver)?;
             Ok(())
         }

@@ -270,7 +270,7 @@ impl MtpHead {
                 tokens: &vec![0; rows],
                 positions: &positions,
                 prefix: from,
-                keys: &VisibleKeys::new(None, None, rows, from),
+                keys: &VisibleKeys::causal(rows, from),
                 logits_rows: &[],
                 hidden_layers: &[0],
                 inputs: Some(&u.narrow(0, at, rows)?),
@@ -288,8 +288,11 @@ impl MtpHead {
     /// Check the head's GPU step against candle's ops on the same GPU (`treespec selftest
     /// --head`): over the target's hidden states of `tokens`, the first pass's outputs and two
     /// chain steps (the second replays a graph), the largest difference relative to the largest
-    /// value and how often the LM head's top token agrees. An error when the step does not run
-    /// or its top tokens agree on fewer than nine rows in ten.
+    /// value and how often the LM head's top token agrees; then the greedy chain in one launch
+    /// against drafting depth by depth, and the catch-up in that launch against the catch-up
+    /// before it. An error when the step does not run, its top tokens agree on fewer than nine
+    /// rows in ten, or a chain check fails (a chain switched off or not available is reported
+    /// as such).
     pub fn check_gpu_step(&mut self, target: &mut Decoder, tokens: &[u32]) -> Result<Vec<String>> {
         use crate::model::decoder::{argmax_rows, Batch};
         let n = tokens.len();
@@ -375,10 +378,7 @@ impl MtpHead {
             }
         }
         report.push(self.check_greedy_chain(target, &hidden, tokens)?);
-        report.push(match std::env::var("TREESPEC_MTP_CATCH_UP").as_deref() {
-            Ok("0") => "MTP catch-up in the chain's launch: off (TREESPEC_MTP_CATCH_UP=0)".into(),
-            _ => self.check_catch_up(target, &hidden, tokens)?,
-        });
+        report.push(self.check_catch_up(target, &hidden, tokens)?);
         Ok(report)
     }
 
@@ -401,9 +401,10 @@ impl MtpHead {
             // Position p - 1 committed; its block output starts the chain.
             let y = self.block_forward(target, &hidden.narrow(0, p - 1, 1)?, &tokens[p..p + 1])?;
             let row = ChainStart::Row(&y);
-            let fused = self.greedy_chain(target, row, DEPTH, k)?.ok_or_else(|| {
-                Error::Device("the head's GPU step does not draft chains in one launch".into())
-            })?;
+            let Some(fused) = self.greedy_chain(target, row, DEPTH, k)? else {
+                self.truncate(0);
+                return Ok("MTP chain in one launch: off or not available for this head".into());
+            };
             if fused
                 != self
                     .greedy_chain(target, row, DEPTH, k)?
@@ -472,9 +473,10 @@ impl MtpHead {
                 hidden: &h,
                 tokens: t,
             };
-            let fused = self.greedy_chain(target, from, DEPTH, 4)?.ok_or_else(|| {
-                Error::Device("the head's GPU step does not run the catch-up in its chain".into())
-            })?;
+            let Some(fused) = self.greedy_chain(target, from, DEPTH, 4)? else {
+                self.truncate(0);
+                return Ok("MTP catch-up in the chain's launch: off or not available".into());
+            };
             self.truncate(at);
             let y = self.block_forward(target, &h, t)?;
             let y = y.narrow(0, rows - 1, 1)?;
@@ -586,6 +588,7 @@ impl MtpHead {
         if let Some(v) = &self.vocab {
             for t in &mut tops {
                 for id in &mut t.tokens {
+                    debug_assert!((*id as usize) < v.ids.len(), "a column past the vocabulary");
                     *id = v.ids.get(*id as usize).copied().unwrap_or(0);
                 }
             }
@@ -639,7 +642,7 @@ impl MtpHead {
         let cos = self.cos.narrow(0, start, n)?;
         let sin = self.sin.narrow(0, start, n)?;
         let visible = Visibility::new(
-            &VisibleKeys::new(None, None, n, start),
+            &VisibleKeys::causal(n, start),
             self.listed_attention,
             &self.cfg,
             u.device(),

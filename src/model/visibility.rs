@@ -96,9 +96,15 @@ impl VisibleKeys {
     /// One new row after `prefix` cached rows that sees them all and itself (what
     /// [`VisibleKeys::new`] gives for `n` = 1 without a mask, without listing the prefix).
     pub fn one_causal(prefix: usize) -> Self {
+        Self::causal(1, prefix)
+    }
+
+    /// `n` new rows after `prefix` cached rows, each seeing the cache and the block's rows up to
+    /// itself: [`VisibleKeys::new`] without a mask, without listing the prefix.
+    pub fn causal(n: usize, prefix: usize) -> Self {
         VisibleKeys {
-            rows: vec![(prefix + 1, vec![])],
-            total: prefix + 1,
+            rows: (0..n).map(|i| (prefix + i + 1, vec![])).collect(),
+            total: prefix + n,
         }
     }
 
@@ -186,12 +192,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_causal_row_is_what_new_gives() {
+    fn causal_rows_are_what_new_gives() {
         for prefix in [0, 1, 7, 300] {
             assert_eq!(
                 VisibleKeys::one_causal(prefix),
                 VisibleKeys::new(None, None, 1, prefix)
             );
+            for n in [1, 2, 5] {
+                assert_eq!(
+                    VisibleKeys::causal(n, prefix),
+                    VisibleKeys::new(None, None, n, prefix)
+                );
+            }
         }
     }
 

@@ -22,13 +22,68 @@ use candle_nn::{AdamW, Optimizer, ParamsAdamW};
 use head::TrainableHead;
 use targets::TargetCache;
 
+/// How the learning rate moves over a run's optimiser steps ([`LrSchedule::at`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LrSchedule {
+    /// The options' rate throughout.
+    Constant,
+    /// A linear warm-up from a tenth of the rate over the first twentieth of the run (at most
+    /// [`LrSchedule::MAX_WARMUP`] steps: AdamW starts from empty moments, also when the run
+    /// starts from an exported head), then a cosine down to a tenth of the rate at the last step.
+    Cosine,
+}
+
+impl LrSchedule {
+    /// The floor (and warm-up start) as a share of the rate.
+    pub const FLOOR: f64 = 0.1;
+    /// Longest warm-up, in optimiser steps.
+    pub const MAX_WARMUP: usize = 100;
+
+    /// The rate for optimiser step `step` (0-based) of a run of `steps`, peak rate `lr`.
+    pub fn at(self, lr: f64, step: usize, steps: usize) -> f64 {
+        match self {
+            LrSchedule::Constant => lr,
+            LrSchedule::Cosine => {
+                let warmup = (steps / 20).min(Self::MAX_WARMUP);
+                let floor = lr * Self::FLOOR;
+                if step < warmup {
+                    return floor + (lr - floor) * step as f64 / warmup as f64;
+                }
+                let span = steps.saturating_sub(warmup + 1).max(1);
+                let done = (step - warmup).min(span) as f64 / span as f64;
+                floor + (lr - floor) * 0.5 * (1.0 + (std::f64::consts::PI * done).cos())
+            }
+        }
+    }
+
+    /// Parse `constant` or `cosine`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "constant" => Some(LrSchedule::Constant),
+            "cosine" => Some(LrSchedule::Cosine),
+            _ => None,
+        }
+    }
+
+    /// The name [`LrSchedule::parse`] reads.
+    pub fn name(self) -> &'static str {
+        match self {
+            LrSchedule::Constant => "constant",
+            LrSchedule::Cosine => "cosine",
+        }
+    }
+}
+
 /// How a run trains.
 #[derive(Debug, Clone, Copy)]
 pub struct TrainOptions {
     /// Chain steps the head is unrolled for.
     pub k: usize,
-    /// AdamW's learning rate.
+    /// AdamW's (peak) learning rate.
     pub lr: f64,
+    /// How a run moves the rate over its steps (a [`Trainer`] driven step by step keeps `lr`
+    /// unless told otherwise: [`Trainer::set_lr`]).
+    pub schedule: LrSchedule,
     /// Longest training sequence (longer ones are cut).
     pub max_len: usize,
     /// Most positions (sequences times the longest one's length) an optimiser step reads.
@@ -42,6 +97,7 @@ impl Default for TrainOptions {
         TrainOptions {
             k: 3,
             lr: 2e-4,
+            schedule: LrSchedule::Constant,
             max_len: 512,
             batch_tokens: 4096,
             cache_bytes: 8 << 30,
@@ -221,6 +277,11 @@ impl Trainer {
     /// Sequences whose target outputs are kept, and their bytes.
     pub fn cache_usage(&self) -> (usize, usize) {
         self.cache.usage()
+    }
+
+    /// Set AdamW's learning rate for the steps that follow.
+    pub fn set_lr(&mut self, lr: f64) {
+        self.opt.set_learning_rate(lr);
     }
 
     /// One optimiser step on the sequences of `batch` side by side (each cut to `max_len`); with
@@ -688,4 +749,35 @@ fn side_by_side(
         progress(out.len());
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LrSchedule;
+
+    #[test]
+    fn the_cosine_schedule_warms_up_then_falls_to_its_floor() {
+        let (lr, steps) = (1e-3, 1000);
+        let at = |s| LrSchedule::Cosine.at(lr, s, steps);
+        assert!((at(0) - lr * LrSchedule::FLOOR).abs() < 1e-12);
+        // The warm-up is a twentieth of the run here (50 steps): the peak right after it.
+        assert!((at(50) - lr).abs() < 1e-12);
+        assert!(at(25) > at(0) && at(25) < lr);
+        assert!((at(steps - 1) - lr * LrSchedule::FLOOR).abs() < 1e-12);
+        let after: Vec<f64> = (50..steps).map(at).collect();
+        assert!(
+            after.windows(2).all(|w| w[1] <= w[0]),
+            "falls after the warm-up"
+        );
+        // Past the end (a run resumed with fewer --steps) it stays at the floor.
+        assert!((at(steps + 10) - lr * LrSchedule::FLOOR).abs() < 1e-12);
+        // A long run's warm-up stops at MAX_WARMUP steps; a tiny run still works.
+        let long = |s| LrSchedule::Cosine.at(lr, s, 100_000);
+        assert!((long(LrSchedule::MAX_WARMUP) - lr).abs() < 1e-12);
+        assert!(LrSchedule::Cosine.at(lr, 0, 1).is_finite());
+        assert_eq!(LrSchedule::Constant.at(lr, 7, steps), lr);
+        for s in [LrSchedule::Constant, LrSchedule::Cosine] {
+            assert_eq!(LrSchedule::parse(s.name()), Some(s));
+        }
+    }
 }

@@ -75,8 +75,11 @@ pub struct RunRecord {
     pub held_out: usize,
     /// Unrolled chain steps.
     pub k: usize,
-    /// Learning rate.
+    /// Learning rate (the peak, under a schedule).
     pub lr: f64,
+    /// How the rate moved over the steps ([`super::LrSchedule::name`]).
+    #[serde(default)]
+    pub lr_schedule: String,
     /// Seed.
     pub seed: u64,
     /// Optimiser steps done.
@@ -612,6 +615,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
             held_out: held_out.len(),
             k: cfg.opts.k,
             lr: cfg.opts.lr,
+            lr_schedule: cfg.opts.schedule.name().into(),
             seed: cfg.seed,
             step,
             held_out_loss: loss,
@@ -671,6 +675,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
         let examples: Vec<Example<'_>> = current[at].iter().map(|&i| train[i]).collect();
         at += 1;
         let began = std::time::Instant::now();
+        trainer.set_lr(cfg.opts.schedule.at(cfg.opts.lr, step, cfg.steps));
         let r = trainer.step(&mut t.decoder, &examples, true)?;
         training += began.elapsed();
         step += 1;

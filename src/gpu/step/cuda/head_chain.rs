@@ -3,18 +3,21 @@
 //! depth's token picked on the device and fed to the next, so that a chain of k drafted tokens
 //! costs one graph replay and one copy back instead of k round trips through candle's ops.
 //!
-//! From the block output `y` of the last committed position (in `x`):
+//! From the block output `y` of the last committed position (in `x`), or first a catch-up pass
+//! over `n` positions `start..start + n` not yet run through the head (the target's hidden states
+//! `g` with their tokens: `x = input_proj([Q8(hidden_norm(g)) | Q8(token_norm(embed(token)))])`,
+//! the block over those rows, their K/V into the cache) whose last row's output is `y`:
 //!
 //! ```text
 //! depth 1:       q8 = Q8(final_norm(y));  logits = lm_head(q8);  top-k;  id = vocab[top 1]
 //! depth d > 1:   e = embed(id)                                   (the token depth d-1 took)
 //!                q8 = [Q8(hidden_norm(final_norm(y))) | Q8(token_norm(e))]   (order per layout)
-//!                x = input_proj(q8);  the block at position start + d - 2 (its K/V to that slot)
+//!                x = input_proj(q8);  the block at position start + n + d - 2 (K/V to that slot)
 //!                y = x;  then as depth 1
 //! ```
 //!
-//! The chain's K/V slots are past the head's cache length and are not counted: the caller keeps
-//! its cache as it was, and the next catch-up pass writes over them.
+//! The caller counts the catch-up's positions in the head's cache; the chain's K/V slots are
+//! past them and are not counted, so the next catch-up pass writes over them.
 
 use super::*;
 use crate::gpu::step::ChainStart;
@@ -68,6 +71,11 @@ impl GpuStep {
         }
         if (input_proj.rows, input_proj.cols) != (h, 2 * h) || lm_head.cols != h {
             return Err("the head's input projection or LM head has an unexpected shape".into());
+        }
+        // The concatenated input rows live in the step's activation buffer, sized for its widest
+        // row (`ensure`).
+        if qblocks(2 * h) > qblocks(h.max(self.ffn).max(self.nh * self.hd)) {
+            return Err("the head's input row is wider than the step's activation rows".into());
         }
         let mut keep = vec![];
         let mut ptr = |t: &Tensor| -> std::result::Result<u64, String> {
@@ -191,7 +199,7 @@ impl GpuStep {
                 host[cu.slots + r] = (start + r) as u32;
                 host[cu.out_slots + r] = if r + 1 == n { 0 } else { u32::MAX };
             }
-            let keys = VisibleKeys::new(None, None, n, start);
+            let keys = VisibleKeys::causal(n, start);
             host[cu.table..cu.len].copy_from_slice(&keys.packed_to(2));
         }
         for (j, block) in host[cu_len..].chunks_mut(meta.len).take(steps).enumerate() {
