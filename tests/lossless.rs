@@ -494,7 +494,9 @@ fn trees_emit_the_draws_ar_makes_with_the_same_seed() {
         (Kind::Causal, 2),
         (Kind::DFlash, 0),
         (Kind::Mtp, 0),
+        (Kind::Mtp, 2),
         (Kind::MtpAmong, 0),
+        (Kind::MtpAmong, 2),
     ] {
         let s = shaped(Mode::Tree, expand, params, Verification::Lossless);
         let mut e = Engine::new(
@@ -537,6 +539,11 @@ fn mtp_chains_are_lossless() {
 #[test]
 fn mtp_chains_among_a_draft_vocabulary_are_lossless() {
     check_lossless(Kind::MtpAmong, Mode::Mtp, 0, 0.005);
+}
+
+#[test]
+fn trees_an_mtp_head_grows_are_lossless() {
+    check_lossless(Kind::Mtp, Mode::Tree, 2, 0.03);
 }
 
 #[test]

@@ -45,6 +45,19 @@ fn greedy_mtp_equals_ar() {
         settings(Mode::Linear, 1, 1, 4),
         settings(Mode::Tree, 8, 4, 1),
         settings(Mode::Tree, 16, 6, 1),
+        // Trees the head grows itself, expanding 1, 2 and 3 nodes a depth.
+        Settings {
+            expand: 1,
+            ..settings(Mode::Tree, 4, 4, 1)
+        },
+        Settings {
+            expand: 2,
+            ..settings(Mode::Tree, 8, 4, 1)
+        },
+        Settings {
+            expand: 3,
+            ..settings(Mode::Tree, 16, 6, 1)
+        },
     ];
     let mut accepted = 0;
     for family in [Family::Llama, Family::Qwen2, Family::Qwen3] {

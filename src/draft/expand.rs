@@ -1,8 +1,9 @@
-//! Draft trees grown by a causal drafter itself, for `tree` mode with `expand` > 0.
+//! Draft trees grown by the drafter itself (a causal drafter, or an MTP head: [`grow`]), for
+//! `tree` mode with `expand` > 0.
 //!
-//! DDTree (arXiv:2604.12989) builds its tree from one distribution per depth. A causal drafter's
-//! depth-d distribution comes from its greedy chain, so a subtree grown under any other token at
-//! an earlier depth is drawn from a distribution conditioned on a different prefix. Here the
+//! DDTree (arXiv:2604.12989) builds its tree from one distribution per depth. A drafter's depth-d
+//! distribution comes from its greedy chain, so a subtree grown under any other token at an
+//! earlier depth is drawn from a distribution conditioned on a different prefix. Here the
 //! drafter instead expands, one forward pass per depth, the `width` most probable nodes of the
 //! newest depth (all of them in one batch under a tree mask), so that every node's children come
 //! from the drafter's distribution given that node's own path; then the `budget` most probable
@@ -18,6 +19,7 @@ use crate::error::Result;
 use crate::gpu::row_top_k;
 use crate::model::decoder::{Batch, BlockMask, PastMask};
 use crate::tree::DraftTree;
+use candle_core::Tensor;
 
 /// A tree grown by the drafter, with the drafter cache row of every node it fed.
 #[derive(Debug, Clone)]
@@ -48,9 +50,129 @@ fn better(a: &Proposal, ai: usize, b: &Proposal, bi: usize) -> std::cmp::Orderin
         .then(ai.cmp(&bi))
 }
 
+/// A node of the newest depth to feed through the drafter ([`grow`]'s `feed`).
+#[derive(Debug, Clone)]
+pub(super) struct Feed {
+    /// The node's index among everything proposed (0: the root).
+    pub node: usize,
+    /// Its parent's index.
+    pub parent: usize,
+    /// Its token.
+    pub token: u32,
+    /// The drafter rows of its fed ancestors (the root's excluded), nearest first.
+    pub ancestors: Vec<usize>,
+}
+
+/// Grow a draft tree after `root` (fed at drafter row `root_row`) whose children's logits are
+/// `first` (`[1, vocab]`): at most `budget` nodes, `depth` deep, the `width` most probable nodes
+/// of each depth fed through `feed` in one pass (which gives their logits, one row each in order,
+/// and the drafter row of the first; it may feed at most `room` nodes in all). With
+/// `min_chain_prob` > 0 growth stops once the most probable node of the newest depth has a path
+/// probability below it. `vocab` maps logits columns to token ids where the drafter drafts among
+/// fewer tokens than the target.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn grow(
+    (root, root_row): (u32, usize),
+    first: Tensor,
+    (budget, depth, width): (usize, usize, usize),
+    min_chain_prob: f32,
+    vocab: Option<&[u32]>,
+    mut room: usize,
+    mut feed: impl FnMut(&[Feed]) -> Result<(Tensor, usize)>,
+) -> Result<GrownTree> {
+    let mut logits = first;
+    let width = width.max(1);
+    let mut pool = vec![Proposal {
+        token: root,
+        parent: 0,
+        depth: 0,
+        logw: 0.0,
+        row: Some(root_row),
+    }];
+    let mut frontier = vec![0usize];
+    let min_logw = if min_chain_prob > 0.0 {
+        (min_chain_prob as f64).ln()
+    } else {
+        f64::NEG_INFINITY
+    };
+    let id = |c: u32| match vocab {
+        Some(v) => v.get(c as usize).copied().unwrap_or(0),
+        None => c,
+    };
+    for d in 1..=depth {
+        // Children of the frontier, from each frontier node's own distribution.
+        let first_new = pool.len();
+        for (&node, top) in frontier.iter().zip(row_top_k(&logits, budget)?) {
+            let base = pool[node].logw;
+            for (&token, &lp) in top.tokens.iter().zip(&top.log_probs) {
+                pool.push(Proposal {
+                    token: id(token),
+                    parent: node,
+                    depth: d,
+                    logw: base + lp as f64,
+                    row: None,
+                });
+            }
+        }
+        if d == depth || budget == 0 {
+            break;
+        }
+        let mut newest: Vec<usize> = (first_new..pool.len()).collect();
+        newest.sort_by(|&a, &b| better(&pool[a], a, &pool[b], b));
+        newest.truncate(width);
+        if newest.len() > room || newest.first().is_none_or(|&n| pool[n].logw < min_logw) {
+            break;
+        }
+        room -= newest.len();
+        // Each fed node sees the prefix, its own fed ancestors and itself.
+        let nodes: Vec<Feed> = newest
+            .iter()
+            .map(|&n| {
+                let mut ancestors = vec![];
+                let mut cur = pool[n].parent;
+                while cur != 0 {
+                    ancestors.extend(pool[cur].row);
+                    cur = pool[cur].parent;
+                }
+                Feed {
+                    node: n,
+                    parent: pool[n].parent,
+                    token: pool[n].token,
+                    ancestors,
+                }
+            })
+            .collect();
+        let (next, first_row) = feed(&nodes)?;
+        logits = next;
+        for (i, &n) in newest.iter().enumerate() {
+            pool[n].row = Some(first_row + i);
+        }
+        frontier = newest;
+    }
+
+    // Keep the `budget` most probable proposals; parents come first in this order, so the
+    // kept set is a tree. Number them by depth so that parents precede children.
+    let mut order: Vec<usize> = (1..pool.len()).collect();
+    order.sort_by(|&a, &b| better(&pool[a], a, &pool[b], b));
+    order.truncate(budget);
+    order.sort_by_key(|&n| (pool[n].depth, n));
+    let mut index = vec![None; pool.len()];
+    index[0] = Some(0);
+    let mut tree = DraftTree::root(root);
+    let mut rows = vec![pool[0].row];
+    for n in order {
+        let Some(parent) = index[pool[n].parent] else {
+            continue;
+        };
+        index[n] = Some(tree.push_scored(pool[n].token, parent, pool[n].logw as f32));
+        rows.push(pool[n].row);
+    }
+    Ok(GrownTree { tree, rows })
+}
+
 impl CausalDrafter {
     /// Grow a draft tree after `seq`: at most `budget` nodes, `depth` deep, expanding the `width`
-    /// most probable nodes of each depth with one drafter pass per depth.
+    /// most probable nodes of each depth with one drafter pass per depth ([`grow`]).
     ///
     /// With `min_chain_prob` > 0, growth stops once the most probable node of the newest depth
     /// has a path probability below it (as [`CausalDrafter::draft`] stops its chain). The cache
@@ -65,95 +187,35 @@ impl CausalDrafter {
         min_chain_prob: f32,
     ) -> Result<GrownTree> {
         let root = *seq.last().unwrap_or(&0);
-        let mut logits = self.sync(seq)?;
+        let first = self.sync(seq)?;
         let start = self.model.len();
-        let width = width.max(1);
-        let mut pool = vec![Proposal {
-            token: root,
-            parent: 0,
-            depth: 0,
-            logw: 0.0,
-            row: Some(start - 1),
-        }];
-        let mut frontier = vec![0usize];
-        let min_logw = if min_chain_prob > 0.0 {
-            (min_chain_prob as f64).ln()
-        } else {
-            f64::NEG_INFINITY
-        };
-        for d in 1..=depth {
-            // Children of the frontier, from each frontier node's own distribution.
-            let first_new = pool.len();
-            for (&node, top) in frontier.iter().zip(row_top_k(&logits, budget)?) {
-                let base = pool[node].logw;
-                for (&token, &lp) in top.tokens.iter().zip(&top.log_probs) {
-                    pool.push(Proposal {
-                        token,
-                        parent: node,
-                        depth: d,
-                        logw: base + lp as f64,
-                        row: None,
-                    });
-                }
-            }
-            if d == depth || budget == 0 {
-                break;
-            }
-            let mut newest: Vec<usize> = (first_new..pool.len()).collect();
-            newest.sort_by(|&a, &b| better(&pool[a], a, &pool[b], b));
-            newest.truncate(width);
-            let out_of_room = self.model.len() + newest.len() > self.model.context();
-            if out_of_room || newest.first().is_none_or(|&n| pool[n].logw < min_logw) {
-                break;
-            }
-            // Feed them in one pass: each sees the prefix, its own fed ancestors and itself.
-            let visible: Vec<Vec<usize>> = newest
-                .iter()
-                .map(|&n| {
-                    let mut rows = vec![];
-                    let mut cur = pool[n].parent;
-                    while cur != 0 {
-                        rows.extend(pool[cur].row);
-                        cur = pool[cur].parent;
-                    }
-                    rows
-                })
-                .collect();
-            let tokens: Vec<u32> = newest.iter().map(|&n| pool[n].token).collect();
-            let first_row = self.model.len();
-            let batch = Batch::causal(&tokens, first_row)
-                .with_positions(vec![start - 1 + d; tokens.len()])
-                .with_mask(BlockMask::from_parents(&vec![None; tokens.len()])?)
-                .with_past_mask(PastMask { start, visible })
-                .all_logits();
-            logits =
-                self.model.forward(&batch)?.logits.ok_or_else(|| {
+        let room = self.model.context().saturating_sub(start);
+        let model = &mut self.model;
+        let mut d = 0;
+        let shape = (budget, depth, width);
+        grow(
+            (root, start - 1),
+            first,
+            shape,
+            min_chain_prob,
+            None,
+            room,
+            |nodes| {
+                d += 1;
+                let visible: Vec<Vec<usize>> = nodes.iter().map(|n| n.ancestors.clone()).collect();
+                let tokens: Vec<u32> = nodes.iter().map(|n| n.token).collect();
+                let first_row = model.len();
+                let batch = Batch::causal(&tokens, first_row)
+                    .with_positions(vec![start - 1 + d; tokens.len()])
+                    .with_mask(BlockMask::from_parents(&vec![None; tokens.len()])?)
+                    .with_past_mask(PastMask { start, visible })
+                    .all_logits();
+                let logits = model.forward(&batch)?.logits.ok_or_else(|| {
                     crate::error::Error::InvalidArgument("no drafter logits".into())
                 })?;
-            for (i, &n) in newest.iter().enumerate() {
-                pool[n].row = Some(first_row + i);
-            }
-            frontier = newest;
-        }
-
-        // Keep the `budget` most probable proposals; parents come first in this order, so the
-        // kept set is a tree. Number them by depth so that parents precede children.
-        let mut order: Vec<usize> = (1..pool.len()).collect();
-        order.sort_by(|&a, &b| better(&pool[a], a, &pool[b], b));
-        order.truncate(budget);
-        order.sort_by_key(|&n| (pool[n].depth, n));
-        let mut index = vec![None; pool.len()];
-        index[0] = Some(0);
-        let mut tree = DraftTree::root(root);
-        let mut rows = vec![pool[0].row];
-        for n in order {
-            let Some(parent) = index[pool[n].parent] else {
-                continue;
-            };
-            index[n] = Some(tree.push_scored(pool[n].token, parent, pool[n].logw as f32));
-            rows.push(pool[n].row);
-        }
-        Ok(GrownTree { tree, rows })
+                Ok((logits, first_row))
+            },
+        )
     }
 
     /// After verifying a grown tree (`rows`: its [`GrownTree::rows`]), keep in the cache the

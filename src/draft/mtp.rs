@@ -11,13 +11,18 @@
 //! pending positions' pass in the same launch.
 
 use super::causal::{Among, Chain, ChainPick};
+use super::expand::grow;
 use super::{Committed, DraftRequest, Drafter, Proposal};
+use crate::engine::Mode;
 use crate::error::{Error, Result};
 use crate::gpu::step::ChainStart;
 use crate::model::config::ModelConfig;
+use crate::model::decoder::PastMask;
 use crate::model::mtp::MtpHead;
+use crate::tree::DraftTree;
 use candle_core::Tensor;
 use rand::rngs::StdRng;
+use std::collections::HashMap;
 
 /// What [`Drafter::kind`] says of an MTP drafter (the engine offers the `mtp` mode for it).
 pub const KIND: &str = "MTP head";
@@ -135,18 +140,29 @@ impl Drafter for MtpDrafter {
         let tokens = &seq[start + 1..];
         let depth = req.depth().min(self.room_after(rows));
         let s = req.settings;
+        // A tree the head grows itself (`tree` with expand > 0), from the pending positions'
+        // outputs.
+        let grown = req.mode == Mode::Tree && s.expand > 0;
         // The pending positions and the whole chain in one launch, where the head's GPU step
         // can; else the pending positions first and the chain in one launch.
         let from = ChainStart::CatchUp {
             hidden: &pending,
             tokens,
         };
-        if let Some(p) = self.one_launch(req, from, depth, root)? {
-            return Ok(p);
+        if !grown {
+            if let Some(p) = self.one_launch(req, from, depth, root)? {
+                return Ok(p);
+            }
         }
         let y = self.head.block_forward(req.target, &pending, tokens)?;
         let committed = self.head.len();
         let y = y.narrow(0, rows - 1, 1)?;
+        if grown {
+            let tree = self.grow_tree(req, &y, root);
+            // The tree's positions are rewritten from the target's states of what is accepted.
+            self.head.truncate(committed);
+            return Ok(Proposal::Tree(tree?));
+        }
         if let Some(p) = self.one_launch(req, ChainStart::Row(&y), depth, root)? {
             return Ok(p);
         }
@@ -179,6 +195,50 @@ impl Drafter for MtpDrafter {
 }
 
 impl MtpDrafter {
+    /// A draft tree grown by the head itself from `y` (the block output of the last committed
+    /// position, whose token `root` is): each depth's `expand` most probable nodes run through
+    /// the head in one pass under a tree mask, each fed its parent's output, so that every
+    /// node's children come from the head's distribution given that node's own path (EAGLE-2's
+    /// dynamic tree, [`super::expand::grow`]). The head's cache then holds the fed nodes past
+    /// the committed positions; the caller cuts them.
+    fn grow_tree(&mut self, req: &DraftRequest<'_>, y: &Tensor, root: u32) -> Result<DraftTree> {
+        let s = req.settings;
+        let committed = self.head.len();
+        let o_root = self.head.final_norm(y)?;
+        let first = self.head.logits(req.target, &o_root)?;
+        let room = self.head.capacity().saturating_sub(committed);
+        let mut outs: HashMap<usize, Tensor> = HashMap::from([(0, o_root)]);
+        let vocab = self.vocab.as_deref();
+        let head = &mut self.head;
+        let shape = (req.top_k(), req.depth(), s.expand);
+        let from = (root, committed.saturating_sub(1));
+        let grown = grow(from, first, shape, s.min_chain_prob, vocab, room, |nodes| {
+            let parents = nodes
+                .iter()
+                .map(|n| outs.get(&n.parent).cloned())
+                .collect::<Option<Vec<Tensor>>>()
+                .ok_or_else(|| {
+                    Error::InvalidArgument("MTP tree: a node's parent was never run".into())
+                })?;
+            let hidden = Tensor::cat(&parents, 0)?;
+            let tokens: Vec<u32> = nodes.iter().map(|n| n.token).collect();
+            // A node of depth d sits where the chain's d-th drafted token would.
+            let depth = nodes.first().map_or(1, |n| n.ancestors.len() + 1);
+            let past = PastMask {
+                start: committed,
+                visible: nodes.iter().map(|n| n.ancestors.clone()).collect(),
+            };
+            let first_row = head.len();
+            let position = committed + depth - 1;
+            let o = head.forward_nodes(req.target, &hidden, &tokens, position, &past)?;
+            for (i, n) in nodes.iter().enumerate() {
+                outs.insert(n.node, o.narrow(0, i, 1)?);
+            }
+            Ok((head.logits(req.target, &o)?, first_row))
+        })?;
+        Ok(grown.tree)
+    }
+
     /// A greedy chain's proposal drafted in one launch of the head's GPU step
     /// ([`MtpHead::greedy_chain`]) `from` a block output or a catch-up, cut where the chain's
     /// own probability falls below the settings' threshold; `None` where the chain is sampled

@@ -21,7 +21,7 @@
 use crate::error::{Error, Result};
 use crate::gpu::step::{ChainStart, GpuStep, HeadStage, StepInput, StepWeights};
 use crate::model::config::ModelConfig;
-use crate::model::decoder::{rope_tables, Decoder};
+use crate::model::decoder::{rope_tables, BlockMask, Decoder, PastMask};
 use crate::model::kv_cache::KvCache;
 use crate::model::layer::DecoderLayer;
 use crate::model::visibility::{Visibility, VisibleKeys};
@@ -95,6 +95,12 @@ impl HeadVocab {
             slot => slot.insert(target.lm_head_weights().select_rows(&self.ids)?),
         })
     }
+}
+
+/// Where the rows of a pass sit: their RoPE positions and what each sees.
+struct Placement {
+    positions: Vec<usize>,
+    keys: VisibleKeys,
 }
 
 /// Most rows of one pass of the head's GPU step (a longer context goes in pieces).
@@ -231,6 +237,7 @@ impl MtpHead {
         target: &Decoder,
         u: &Tensor,
         start: usize,
+        placed: Option<&Placement>,
     ) -> Result<Option<Tensor>> {
         let off = || std::env::var("TREESPEC_MTP_GPU_STEP").as_deref() == Ok("0");
         if !u.device().is_cuda() || !crate::gpu::step::enabled() || off() {
@@ -258,9 +265,23 @@ impl MtpHead {
         let Some(Ok(step)) = &mut self.step else {
             return Ok(None);
         };
+        let n = u.dim(0)?;
+        if let Some(p) = placed {
+            // Rows placed as given (a drafted tree's nodes): one pass.
+            let (_, mut hidden) = step.forward(&StepInput {
+                tokens: &vec![0; n],
+                positions: &p.positions,
+                prefix: start,
+                keys: &p.keys,
+                logits_rows: &[],
+                hidden_layers: &[0],
+                inputs: Some(u),
+            })?;
+            self.cache.advance(n)?;
+            return Ok(hidden.pop());
+        }
         // A long context in pieces, as the target reads a prompt: the step's buffers grow to
         // the widest pass and stay.
-        let n = u.dim(0)?;
         let mut out = vec![];
         for at in (0..n).step_by(HEAD_STEP_ROWS) {
             let rows = HEAD_STEP_ROWS.min(n - at);
@@ -603,6 +624,41 @@ impl MtpHead {
         hidden: &Tensor,
         tokens: &[u32],
     ) -> Result<Tensor> {
+        self.run_rows(target, hidden, tokens, None)
+    }
+
+    /// Run the nodes of one depth of a drafted tree after the rows the cache covers: row `r`
+    /// pairs its parent's output `hidden[r]` (`[n, hidden]`, after the final norm) with its
+    /// token `tokens[r]`, all at RoPE `position`; each sees the cache's rows before
+    /// `past.start`, the rows `past.visible[r]` (its fed ancestors) and itself. Returns their
+    /// outputs `o` (`[n, hidden]`); the cache then covers them.
+    pub fn forward_nodes(
+        &mut self,
+        target: &Decoder,
+        hidden: &Tensor,
+        tokens: &[u32],
+        position: usize,
+        past: &PastMask,
+    ) -> Result<Tensor> {
+        let n = tokens.len();
+        let mask = BlockMask::from_parents(&vec![None; n])?;
+        let placed = Placement {
+            positions: vec![position; n],
+            keys: VisibleKeys::new(Some(&mask), Some(past), n, self.cache.len()),
+        };
+        let y = self.run_rows(target, hidden, tokens, Some(&placed))?;
+        self.final_norm(&y)
+    }
+
+    /// The input stage and the block over rows appended after the cache's: at consecutive
+    /// positions, causal (`placed` = `None`), or placed as given. Returns the block's outputs.
+    fn run_rows(
+        &mut self,
+        target: &Decoder,
+        hidden: &Tensor,
+        tokens: &[u32],
+        placed: Option<&Placement>,
+    ) -> Result<Tensor> {
         let n = tokens.len();
         let start = self.cache.len();
         if hidden.dim(0)? != n {
@@ -636,17 +692,26 @@ impl MtpHead {
             Tensor::cat(&[&e, &g], 1)?
         };
         let u = self.input_proj.forward(&cat)?;
-        if let Some(y) = self.step_forward(target, &u, start)? {
+        if let Some(y) = self.step_forward(target, &u, start, placed)? {
             return Ok(y);
         }
-        let cos = self.cos.narrow(0, start, n)?;
-        let sin = self.sin.narrow(0, start, n)?;
-        let visible = Visibility::new(
-            &VisibleKeys::causal(n, start),
-            self.listed_attention,
-            &self.cfg,
-            u.device(),
-        )?;
+        let (cos, sin, keys) = match placed {
+            None => (
+                self.cos.narrow(0, start, n)?,
+                self.sin.narrow(0, start, n)?,
+                VisibleKeys::causal(n, start),
+            ),
+            Some(p) => {
+                let at: Vec<u32> = p.positions.iter().map(|&q| q as u32).collect();
+                let at = Tensor::from_vec(at, n, u.device())?;
+                let (cos, sin) = (
+                    self.cos.index_select(&at, 0)?,
+                    self.sin.index_select(&at, 0)?,
+                );
+                (cos, sin, p.keys.clone())
+            }
+        };
+        let visible = Visibility::new(&keys, self.listed_attention, &self.cfg, u.device())?;
         self.block
             .forward_cached(&u, &cos, &sin, &mut self.cache, &visible)
     }
