@@ -75,11 +75,7 @@ impl Chain {
         rng: &mut impl Rng,
         next: impl FnMut(u32) -> Result<Tensor>,
     ) -> Result<Chain> {
-        let among = Among {
-            top_k,
-            pick,
-            vocab: None,
-        };
+        let among = Among::every_token(top_k, pick);
         Chain::draft_among(first, depth, among, min_chain_prob, rng, next)
     }
 
@@ -111,11 +107,7 @@ impl Chain {
         rng: &mut impl Rng,
         next: impl FnMut(u32) -> Result<Tensor>,
     ) -> Result<Chain> {
-        let among = Among {
-            top_k,
-            pick,
-            vocab: None,
-        };
+        let among = Among::every_token(top_k, pick);
         self.extend_among(depth, among, min_chain_prob, rng, next)
     }
 
@@ -213,6 +205,15 @@ pub struct Among<'a> {
 }
 
 impl Among<'_> {
+    /// Picking among the whole vocabulary (column = token id).
+    pub fn every_token(top_k: usize, pick: ChainPick) -> Self {
+        Among {
+            top_k,
+            pick,
+            vocab: None,
+        }
+    }
+
     /// One depth from a logits row over the columns: [`pick_step`], its ids mapped.
     fn pick_step(&self, logits: &Tensor, rng: &mut impl Rng) -> Result<ChainStep> {
         let mut step = pick_step(logits, self.pick, self.top_k, rng)?;

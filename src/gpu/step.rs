@@ -751,14 +751,7 @@ mod cuda {
                             "treespec: CUDA graph capture of a pass with hidden states failed, running those eagerly: {e}"
                         );
                     }
-                    Err(e) => {
-                        self.graphs_on = false;
-                        self.graphs_failed = true;
-                        self.graphs.clear();
-                        eprintln!(
-                            "treespec: CUDA graph capture failed, running passes eagerly: {e}"
-                        );
-                    }
+                    Err(e) => self.graphs_failed(&e),
                 }
                 // A replay that failed after its graph ran has written over the input rows:
                 // back into place for the eager pass.
@@ -784,6 +777,15 @@ mod cuda {
                 HiddenOut::Buffers(_) => vec![],
             };
             Ok((logits, hidden))
+        }
+
+        /// A capture failed: graphs off for good (every pass and chain runs eagerly), one line
+        /// saying why.
+        fn graphs_failed(&mut self, e: &Error) {
+            self.graphs_on = false;
+            self.graphs_failed = true;
+            self.graphs.clear();
+            eprintln!("treespec: CUDA graph capture failed, running passes eagerly: {e}");
         }
 
         /// Whether the step's kernels launch with PDL (`gpu::launch`: sm_90 or later, a build

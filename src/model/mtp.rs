@@ -97,6 +97,53 @@ impl HeadVocab {
     }
 }
 
+/// How two ways of drafting the same greedy chains agree ([`MtpHead::check_gpu_step`]).
+#[derive(Default)]
+struct Agreement {
+    chains: usize,
+    first: usize,
+    agree: usize,
+    depths: usize,
+    worst: f32,
+}
+
+impl Agreement {
+    /// Count one pair of chains: depths whose top token agrees before the first difference
+    /// (later depths follow other tokens), and the largest top log-probability difference there.
+    fn add(&mut self, a: &[crate::tree::DepthTopK], b: &[crate::tree::DepthTopK]) {
+        self.chains += 1;
+        self.depths += a.len().max(b.len());
+        for (d, (x, y)) in a.iter().zip(b).enumerate() {
+            if x.tokens.first() != y.tokens.first() {
+                break;
+            }
+            self.agree += 1;
+            self.first += usize::from(d == 0);
+            let (p, q) = (x.log_probs.first(), y.log_probs.first());
+            if let (Some(p), Some(q)) = (p, q) {
+                self.worst = self.worst.max((p - q).abs());
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "depth 1 agrees on {}/{}, {}/{} depths before a first difference, top log-probability within {:.2e}",
+            self.first, self.chains, self.agree, self.depths, self.worst
+        )
+    }
+
+    /// `line`, or an error with it where depth 1 disagrees more than once in `one_in`.
+    fn check(&self, one_in: usize, line: &str) -> Result<String> {
+        if self.first * one_in < self.chains * (one_in - 1) {
+            return Err(Error::Device(format!(
+                "two ways of drafting the MTP head's chains disagree: {line}"
+            )));
+        }
+        Ok(line.to_string())
+    }
+}
+
 /// Where the rows of a pass sit: their RoPE positions and what each sees.
 struct Placement {
     positions: Vec<usize>,
@@ -416,7 +463,7 @@ impl MtpHead {
     ) -> Result<String> {
         const DEPTH: usize = 4;
         let (n, k) = (tokens.len(), 4);
-        let (mut agree, mut total, mut first_agree, mut starts, mut worst) = (0, 0, 0, 0, 0f32);
+        let mut tally = Agreement::default();
         self.truncate(0);
         for p in 1..n - 1 {
             // Position p - 1 committed; its block output starts the chain.
@@ -449,26 +496,14 @@ impl MtpHead {
                 stepwise.push(top);
             }
             self.truncate(committed);
-            starts += 1;
-            for (d, (a, b)) in fused.iter().zip(&stepwise).enumerate() {
-                if a.tokens[0] != b.tokens[0] {
-                    break; // later depths follow other tokens
-                }
-                agree += 1;
-                first_agree += usize::from(d == 0);
-                worst = worst.max((a.log_probs[0] - b.log_probs[0]).abs());
-            }
-            total += DEPTH;
+            tally.add(&fused, &stepwise);
         }
         let line = format!(
-            "MTP chain in one launch vs depth by depth, {starts} starts of {DEPTH} depths: depth 1 agrees on {first_agree}/{starts}, {agree}/{total} depths before a first difference, top log-probability within {worst:.2e}"
+            "MTP chain in one launch vs depth by depth, {} starts of {DEPTH} depths: {}",
+            tally.chains,
+            tally.describe()
         );
-        if first_agree * 20 < starts * 19 {
-            return Err(Error::Device(format!(
-                "the MTP chain in one launch disagrees with the head drafting depth by depth: {line}"
-            )));
-        }
-        Ok(line)
+        tally.check(20, &line)
     }
 
     /// The catch-up pass in the chain's launch ([`ChainStart::CatchUp`]) against the catch-up
@@ -483,7 +518,7 @@ impl MtpHead {
     ) -> Result<String> {
         const DEPTH: usize = 4;
         let n = tokens.len();
-        let (mut agree, mut total, mut first_agree, mut passes) = (0, 0, 0, 0);
+        let mut tally = Agreement::default();
         for p in (5..n - 1).step_by(3) {
             let rows = 1 + p % 4;
             let at = p - rows; // the pass covers positions at..p
@@ -504,26 +539,15 @@ impl MtpHead {
             let apart = self
                 .greedy_chain(target, ChainStart::Row(&y), DEPTH, 4)?
                 .unwrap_or_default();
-            passes += 1;
-            for (d, (a, b)) in fused.iter().zip(&apart).enumerate() {
-                if a.tokens[0] != b.tokens[0] {
-                    break;
-                }
-                agree += 1;
-                first_agree += usize::from(d == 0);
-            }
-            total += DEPTH;
+            tally.add(&fused, &apart);
         }
         self.truncate(0);
         let line = format!(
-            "MTP catch-up in the chain's launch vs before it, {passes} passes of 1-4 rows: depth 1 agrees on {first_agree}/{passes}, {agree}/{total} depths before a first difference"
+            "MTP catch-up in the chain's launch vs before it, {} passes of 1-4 rows: {}",
+            tally.chains,
+            tally.describe()
         );
-        if first_agree * 10 < passes * 9 {
-            return Err(Error::Device(format!(
-                "the MTP catch-up in the chain's launch disagrees with the catch-up before it: {line}"
-            )));
-        }
-        Ok(line)
+        tally.check(10, &line)
     }
 
     /// Run rows at consecutive positions from [`MtpHead::len`]: row `r` pairs the hidden state

@@ -251,12 +251,7 @@ impl GpuStep {
                 let graph = match graph {
                     Ok(g) => g,
                     Err(e) => {
-                        self.graphs_on = false;
-                        self.graphs_failed = true;
-                        self.graphs.clear();
-                        eprintln!(
-                            "treespec: CUDA graph capture failed, running passes eagerly: {e}"
-                        );
+                        self.graphs_failed(&e);
                         return self.read_chain(key, layout, true);
                     }
                 };
