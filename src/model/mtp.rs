@@ -97,6 +97,9 @@ impl HeadVocab {
     }
 }
 
+/// Depths of the chains the GPU checks draft ([`MtpHead::check_gpu_step`]).
+const DEPTH: usize = 4;
+
 /// How two ways of drafting the same greedy chains agree ([`MtpHead::check_gpu_step`]).
 #[derive(Default)]
 struct Agreement {
@@ -461,7 +464,6 @@ impl MtpHead {
         hidden: &Tensor,
         tokens: &[u32],
     ) -> Result<String> {
-        const DEPTH: usize = 4;
         let (n, k) = (tokens.len(), 4);
         let mut tally = Agreement::default();
         self.truncate(0);
@@ -516,7 +518,6 @@ impl MtpHead {
         hidden: &Tensor,
         tokens: &[u32],
     ) -> Result<String> {
-        const DEPTH: usize = 4;
         let n = tokens.len();
         let mut tally = Agreement::default();
         for p in (5..n - 1).step_by(3) {
