@@ -5,6 +5,7 @@ use crate::engine::Mode;
 use crate::error::{Error, Result};
 use crate::gpu::row_top_k;
 use crate::model::decoder::{Batch, Decoder};
+use crate::model::draft_vocab::{token_of, tokens_of};
 use crate::sampling::{distribution, draw, SamplingParams};
 use crate::tree::{DepthTopK, DraftTree};
 use crate::verify::SampledDraft;
@@ -217,17 +218,13 @@ impl Among<'_> {
     /// One depth from a logits row over the columns: [`pick_step`], its ids mapped.
     fn pick_step(&self, logits: &Tensor, rng: &mut impl Rng) -> Result<ChainStep> {
         let mut step = pick_step(logits, self.pick, self.top_k, rng)?;
-        if let Some(vocab) = self.vocab {
-            let id = |c: u32| {
-                debug_assert!((c as usize) < vocab.len(), "a column past the vocabulary");
-                vocab.get(c as usize).copied().unwrap_or(0)
-            };
-            step.token = id(step.token);
-            for t in step.top.iter_mut().flat_map(|t| t.tokens.iter_mut()) {
-                *t = id(*t);
+        if self.vocab.is_some() {
+            step.token = token_of(self.vocab, step.token);
+            if let Some(top) = &mut step.top {
+                tokens_of(self.vocab, &mut top.tokens);
             }
             for (t, _) in step.q.iter_mut().flatten() {
-                *t = id(*t);
+                *t = token_of(self.vocab, *t);
             }
         }
         Ok(step)

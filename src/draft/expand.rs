@@ -18,6 +18,7 @@ use super::causal::CausalDrafter;
 use crate::error::Result;
 use crate::gpu::row_top_k;
 use crate::model::decoder::{Batch, BlockMask, PastMask};
+use crate::model::draft_vocab::token_of;
 use crate::tree::DraftTree;
 use candle_core::Tensor;
 
@@ -95,10 +96,6 @@ pub(super) fn grow(
     } else {
         f64::NEG_INFINITY
     };
-    let id = |c: u32| match vocab {
-        Some(v) => v.get(c as usize).copied().unwrap_or(0),
-        None => c,
-    };
     for d in 1..=depth {
         // Children of the frontier, from each frontier node's own distribution.
         let first_new = pool.len();
@@ -106,7 +103,7 @@ pub(super) fn grow(
             let base = pool[node].logw;
             for (&token, &lp) in top.tokens.iter().zip(&top.log_probs) {
                 pool.push(Proposal {
-                    token: id(token),
+                    token: token_of(vocab, token),
                     parent: node,
                     depth: d,
                     logw: base + lp as f64,

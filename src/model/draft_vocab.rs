@@ -6,11 +6,36 @@
 //! drafted, never wrongly accepted, and decoding stays lossless.
 //!
 //! A head file keeps the set as the vector `mtp.{i}.draft_vocab.weight` (token ids as f32, exact
-//! below 2^24, ascending); logits outside it read as [`crate::model::decoder::MASKED`].
+//! below 2^24, ascending); the head's logits have one column per token of the set, in that order
+//! ([`token_of`] maps a column back to its token).
 
 use crate::error::Result;
 use candle_core::{DType, Device, Tensor};
 use std::collections::BTreeSet;
+
+/// The token of logits column `column` of a drafter drafting among `vocab` (ascending ids), or
+/// `column` itself where it drafts among the whole vocabulary (`None`).
+pub fn token_of(vocab: Option<&[u32]>, column: u32) -> u32 {
+    match vocab {
+        None => column,
+        Some(ids) => {
+            debug_assert!(
+                (column as usize) < ids.len(),
+                "a column past the vocabulary"
+            );
+            ids.get(column as usize).copied().unwrap_or(0)
+        }
+    }
+}
+
+/// [`token_of`] for each of `columns`, in place.
+pub fn tokens_of(vocab: Option<&[u32]>, columns: &mut [u32]) {
+    if vocab.is_some() {
+        for c in columns {
+            *c = token_of(vocab, *c);
+        }
+    }
+}
 
 /// GGUF-style stem of the set's tensor within a head (`mtp.{i}.` before it).
 pub const STEM: &str = "draft_vocab.weight";

@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::gpu::step::{ChainStart, GpuStep, HeadStage, StepInput, StepWeights};
 use crate::model::config::ModelConfig;
 use crate::model::decoder::{rope_tables, BlockMask, Decoder, PastMask};
+use crate::model::draft_vocab::tokens_of;
 use crate::model::kv_cache::KvCache;
 use crate::model::layer::DecoderLayer;
 use crate::model::visibility::{Visibility, VisibleKeys};
@@ -489,9 +490,7 @@ impl MtpHead {
             let mut stepwise = vec![];
             for d in 0..DEPTH {
                 let mut top = crate::gpu::row_top_k(&self.logits(target, &o)?, k)?.remove(0);
-                if let Some(v) = &self.vocab {
-                    top.tokens.iter_mut().for_each(|t| *t = v.ids[*t as usize]);
-                }
+                tokens_of(self.draft_vocab(), &mut top.tokens);
                 if d + 1 < DEPTH {
                     o = self.forward(target, &o, &top.tokens[..1])?;
                 }
@@ -631,13 +630,8 @@ impl MtpHead {
         if let ChainStart::CatchUp { tokens, .. } = from {
             self.cache.advance(tokens.len())?;
         }
-        if let Some(v) = &self.vocab {
-            for t in &mut tops {
-                for id in &mut t.tokens {
-                    debug_assert!((*id as usize) < v.ids.len(), "a column past the vocabulary");
-                    *id = v.ids.get(*id as usize).copied().unwrap_or(0);
-                }
-            }
+        for t in &mut tops {
+            tokens_of(self.draft_vocab(), &mut t.tokens);
         }
         Ok(Some(tops))
     }
@@ -720,23 +714,21 @@ impl MtpHead {
         if let Some(y) = self.step_forward(target, &u, start, placed)? {
             return Ok(y);
         }
+        let causal;
         let (cos, sin, keys) = match placed {
-            None => (
-                self.cos.narrow(0, start, n)?,
-                self.sin.narrow(0, start, n)?,
-                VisibleKeys::causal(n, start),
-            ),
+            None => {
+                causal = VisibleKeys::causal(n, start);
+                let cos = self.cos.narrow(0, start, n)?;
+                (cos, self.sin.narrow(0, start, n)?, &causal)
+            }
             Some(p) => {
                 let at: Vec<u32> = p.positions.iter().map(|&q| q as u32).collect();
                 let at = Tensor::from_vec(at, n, u.device())?;
-                let (cos, sin) = (
-                    self.cos.index_select(&at, 0)?,
-                    self.sin.index_select(&at, 0)?,
-                );
-                (cos, sin, p.keys.clone())
+                let cos = self.cos.index_select(&at, 0)?;
+                (cos, self.sin.index_select(&at, 0)?, &p.keys)
             }
         };
-        let visible = Visibility::new(&keys, self.listed_attention, &self.cfg, u.device())?;
+        let visible = Visibility::new(keys, self.listed_attention, &self.cfg, u.device())?;
         self.block
             .forward_cached(&u, &cos, &sin, &mut self.cache, &visible)
     }
