@@ -406,36 +406,48 @@ static __device__ __forceinline__ void load16_a2(const uint8_t *p, int out[4]) {
   for (int k = 0; k < 4; ++k) out[k] = (int)__funnelshift_r(w[k], w[k + 1], shift);
 }
 
-// Stage the activation row `vy` (`nblk` Q8_1 blocks) in `act` (3 int4 a block).
-static __device__ __forceinline__ void stage_row(const uint8_t *vy, int nblk, int4 *act) {
+// Stage NR activation rows (`nblk` Q8_1 blocks each, `stride` blocks apart from `vy`) in `act`
+// (3 int4 a block, row after row); rows from `n` on are staged as zeros.
+template <int NR>
+static __device__ __forceinline__ void stage_rows(const uint8_t *vy, int nblk, int stride, int n,
+                                                  int4 *act) {
   const int tid = threadIdx.x + blockDim.x * threadIdx.y, nthreads = blockDim.x * blockDim.y;
-  for (int b = tid; b < nblk; b += nthreads) {
-    const uint8_t *y = vy + (size_t)b * 36;
+  for (int i = tid; i < NR * nblk; i += nthreads) {
+    const int r = i / nblk, b = i - r * nblk;
+    const bool live = r < n;
+    const uint8_t *y = vy + ((size_t)r * stride + b) * 36;
     int q[8], s8 = 0;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      q[i] = act_word(y, true, i);
-      s8 = __dp4a(q[i], 0x01010101, s8);
+    for (int k = 0; k < 8; ++k) {
+      q[k] = act_word(y, live, k);
+      s8 = __dp4a(q[k], 0x01010101, s8);
     }
-    act[3 * b] = make_int4(q[0], q[1], q[2], q[3]);
-    act[3 * b + 1] = make_int4(q[4], q[5], q[6], q[7]);
-    act[3 * b + 2] = make_int4(__float_as_int(__low2float(act_ds(y, true))), s8, 0, 0);
+    act[3 * i] = make_int4(q[0], q[1], q[2], q[3]);
+    act[3 * i + 1] = make_int4(q[4], q[5], q[6], q[7]);
+    act[3 * i + 2] = make_int4(__float_as_int(__low2float(act_ds(y, live))), s8, 0, 0);
   }
   __syncthreads();
 }
 
-// Store lane (w, r)'s partial; sum each row's W partials in split order into dst.
-static __device__ __forceinline__ void store_row(float acc, float *dst, int nrows) {
-  __shared__ float red[256];
+// Store lane (w, r)'s partials of NR activation rows; sum each (activation row, weight row)'s W
+// partials in split order into dst (activation row c at dst + c * stride_dst), rows below n.
+template <int NR>
+static __device__ __forceinline__ void store_rows_dp4a(const float (&acc)[NR], float *dst,
+                                                       int nrows, int stride_dst, int n) {
+  __shared__ float red[NR][256];
   const int W = blockDim.x, R = blockDim.y;
-  red[threadIdx.y * W + threadIdx.x] = acc;
+#pragma unroll
+  for (int c = 0; c < NR; ++c) red[c][threadIdx.y * W + threadIdx.x] = acc[c];
   __syncthreads();
   const int tid = threadIdx.x + W * threadIdx.y;
-  const int row = blockIdx.x * R + tid;
-  if (tid < R && row < nrows) {
-    float s = red[tid * W];
-    for (int ww = 1; ww < W; ++ww) s = __fadd_rn(s, red[tid * W + ww]);
-    dst[row] = s;
+  for (int i = tid; i < NR * R; i += W * R) {
+    const int c = i / R, r = i - c * R;
+    const int row = blockIdx.x * R + r;
+    if (c < n && row < nrows) {
+      float s = red[c][r * W];
+      for (int ww = 1; ww < W; ++ww) s = __fadd_rn(s, red[c][r * W + ww]);
+      dst[(size_t)c * stride_dst + row] = s;
+    }
   }
 }
 
@@ -482,8 +494,11 @@ struct Q4kUnits {
     }
   }
 
-  __device__ __forceinline__ float sum(float acc, const StagedRow &act, int u0, int W,
-                                       int units) const {
+  // Add the batch's terms to each of NR activation rows' sums: the values unpacked once, each
+  // row's terms in the one-row order (so a row's sum is the same whatever NR).
+  template <int NR>
+  __device__ __forceinline__ void sum(float (&acc)[NR], const StagedRow (&act)[NR], int u0,
+                                      int W, int units) const {
 #pragma unroll
     for (int i = 0; i < U; ++i) {
       const int u = u0 + i * W;
@@ -501,12 +516,14 @@ struct Q4kUnits {
 #pragma unroll
         for (int k = 0; k < 8; ++k) v[k] = (words[k] >> (4 * h)) & 0x0F0F0F0F;
         const int kb = (u >> 2) * 8 + 2 * (u & 3) + h;
-        const int4 y0 = act.q(kb, 0), y1 = act.q(kb, 1);
-        const int isum = dot8(v, y0, y1);
-        acc = __fadd_rn(acc, q4k_term(dl, ml, act.d(kb), isum, act.s8(kb)));
+#pragma unroll
+        for (int r = 0; r < NR; ++r) {
+          const int4 y0 = act[r].q(kb, 0), y1 = act[r].q(kb, 1);
+          const int isum = dot8(v, y0, y1);
+          acc[r] = __fadd_rn(acc[r], q4k_term(dl, ml, act[r].d(kb), isum, act[r].s8(kb)));
+        }
       }
     }
-    return acc;
   }
 };
 
@@ -534,8 +551,10 @@ struct Q6kUnits {
     }
   }
 
-  __device__ __forceinline__ float sum(float acc, const StagedRow &act, int u0, int W,
-                                       int units) const {
+  // As Q4kUnits::sum: the batch's terms added to each of NR activation rows' sums.
+  template <int NR>
+  __device__ __forceinline__ void sum(float (&acc)[NR], const StagedRow (&act)[NR], int u0,
+                                      int W, int units) const {
 #pragma unroll
     for (int i = 0; i < U; ++i) {
       const int u = u0 + i * W;
@@ -545,24 +564,35 @@ struct Q6kUnits {
 #pragma unroll
       for (int p = 0; p < 4; ++p) {
         const int kb = (u >> 2) * 8 + 4 * hh + p;
-        const int4 y = act.q(kb, l);  // values 16l .. 16l + 15 of the block
-        int isum = __dp4a(q6k_values(ql0[i][0], ql1[i][0], qh[i][0], p), y.x, 0);
-        isum = __dp4a(q6k_values(ql0[i][1], ql1[i][1], qh[i][1], p), y.y, isum);
-        isum = __dp4a(q6k_values(ql0[i][2], ql1[i][2], qh[i][2], p), y.z, isum);
-        isum = __dp4a(q6k_values(ql0[i][3], ql1[i][3], qh[i][3], p), y.w, isum);
-        acc = __fadd_rn(acc, q6k_term(q6k_scale(scw[i], d, 2 * p + l), act.d(kb), isum));
+        const int v[4] = {q6k_values(ql0[i][0], ql1[i][0], qh[i][0], p),
+                          q6k_values(ql0[i][1], ql1[i][1], qh[i][1], p),
+                          q6k_values(ql0[i][2], ql1[i][2], qh[i][2], p),
+                          q6k_values(ql0[i][3], ql1[i][3], qh[i][3], p)};
+        const float dsc = q6k_scale(scw[i], d, 2 * p + l);
+#pragma unroll
+        for (int r = 0; r < NR; ++r) {
+          const int4 y = act[r].q(kb, l);  // values 16l .. 16l + 15 of the block
+          int isum = __dp4a(v[0], y.x, 0);
+          isum = __dp4a(v[1], y.y, isum);
+          isum = __dp4a(v[2], y.z, isum);
+          isum = __dp4a(v[3], y.w, isum);
+          acc[r] = __fadd_rn(acc[r], q6k_term(dsc, act[r].d(kb), isum));
+        }
       }
     }
-    return acc;
   }
 };
 
-// The one-row product with `Units` (Q4kUnits / Q6kUnits of U units, `bytes` a super-block): the first
-// batch of weights is loaded before the activations are staged, so that the two loads overlap.
-template <typename Units, int bytes, int U>
-static __device__ __forceinline__ void mmtc_row(const void *vx0, const void *vx1, const void *vx2,
-                                                int row1, int row2, const uint8_t *vy,
-                                                float *dst, int ncols_x, int nrows) {
+// The product of NR activation rows (at most; `n` live) with `Units` (Q4kUnits / Q6kUnits of U
+// units, `bytes` a super-block): the first batch of weights is loaded before the activations
+// are staged, so that the two loads overlap; each batch of weights is then loaded once for all
+// NR rows, and each row summed exactly as the one-row kernel (NR = 1) sums it.
+template <typename Units, int bytes, int U, int NR>
+static __device__ __forceinline__ void mmtc_rows(const void *vx0, const void *vx1,
+                                                 const void *vx2, int row1, int row2,
+                                                 const uint8_t *vy, float *dst, int ncols_x,
+                                                 int nrows, int stride_col_y, int stride_col_dst,
+                                                 int n) {
   extern __shared__ int4 staged[];
   const int w = threadIdx.x, W = blockDim.x;
   const int row = blockIdx.x * blockDim.y + threadIdx.y;
@@ -574,36 +604,48 @@ static __device__ __forceinline__ void mmtc_row(const void *vx0, const void *vx1
   Units batch;
   if (live) batch.load(wrow, w, W, units);
   pdl_enter();  // the first weights were loaded while the previous kernel finished (pdl.cuh)
-  stage_row(vy, ncols_x / 32, staged);
-  const StagedRow act{staged};
-  float acc = 0.0f;
+  const int nblk = ncols_x / 32;
+  stage_rows<NR>(vy, nblk, stride_col_y, n, staged);
+  StagedRow act[NR];
+#pragma unroll
+  for (int c = 0; c < NR; ++c) act[c] = StagedRow{staged + 3 * c * nblk};
+  float acc[NR];
+#pragma unroll
+  for (int c = 0; c < NR; ++c) acc[c] = 0.0f;
   if (live) {
     for (int u0 = w;;) {
-      acc = batch.sum(acc, act, u0, W, units);
+      batch.template sum<NR>(acc, act, u0, W, units);
       u0 += U * W;
       if (u0 >= units) break;
       batch.load(wrow, u0, W, units);
     }
   }
-  store_row(acc, dst, nrows);
+  store_rows_dp4a<NR>(acc, dst, nrows, stride_col_dst, n);
 }
 
 // Entry points: grid (ceil(rows / R)), block (W, R), dynamic shared memory 48 bytes a Q8_1 block
-// of the activation row. dst[r] = W[r] . y, W the stack of vx0, vx1, vx2 (stacked.cuh).
-#define TREESPEC_MMTC_ROW(tag, Units, bytes, name, units)                                      \
+// of each activation row. dst[c * stride_col_dst + r] = W[r] . y[c] for the n (at most NR)
+// activation rows c, W the stack of vx0, vx1, vx2 (stacked.cuh). `_row`: one row (NR = 1).
+#define TREESPEC_MMTC_ROWS(tag, Units, bytes, name, units, NR)                                 \
   extern "C" __global__ void __launch_bounds__(256) mmtc_##tag##_##name(                      \
       const void *__restrict__ vx0, const void *__restrict__ vx1,                              \
       const void *__restrict__ vx2, const int row1, const int row2,                            \
       const void *__restrict__ vy, float *__restrict__ dst, const int ncols_x,                 \
-      const int nrows) {                                                                       \
-    mmtc_row<Units<units>, bytes, units>(vx0, vx1, vx2, row1, row2, (const uint8_t *)vy, dst,  \
-                                         ncols_x, nrows);                                      \
+      const int nrows, const int stride_col_y, const int stride_col_dst, const int n) {        \
+    mmtc_rows<Units<units>, bytes, units, NR>(vx0, vx1, vx2, row1, row2, (const uint8_t *)vy,  \
+                                              dst, ncols_x, nrows, stride_col_y,               \
+                                              stride_col_dst, n);                              \
   }
+#define TREESPEC_MMTC_ROWS_ALL(tag, Units, bytes)                                              \
+  TREESPEC_MMTC_ROWS(tag, Units, bytes, row, ROW_UNITS, 1)                                     \
+  TREESPEC_MMTC_ROWS(tag, Units, bytes, row_long, ROW_UNITS_LONG, 1)                           \
+  TREESPEC_MMTC_ROWS(tag, Units, bytes, rows2, ROW_UNITS, 2)                                   \
+  TREESPEC_MMTC_ROWS(tag, Units, bytes, rows2_long, ROW_UNITS_LONG, 2)                         \
+  TREESPEC_MMTC_ROWS(tag, Units, bytes, rows4, ROW_UNITS, 4)                                   \
+  TREESPEC_MMTC_ROWS(tag, Units, bytes, rows4_long, ROW_UNITS_LONG, 4)
 
-TREESPEC_MMTC_ROW(q4_k, Q4kUnits, 144, row, ROW_UNITS)
-TREESPEC_MMTC_ROW(q4_k, Q4kUnits, 144, row_long, ROW_UNITS_LONG)
-TREESPEC_MMTC_ROW(q6_k, Q6kUnits, 210, row, ROW_UNITS)
-TREESPEC_MMTC_ROW(q6_k, Q6kUnits, 210, row_long, ROW_UNITS_LONG)
+TREESPEC_MMTC_ROWS_ALL(q4_k, Q4kUnits, 144)
+TREESPEC_MMTC_ROWS_ALL(q6_k, Q6kUnits, 210)
 
 // Bytes of a super-block of 256 values.
 #define q4_k_bytes 144

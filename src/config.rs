@@ -14,6 +14,8 @@ pub struct Config {
     pub target: Option<String>,
     /// Drafter model, or "none".
     pub drafter: Option<String>,
+    /// MTP head beside the drafter, for `mtp`, or "none".
+    pub head: Option<String>,
     /// Starting mode.
     pub mode: Option<String>,
     /// Tree budget.

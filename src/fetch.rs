@@ -120,11 +120,96 @@ pub fn cached_path(m: &KnownModel) -> PathBuf {
 
 /// The path of a known model if it is already fetched and verified.
 pub fn find_cached(m: &KnownModel) -> Option<PathBuf> {
-    let p = cached_path(m);
+    verified(cached_path(m), m.sha256, m.size)
+}
+
+/// `p` if its marker records `sha256` and it holds `size` bytes.
+fn verified(p: PathBuf, sha256: &str, size: u64) -> Option<PathBuf> {
     let marker = marker_path(&p);
-    let ok = std::fs::read_to_string(&marker).is_ok_and(|s| s.trim() == m.sha256)
-        && std::fs::metadata(&p).is_ok_and(|md| md.len() == m.size);
+    let ok = std::fs::read_to_string(&marker).is_ok_and(|s| s.trim() == sha256)
+        && std::fs::metadata(&p).is_ok_and(|md| md.len() == size);
     ok.then_some(p)
+}
+
+/// An MTP head shipped with treespec for a known target: a file in the repository's `heads/`
+/// folder, copied into the model cache (verified) the first time it is asked for, so that a
+/// binary installed away from the repository finds it there.
+#[derive(Debug, Clone, Copy)]
+pub struct ShippedHead {
+    /// The key of the known target it was trained for.
+    pub target: &'static str,
+    /// What it is and how it was made.
+    pub description: &'static str,
+    /// File name, in `heads/` and in the cache.
+    pub file: &'static str,
+    /// Size in bytes.
+    pub size: u64,
+    /// sha256 of the file.
+    pub sha256: &'static str,
+}
+
+/// The MTP head for the default target: `treespec train-drafter` on the H200 (the target's own
+/// answers to 8,000 prompts it wrote, 4,600 steps in three runs, a draft vocabulary of 32,768
+/// tokens; BENCHMARKS.md sections 22-25), exported as Q8_0 and re-exported with `treespec
+/// export-head --type q4_k`.
+pub const DEFAULT_HEAD: ShippedHead = ShippedHead {
+    target: "target",
+    description: "MTP head for Qwen2.5-Coder-1.5B-Instruct (trained by treespec, Q4_K)",
+    file: "qwen2.5-coder-1.5b-instruct-mtp-head-q4_k.gguf",
+    size: HEAD_SIZE,
+    sha256: HEAD_SHA256,
+};
+
+/// The shipped head's size and sha256 (`heads/`).
+const HEAD_SIZE: u64 = 29_147_552;
+const HEAD_SHA256: &str = "e4c218eb5618498bb08ca4baf7fc2bcf6a9a0fae9209c6e9b362ab4e316c9871";
+
+/// The shipped head for the known target `key`, if it has one.
+pub fn shipped_head(key: &str) -> Option<ShippedHead> {
+    SHIPPED_HEADS.into_iter().find(|h| h.target == key)
+}
+
+/// Every shipped head.
+pub const SHIPPED_HEADS: [ShippedHead; 1] = [DEFAULT_HEAD];
+
+/// Whether `path` names a shipped head's file.
+pub fn is_shipped_head(path: &str) -> bool {
+    let name = Path::new(path).file_name();
+    SHIPPED_HEADS
+        .iter()
+        .any(|h| name.is_some_and(|n| n == h.file))
+}
+
+/// Where a shipped head lies in the repository this binary was built from.
+pub fn repository_head(h: &ShippedHead) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("heads")
+        .join(h.file)
+}
+
+/// Make sure a shipped head is in the cache and verified (copied from the repository this binary
+/// was built from); returns its path.
+pub fn ensure_head(h: &ShippedHead) -> Result<PathBuf> {
+    let dest = crate::paths::models_dir().join(h.file);
+    if let Some(p) = verified(dest.clone(), h.sha256, h.size) {
+        return Ok(p);
+    }
+    let src = repository_head(h);
+    if !src.is_file() {
+        return Err(Error::InvalidArgument(format!(
+            "the {} is not in the cache ({}) nor in the repository this binary was built from ({})",
+            h.description,
+            dest.display(),
+            src.display()
+        )));
+    }
+    verify(&src, h.sha256, false)?;
+    let _lock = crate::paths::DirLock::acquire(&crate::paths::models_dir())?;
+    let part = dest.with_extension("gguf.part");
+    std::fs::copy(&src, &part).map_err(|e| Error::io(&part, e))?;
+    std::fs::rename(&part, &dest).map_err(|e| Error::io(&dest, e))?;
+    std::fs::write(marker_path(&dest), h.sha256).map_err(|e| Error::io(&dest, e))?;
+    Ok(dest)
 }
 
 fn marker_path(p: &Path) -> PathBuf {

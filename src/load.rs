@@ -1,8 +1,9 @@
 //! Loading what the engine runs: models by name, path or hub id (known models fetched on first
 //! use), a drafter of whichever kind the files hold, and the engine over both.
 
+use crate::draft::mtp::KIND as MTP_KIND;
 use crate::draft::{check_same_vocabulary, CausalDrafter, DFlashDrafter, Drafter, MtpDrafter};
-use crate::engine::{Engine, Settings};
+use crate::engine::{Engine, Mode, Settings};
 use crate::error::{Error, Result};
 use crate::fetch;
 use crate::model::chat_template::ChatTemplate;
@@ -117,11 +118,35 @@ pub struct TextSide {
     pub template: ChatTemplate,
 }
 
-/// Load the target (and the drafter, when given) into an engine; the engine takes the decoders,
-/// the tokenizer and template are returned beside it.
+/// The `head` that means no MTP head beside the drafter.
+pub const NO_HEAD: &str = "none";
+
+/// The MTP head to load beside the drafter of `target`: `head` as given ([`NO_HEAD`]: none),
+/// else the head shipped for a known target (copied into the cache the first time), else none.
+/// A shipped head that cannot be found leaves `mtp` unavailable, with a line on stderr.
+pub fn head_for(target: &str, head: Option<&str>) -> Option<String> {
+    match head {
+        Some(NO_HEAD) => None,
+        Some(h) => Some(h.to_string()),
+        None => {
+            let shipped = fetch::shipped_head(target)?;
+            match fetch::ensure_head(&shipped) {
+                Ok(p) => Some(p.display().to_string()),
+                Err(e) => {
+                    eprintln!("treespec: `mtp` unavailable: {e}");
+                    None
+                }
+            }
+        }
+    }
+}
+
+/// Load the target (and the drafter and an MTP head beside it, when given) into an engine; the
+/// engine takes the decoders, the tokenizer and template are returned beside it.
 pub fn build_engine(
     target: &str,
     drafter: Option<&str>,
+    head: Option<&str>,
     settings: Settings,
     seed: u64,
     opts: &LoadOptions,
@@ -130,22 +155,31 @@ pub fn build_engine(
     let drafter = match drafter {
         Some(spec) => Some(load_drafter(spec, &t, opts)?),
         // A target with its own MTP head drafts with it unless told otherwise.
-        None if t.decoder.config().mtp_heads > 0 => match load_drafter(MTP_DRAFTER, &t, opts) {
-            Ok(d) => Some(d),
-            Err(e) => {
-                eprintln!("treespec: drafting without the target's MTP head: {e}");
-                None
+        None if t.decoder.config().mtp_heads > 0 && head.is_none() => {
+            match load_drafter(MTP_DRAFTER, &t, opts) {
+                Ok(d) => Some(d),
+                Err(e) => {
+                    eprintln!("treespec: drafting without the target's MTP head: {e}");
+                    None
+                }
             }
-        },
+        }
         None => None,
     };
-    let engine = Engine::new(
-        t.decoder,
-        drafter,
-        t.tokenizer.stop_ids().clone(),
-        settings,
-        seed,
-    )?;
+    // A drafter that is an MTP head drafts `mtp` itself: the shipped head is not added beside it.
+    let drafts_mtp = drafter.as_ref().is_some_and(|d| d.kind() == MTP_KIND);
+    let head = head.filter(|h| !(drafts_mtp && fetch::is_shipped_head(h)));
+    let head = head.map(|h| load_drafter(h, &t, opts)).transpose()?;
+    let start = Settings {
+        mode: Mode::Ar,
+        ..settings
+    };
+    let stop_ids = t.tokenizer.stop_ids().clone();
+    let mut engine = Engine::new(t.decoder, drafter, stop_ids, start, seed)?;
+    if let Some(h) = head {
+        engine = engine.add_head(h)?;
+    }
+    engine.set_settings(settings)?;
     let text = TextSide {
         name: t.name,
         tokenizer: t.tokenizer,

@@ -251,6 +251,11 @@ struct GenerateArgs {
     /// target is the default target; the target's MTP head when it has one).
     #[arg(long)]
     drafter: Option<String>,
+    /// An MTP head beside the drafter, for `mtp` (a `.gguf` from `treespec export-head` or a
+    /// `.safetensors` from `train-drafter`), or `none` (default: the head shipped for the
+    /// default target when the target is the default target).
+    #[arg(long)]
+    head: Option<String>,
     /// Decoding mode: ar, linear, tree, mtp, auto.
     #[arg(long, default_value = "ar")]
     mode: String,
@@ -280,6 +285,11 @@ struct BenchArgs {
     /// The drafter model.
     #[arg(long, default_value = "drafter")]
     drafter: String,
+    /// An MTP head beside the drafter, for `mtp` (a `.gguf` from `treespec export-head` or a
+    /// `.safetensors` from `train-drafter`), or `none` (default: the head shipped for the
+    /// default target when the target is the default target).
+    #[arg(long)]
+    head: Option<String>,
     /// Prompt files (JSON lines with a "prompt" field), each reported separately (default: the
     /// bundled humaneval, gsm8k and chat sets).
     #[arg(long, num_args = 1..)]
@@ -325,6 +335,10 @@ struct ChatArgs {
     /// The drafter, or `none` (default: config file, else the default drafter).
     #[arg(long)]
     drafter: Option<String>,
+    /// An MTP head beside the drafter, for `mtp`, or `none` (default: config file, else the
+    /// head shipped for the default target when the target is the default target).
+    #[arg(long)]
+    head: Option<String>,
     /// Starting mode: ar, linear, tree.
     #[arg(long)]
     mode: Option<String>,
@@ -408,10 +422,10 @@ impl RuntimeArgs {
     }
 }
 
-/// Load the target (and the drafter, when given) into an engine.
+/// Load the target (and the drafter and the MTP head, when given) into an engine.
 fn build_engine(
     target: &str,
-    drafter: Option<&str>,
+    (drafter, head): (Option<&str>, Option<&str>),
     settings: Settings,
     seed: u64,
     rt: &RuntimeArgs,
@@ -419,6 +433,7 @@ fn build_engine(
     Ok(load::build_engine(
         target,
         drafter,
+        head,
         settings,
         seed,
         &rt.load_options()?,
@@ -438,9 +453,10 @@ fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
         (None, true) if mode.needs_drafter() => anyhow::bail!("--mode {mode} needs --drafter"),
         (None, _) => None,
     };
+    let head = load::head_for(&a.model, a.head.as_deref());
     let (mut engine, m) = build_engine(
         &a.model,
-        drafter.as_deref(),
+        (drafter.as_deref(), head.as_deref()),
         settings,
         a.decode.seed,
         &a.runtime,
@@ -536,9 +552,14 @@ fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
             .collect::<treespec::Result<Vec<_>>>()?
     };
     let settings = a.decode.settings(Mode::Ar)?;
+    let wants_mtp = variants.iter().any(|v| v.settings.mode == Mode::Mtp);
+    let head = match wants_mtp {
+        true => load::head_for(&a.target, a.head.as_deref()),
+        false => None,
+    };
     let (mut engine, m) = build_engine(
         &a.target,
-        needs_drafter.then_some(a.drafter.as_str()),
+        (needs_drafter.then_some(a.drafter.as_str()), head.as_deref()),
         settings,
         a.decode.seed,
         &a.runtime,
@@ -597,6 +618,13 @@ fn run_fetch(a: FetchArgs) -> anyhow::Result<()> {
     for m in list {
         let p = fetch::ensure(&m).with_context(|| format!("fetching {}", m.description))?;
         println!("{}", p.display());
+        // The MTP head shipped for it, into the cache beside it.
+        if let Some(h) = fetch::shipped_head(m.key) {
+            match fetch::ensure_head(&h) {
+                Ok(p) => println!("{}", p.display()),
+                Err(e) => eprintln!("treespec: `mtp` unavailable: {e}"),
+            }
+        }
     }
     Ok(())
 }
@@ -642,11 +670,12 @@ fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
     let target = pick(&a.target, &cfg.target, "target");
     let drafter = pick(&a.drafter, &cfg.drafter, "drafter");
     let drafter = (drafter != "none").then_some(drafter);
-    // Without a drafter only ar runs.
-    let mode = if drafter.is_none() && mode.needs_drafter() {
-        Mode::Ar
-    } else {
-        mode
+    let head = load::head_for(&target, a.head.as_deref().or(cfg.head.as_deref()));
+    // Without a drafter only ar runs (and `mtp` only with a head).
+    let mode = match mode {
+        Mode::Mtp if head.is_some() => mode,
+        m if drafter.is_none() && m.needs_drafter() => Mode::Ar,
+        m => m,
     };
     let settings = decode.settings(mode)?;
     let dir = transcript::default_dir();
@@ -681,12 +710,13 @@ fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
                 .map(|d| format!(" and {d}"))
                 .unwrap_or_default()
         );
-        let (engine, text) =
-            build_engine(&target, drafter.as_deref(), settings, decode.seed, &runtime)?;
+        let models = (drafter.as_deref(), head.as_deref());
+        let (engine, text) = build_engine(&target, models, settings, decode.seed, &runtime)?;
         let info = EngineInfo {
             target: text.name.clone(),
             drafter: engine.drafter().map(|d| d.name().to_string()),
             drafter_kind: engine.drafter().map(|d| d.kind().to_string()),
+            head: engine.head().map(|d| d.name().to_string()),
             device: device::describe(engine.target().device()),
             context: engine.target().context(),
             unavailable: vec![],

@@ -122,6 +122,87 @@ fn mtp_is_offered_only_with_an_mtp_head() {
     assert!(e.set_settings(settings(Mode::Mtp, 1, 1, 4)).is_err());
 }
 
+/// A target with a causal drafter and an MTP head beside it: `mtp` drafts with the head,
+/// `linear` and `tree` with the causal drafter, and an answer that changes mode every step is
+/// still exactly the `ar` answer, with the head following the target throughout.
+#[test]
+fn a_head_beside_a_causal_drafter_drafts_mtp() {
+    // (The vocabulary of `common::tiny_decoder`.)
+    let cfg = common::tiny_config(Family::Qwen2, 61);
+    let modes = [
+        settings(Mode::Mtp, 1, 1, 3),
+        settings(Mode::Linear, 1, 1, 3),
+        settings(Mode::Tree, 8, 4, 1),
+        settings(Mode::Mtp, 1, 1, 2),
+        settings(Mode::Ar, 1, 1, 1),
+    ];
+    for seed in 0..3u64 {
+        let target = common::tiny_decoder(Family::Qwen2, seed, CONTEXT);
+        let causal = common::tiny_decoder(Family::Qwen2, seed + 40, CONTEXT);
+        let head = common::random_mtp_head(&cfg, seed + 77, CONTEXT);
+        let drafter = Box::new(CausalDrafter::new(causal, "causal"));
+        let s = settings(Mode::Ar, 1, 1, 1);
+        let e = Engine::new(target, Some(drafter), BTreeSet::new(), s, 0).unwrap();
+        let mut e = e
+            .add_head(Box::new(MtpDrafter::new(head, &cfg, "head")))
+            .unwrap();
+        assert_eq!(e.mode_unavailable(Mode::Mtp), None);
+        assert_eq!(e.drafter_for(Mode::Mtp).unwrap().name(), "head");
+        assert_eq!(e.drafter_for(Mode::Linear).unwrap().name(), "causal");
+        assert_eq!(e.head().unwrap().name(), "head");
+        let prompt = [1, 2, (seed % 8) as u32, 3];
+        let ar = e.generate(&prompt, 24, |_| true).unwrap().tokens;
+        e.reset();
+        e.begin(&prompt).unwrap();
+        let mut drafted = 0;
+        for i in 0.. {
+            let s = modes[i % modes.len()];
+            e.set_settings(s).unwrap();
+            let ev = e.step(24 - e.answer().len()).unwrap();
+            assert_eq!(
+                ev.mode == Mode::Ar,
+                s.mode == Mode::Ar || ev.tree.len() == 1
+            );
+            drafted += ev.tree.len() - 1;
+            let head = e.drafter_for(Mode::Mtp).unwrap();
+            assert_eq!(head.len() + 1, e.sequence().len(), "seed {seed} step {i}");
+            if ev.finished.is_some() || e.answer().len() >= 24 {
+                break;
+            }
+        }
+        assert_eq!(e.answer(), &ar[..], "seed {seed}");
+        assert!(drafted > 0);
+    }
+}
+
+#[test]
+fn a_head_is_added_once_and_only_a_head() {
+    let cfg = common::tiny_config(Family::Llama, 61);
+    let head = || {
+        Box::new(MtpDrafter::new(
+            common::random_mtp_head(&cfg, 5, CONTEXT),
+            &cfg,
+            "h",
+        ))
+    };
+    let t = common::tiny_decoder(Family::Llama, 1, CONTEXT);
+    let causal = Box::new(CausalDrafter::new(
+        common::tiny_decoder(Family::Llama, 2, CONTEXT),
+        "causal",
+    ));
+    let e = Engine::new(t, None, BTreeSet::new(), settings(Mode::Ar, 1, 1, 1), 0).unwrap();
+    let err = e.add_head(causal).err().unwrap().to_string();
+    assert!(err.contains("not an MTP head"), "{err}");
+    let t = common::tiny_decoder(Family::Llama, 1, CONTEXT);
+    let e = Engine::new(t, None, BTreeSet::new(), settings(Mode::Ar, 1, 1, 1), 0).unwrap();
+    // Without another drafter the head drafts every mode.
+    let e = e.add_head(head()).unwrap();
+    assert_eq!(e.drafter_for(Mode::Tree).unwrap().name(), "h");
+    assert!(e.head().is_none());
+    let err = e.add_head(head()).err().unwrap().to_string();
+    assert!(err.contains("already drafts `mtp`"), "{err}");
+}
+
 #[test]
 fn a_checkpoint_without_the_head_it_declares_is_refused() {
     let mut cfg = common::tiny_config(Family::Qwen2, VOCAB);
@@ -166,7 +247,8 @@ fn a_gguf_nextn_layer_is_the_mtp_drafter() {
     };
     let spec = path.display().to_string();
     let (mut e, _) =
-        treespec::load::build_engine(&spec, None, settings(Mode::Ar, 1, 1, 1), 0, &opts).unwrap();
+        treespec::load::build_engine(&spec, None, None, settings(Mode::Ar, 1, 1, 1), 0, &opts)
+            .unwrap();
     assert_eq!(e.drafter().unwrap().kind(), "MTP head");
     assert_eq!(e.target().config().n_layers, 2);
     let prompt = [10u32, 20, 30, 40, 50];

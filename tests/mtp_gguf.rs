@@ -92,6 +92,7 @@ fn answer(target: &Path, drafter: &Path, mode: Mode) -> (Vec<u32>, Drafts) {
     let (mut e, _) = build_engine(
         &target.display().to_string(),
         Some(&drafter.display().to_string()),
+        None,
         settings(mode),
         0,
         &opts(),
@@ -237,6 +238,7 @@ fn a_head_exported_with_a_draft_vocabulary_drafts_only_from_it() {
     let (e, _) = build_engine(
         &gguf.display().to_string(),
         Some(&reduced.display().to_string()),
+        None,
         settings(Mode::Mtp),
         0,
         &opts(),

@@ -433,7 +433,8 @@ fn walk_against_decoding(reduced: bool) {
         min_chain_prob: 0.0,
         ..Settings::default()
     };
-    let (mut e, _) = treespec::load::build_engine(&spec, None, s(Mode::Ar), 0, &opts).unwrap();
+    let (mut e, _) =
+        treespec::load::build_engine(&spec, None, None, s(Mode::Ar), 0, &opts).unwrap();
     // The target's greedy answers (24 tokens, no stop) to a few prompts; the last held out.
     let mut data = vec![];
     for seed in 0..40u32 {
@@ -483,6 +484,7 @@ fn walk_against_decoding(reduced: bool) {
     let (mut e, _) = treespec::load::build_engine(
         &spec,
         Some(&file.display().to_string()),
+        None,
         s(Mode::Mtp),
         0,
         &opts,
@@ -519,6 +521,7 @@ fn walk_against_decoding(reduced: bool) {
     let (mut e, _) = treespec::load::build_engine(
         &spec,
         Some(&exported.display().to_string()),
+        None,
         s(Mode::Mtp),
         0,
         &opts,
@@ -659,7 +662,7 @@ fn a_run_writes_a_head_that_resumes_and_drafts() {
         ..Settings::default()
     };
     let (mut e, _) =
-        treespec::load::build_engine(&spec, Some(&head), s(Mode::Ar), 0, &opts).unwrap();
+        treespec::load::build_engine(&spec, Some(&head), None, s(Mode::Ar), 0, &opts).unwrap();
     assert_eq!(e.drafter().unwrap().kind(), "MTP head");
     let prompt = [10u32, 20, 30, 40];
     let ar = e.generate(&prompt, 16, |_| true).unwrap().tokens;

@@ -350,3 +350,30 @@ fn the_mode_key_reaches_mtp_with_an_mtp_head() {
     assert!(text.contains(&format!("k={}", k + 1)), "{text}");
     assert!(text.contains("(MTP head)"), "{text}");
 }
+
+/// With an MTP head beside a causal drafter (the default pair with its shipped head) the mode
+/// key reaches `mtp`, and the status bar names the drafter of the mode in force: the causal
+/// drafter in `tree`, the head in `mtp`.
+#[test]
+fn the_status_bar_names_the_drafter_of_the_mode() {
+    use treespec::chat::scripted::ScriptedEngine;
+    use treespec::transcript::Transcript;
+    use treespec::tui::app::{App, AppOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let engine = ScriptedEngine::new(vec![]).with_head_beside();
+    let t = Transcript::new(dir.path(), "scripted-target", Some("drafter"), "cpu");
+    let mut app = App::new(Box::new(engine), t, AppOptions::default());
+    assert_eq!(app.settings.mode, Mode::Tree);
+    let text = screen(&render(&mut app, 220, 30));
+    assert!(
+        text.contains("drafter scripted-drafter (causal LM)"),
+        "{text}"
+    );
+    app.on_key(key(KeyCode::F(2)));
+    assert_eq!(app.settings.mode, Mode::Mtp);
+    let text = screen(&render(&mut app, 220, 30));
+    assert!(
+        text.contains("drafter scripted-head.gguf (MTP head)"),
+        "{text}"
+    );
+}

@@ -105,6 +105,8 @@ pub struct EngineInfo {
     pub drafter: Option<String>,
     /// Drafter kind ("causal LM").
     pub drafter_kind: Option<String>,
+    /// The MTP head `mtp` drafts with beside the drafter, if any.
+    pub head: Option<String>,
     /// Device description.
     pub device: String,
     /// Context size in tokens.
@@ -114,6 +116,18 @@ pub struct EngineInfo {
 }
 
 impl EngineInfo {
+    /// The drafter `mode` drafts with and its kind: the MTP head beside the drafter for `mtp`,
+    /// else the drafter.
+    pub fn drafter_of(&self, mode: Mode) -> Option<(&str, &str)> {
+        match (&self.head, mode) {
+            (Some(h), Mode::Mtp) => Some((h.as_str(), crate::draft::mtp::KIND)),
+            _ => self
+                .drafter
+                .as_deref()
+                .map(|d| (d, self.drafter_kind.as_deref().unwrap_or("drafter"))),
+        }
+    }
+
     /// "name (kind)" of the drafter, as transcripts record it.
     pub fn drafter_label(&self) -> Option<String> {
         self.drafter.as_ref().map(|d| match &self.drafter_kind {

@@ -115,6 +115,7 @@ impl ScriptedEngine {
                 target: "scripted-target".into(),
                 drafter: Some("scripted-drafter".into()),
                 drafter_kind: Some("causal LM".into()),
+                head: None,
                 device: "cpu".into(),
                 context: 4096,
                 unavailable: vec![(
@@ -134,6 +135,14 @@ impl ScriptedEngine {
     pub fn with_mtp_head(mut self) -> Self {
         self.info.drafter = Some("scripted-target MTP head".into());
         self.info.drafter_kind = Some(crate::draft::mtp::KIND.into());
+        self.info.unavailable.clear();
+        self
+    }
+
+    /// The same engine with an MTP head beside its causal drafter (so `mtp` is available and
+    /// drafts with the head).
+    pub fn with_head_beside(mut self) -> Self {
+        self.info.head = Some("scripted-head.gguf".into());
         self.info.unavailable.clear();
         self
     }

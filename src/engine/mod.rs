@@ -38,12 +38,15 @@ use rand::SeedableRng;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-/// A loaded target, an optional drafter, and the state of the current answer.
+/// A loaded target, its drafters, and the state of the current answer.
 pub struct Engine {
     target: Decoder,
-    drafter: Option<Box<dyn Drafter>>,
-    /// Target layers whose hidden states feed the drafter, empty for a drafter with its own
-    /// context.
+    /// The drafter given first (a causal LM, a DFlash checkpoint or an MTP head: `linear` and
+    /// `tree` draft with it), then an MTP head beside it ([`Engine::add_head`]: `mtp` drafts
+    /// with the first MTP head of the list).
+    drafters: Vec<Box<dyn Drafter>>,
+    /// Target layers whose hidden states feed the drafters (each drafter's in turn, without
+    /// repeats), empty where every drafter keeps its own context.
     feature_layers: Vec<usize>,
     stop_ids: BTreeSet<u32>,
     settings: Settings,
@@ -110,17 +113,13 @@ impl Engine {
         } else {
             DraftAhead::Off
         };
-        let feature_layers = match &drafter {
-            Some(d) => {
-                d.check_target(target.config())?;
-                d.feature_layers().to_vec()
-            }
-            None => vec![],
-        };
+        if let Some(d) = &drafter {
+            d.check_target(target.config())?;
+        }
         let mut e = Engine {
             target,
-            drafter,
-            feature_layers,
+            drafters: vec![],
+            feature_layers: vec![],
             stop_ids,
             settings: Settings {
                 mode: Mode::Ar,
@@ -133,8 +132,58 @@ impl Engine {
             planner: None,
             draft_ahead,
         };
+        if let Some(d) = drafter {
+            e.push_drafter(d);
+        }
         e.set_settings(settings)?;
         Ok(e)
+    }
+
+    /// The engine with `head`, an MTP head on the target, beside its drafter: `mtp` drafts
+    /// with it while `linear` and `tree` keep the drafter given first. An engine without a
+    /// drafter takes the head as its only one; one that already has an MTP head refuses another.
+    pub fn add_head(mut self, head: Box<dyn Drafter>) -> Result<Self> {
+        if head.kind() != MTP_KIND {
+            return Err(Error::Config(format!(
+                "{} is a {}, not an MTP head",
+                head.name(),
+                head.kind()
+            )));
+        }
+        if let Some(had) = self.drafters.iter().find(|d| d.kind() == MTP_KIND) {
+            return Err(Error::Config(format!(
+                "the engine already drafts `mtp` with {}",
+                had.name()
+            )));
+        }
+        head.check_target(self.target.config())?;
+        if !self.seq.is_empty() {
+            return Err(Error::Config(
+                "an MTP head is added before the first answer".into(),
+            ));
+        }
+        self.push_drafter(head);
+        Ok(self)
+    }
+
+    /// Add a drafter (its target checked) and the target layers it reads.
+    fn push_drafter(&mut self, d: Box<dyn Drafter>) {
+        for &l in d.feature_layers() {
+            if !self.feature_layers.contains(&l) {
+                self.feature_layers.push(l);
+            }
+        }
+        self.drafters.push(d);
+    }
+
+    /// Which drafter drafts for `mode`: an MTP head for `mtp`, the first drafter for every
+    /// other drafting mode.
+    fn drafter_index(&self, mode: Mode) -> Option<usize> {
+        match mode {
+            Mode::Ar => None,
+            Mode::Mtp => self.drafters.iter().position(|d| d.kind() == MTP_KIND),
+            Mode::Linear | Mode::Tree | Mode::Auto => (!self.drafters.is_empty()).then_some(0),
+        }
     }
 
     /// Set when the drafter drafts ahead during verify passes (see [`DraftAhead`]).
@@ -151,18 +200,11 @@ impl Engine {
     pub fn mode_unavailable(&self, mode: Mode) -> Option<String> {
         match mode {
             Mode::Ar => None,
-            Mode::Linear | Mode::Tree if self.drafter.is_none() => {
+            Mode::Linear | Mode::Tree if self.drafters.is_empty() => {
                 Some(format!("`{mode}` needs a drafter model (--drafter)"))
             }
             Mode::Linear | Mode::Tree => None,
-            Mode::Mtp
-                if self
-                    .drafter
-                    .as_deref()
-                    .is_some_and(|d| d.kind() == MTP_KIND) =>
-            {
-                None
-            }
+            Mode::Mtp if self.drafter_index(mode).is_some() => None,
             Mode::Mtp => Some("the target has no multi-token-prediction head".into()),
             Mode::Auto => None,
         }
@@ -176,7 +218,7 @@ impl Engine {
         s.validate()?;
         // What `auto` has measured stays while its settings do, whatever modes ran in between.
         if s.mode == Mode::Auto && self.planner.as_ref().is_none_or(|p| p.base() != &s) {
-            self.planner = Some(auto::Planner::new(&s, self.drafter.is_some()));
+            self.planner = Some(auto::Planner::new(&s, !self.drafters.is_empty()));
         }
         self.settings = s;
         Ok(())
@@ -198,25 +240,52 @@ impl Engine {
         &self.target
     }
 
-    /// The drafter, if any.
+    /// The drafter given first, if any (`linear` and `tree` draft with it).
     pub fn drafter(&self) -> Option<&dyn Drafter> {
-        self.drafter.as_deref()
+        self.drafters.first().map(|d| d.as_ref())
     }
 
-    /// Hidden states of the feature layers for the given block rows, concatenated per row
-    /// (`[rows, layers x hidden]`), from a forward's output (feature layers come first in it).
-    fn features(&self, hidden: &[Tensor], rows: Option<&[usize]>) -> Result<Option<Tensor>> {
-        if self.feature_layers.is_empty() {
-            return Ok(None);
-        }
-        let cat = Tensor::cat(&hidden[..self.feature_layers.len()], 1)?;
-        Ok(Some(match rows {
-            Some(r) => {
+    /// The drafter `mode` drafts with, if it drafts.
+    pub fn drafter_for(&self, mode: Mode) -> Option<&dyn Drafter> {
+        self.drafter_index(mode).map(|i| self.drafters[i].as_ref())
+    }
+
+    /// The MTP head `mtp` drafts with when it is not the drafter given first (one added with
+    /// [`Engine::add_head`]).
+    pub fn head(&self) -> Option<&dyn Drafter> {
+        self.drafter_index(Mode::Mtp)
+            .filter(|&i| i > 0)
+            .map(|i| self.drafters[i].as_ref())
+    }
+
+    /// Each drafter's hidden states of its feature layers for the given block rows,
+    /// concatenated per row (`[rows, layers x hidden]`), from a forward's output (feature
+    /// layers come first in it): `None` for a drafter that reads none.
+    fn features(&self, hidden: &[Tensor], rows: Option<&[usize]>) -> Result<Vec<Option<Tensor>>> {
+        let ids = match rows {
+            Some(r) if !self.feature_layers.is_empty() => {
                 let ids: Vec<u32> = r.iter().map(|&i| i as u32).collect();
-                cat.index_select(&Tensor::from_vec(ids, r.len(), cat.device())?, 0)?
+                Some(Tensor::from_vec(ids, r.len(), self.target.device())?)
             }
-            None => cat,
-        }))
+            _ => None,
+        };
+        let of = |d: &dyn Drafter| -> Result<Option<Tensor>> {
+            let layers = d.feature_layers();
+            if layers.is_empty() {
+                return Ok(None);
+            }
+            let at = |l: &usize| self.feature_layers.iter().position(|f| f == l);
+            let parts: Vec<&Tensor> = layers
+                .iter()
+                .filter_map(|l| at(l).map(|i| &hidden[i]))
+                .collect();
+            let cat = Tensor::cat(&parts, 1)?;
+            Ok(Some(match &ids {
+                Some(ids) => cat.index_select(ids, 0)?,
+                None => cat,
+            }))
+        };
+        self.drafters.iter().map(|d| of(d.as_ref())).collect()
     }
 
     /// Every committed token.
@@ -232,7 +301,7 @@ impl Engine {
     /// Forget the conversation (empty both caches).
     pub fn reset(&mut self) {
         self.target.reset();
-        if let Some(d) = &mut self.drafter {
+        for d in &mut self.drafters {
             d.truncate(0);
         }
         self.seq.clear();
@@ -260,11 +329,13 @@ impl Engine {
             .take_while(|(a, b)| a == b)
             .count();
         let mut keep = common.min(prompt.len() - 1).min(self.target.len());
-        if let Some(d) = &mut self.drafter {
-            if !self.feature_layers.is_empty() {
+        for d in &self.drafters {
+            if !d.feature_layers().is_empty() {
                 // A drafter that reads the target's hidden states follows it row for row.
                 keep = keep.min(d.len());
             }
+        }
+        for d in &mut self.drafters {
             d.truncate(keep);
         }
         self.target.truncate(keep);
@@ -275,18 +346,23 @@ impl Engine {
                     .with_logits_rows(vec![])
                     .with_hidden_layers(self.feature_layers.clone()),
             )?;
-            if let (Some(f), Some(d)) = (self.features(&out.hidden, None)?, &mut self.drafter) {
-                d.push_features(f)?;
+            let features = self.features(&out.hidden, None)?;
+            for (d, f) in self.drafters.iter_mut().zip(features) {
+                if let Some(f) = f {
+                    d.push_features(f)?;
+                }
             }
         }
-        if let (true, Some(d)) = (self.settings.mode.uses_drafter(), &mut self.drafter) {
-            d.prefill(prompt)?;
+        if self.settings.mode.uses_drafter() {
+            if let Some(i) = self.drafter_index(self.settings.mode) {
+                self.drafters[i].prefill(prompt)?;
+            }
         }
         // On a GPU the prompt's passes run asynchronously: wait for them, so that they count as
         // the prompt's time and not as the first step's (which skewed `auto`'s measurement of
         // whichever arm ran first, and every mode's decoding speed, by the prefill).
         self.target.device().synchronize()?;
-        if let Some(dec) = self.drafter.as_deref().and_then(|d| d.decoder()) {
+        for dec in self.drafters.iter().filter_map(|d| d.decoder()) {
             dec.device().synchronize()?;
         }
         self.seq = prompt.to_vec();
@@ -312,9 +388,8 @@ impl Engine {
         // A drafter further behind than a round leaves it (other arms' steps, ar's above all,
         // do not feed it) catches up in this step: a one-off cost, like a new graph shape.
         let lag = self
-            .drafter
-            .as_deref()
-            .map_or(0, |d| self.seq.len().saturating_sub(d.len()));
+            .drafter_index(chosen.mode)
+            .map_or(0, |i| self.seq.len().saturating_sub(self.drafters[i].len()));
         let catching_up = chosen.mode != Mode::Ar && lag > 2 * chosen.gamma.max(chosen.depth) + 2;
         let mut ev = self.step_with_settings(remaining);
         self.settings = saved;
@@ -335,8 +410,8 @@ impl Engine {
 
     /// Passes of both models so far whose shape was new to their CUDA graphs (0 on the CPU).
     fn cold_passes(&self) -> u64 {
-        let drafter = self.drafter.as_deref().and_then(|d| d.decoder());
-        self.target.cold_passes() + drafter.map_or(0, |d| d.cold_passes())
+        let drafters = self.drafters.iter().filter_map(|d| d.decoder());
+        self.target.cold_passes() + drafters.map(|d| d.cold_passes()).sum::<u64>()
     }
 
     fn step_with_settings(&mut self, remaining: usize) -> Result<StepEvent> {
@@ -369,8 +444,8 @@ impl Engine {
         let t = Instant::now();
         let span = crate::profile::span("draft (all of it)", self.target.device());
         let (mode, proposal, cap) = self.draft(remaining, room)?;
-        let drafted_ahead = match (&proposal, self.drafter.as_deref()) {
-            (Some(_), Some(d)) => d.drafted_ahead(),
+        let drafted_ahead = match (&proposal, self.drafter_index(mode)) {
+            (Some(_), Some(i)) => self.drafters[i].drafted_ahead(),
             _ => 0,
         };
         drop(span);
@@ -427,7 +502,8 @@ impl Engine {
     /// with the mode the step runs in and the most drafted tokens it may verify.
     fn draft(&mut self, remaining: usize, room: usize) -> Result<(Mode, Option<Proposal>, usize)> {
         let mode = self.settings.mode;
-        let Some(d) = self.drafter.as_deref_mut().filter(|_| mode.needs_drafter()) else {
+        let index = self.drafter_index(mode).filter(|_| mode.needs_drafter());
+        let Some(d) = index.map(|i| self.drafters[i].as_mut()) else {
             return Ok((Mode::Ar, None, 0));
         };
         // Drafted tokens beyond the context cannot be verified; beyond what may still be emitted
@@ -474,7 +550,9 @@ impl Engine {
         // On a GPU the pass runs asynchronously: a drafter running beside the target drafts on
         // meanwhile; then wait for the pass, so that it is timed as verify.
         let ahead = self.draft_ahead;
-        let drafter = self.drafter.as_deref_mut();
+        let drafter = self
+            .drafter_index(self.settings.mode)
+            .map(|i| self.drafters[i].as_mut());
         if let (true, Some(d)) = (ahead != DraftAhead::Off && tree.len() > 1, drafter) {
             let target = self.target.device();
             let steps = std::cell::Cell::new(0);
@@ -593,7 +671,7 @@ impl Engine {
         }
         self.target.truncate(self.seq.len().saturating_sub(1));
         let features = self.features(&out.hidden, Some(accepted))?;
-        if let Some(d) = &mut self.drafter {
+        for (d, features) in self.drafters.iter_mut().zip(features) {
             d.commit(&Committed {
                 before,
                 tree,

@@ -145,7 +145,7 @@ pub fn bench_products(dev: &candle_core::CudaDevice) -> Result<String> {
     let mut rng = crate::gpu::Uniform(0x2545_F491_4F6C_DD1D);
     let max_n = 64usize;
     let mut out = String::from(
-        "| matrix | rows x cols | n | dp4a us | dp4a, a block a row us | tensor cores us | one-row tile kernel us |\n| --- | --- | ---: | ---: | ---: | ---: | ---: |\n",
+        "| matrix | rows x cols | n | dp4a us | dp4a, a block a row us | mmtc kernel us | 8-row tile kernel us |\n| --- | --- | ---: | ---: | ---: | ---: | ---: |\n",
     );
     for (what, dtype, tag, rows, cols) in [
         ("q, o", GgmlDType::Q4K, "q4_k", 1536usize, 1536usize),
@@ -177,17 +177,17 @@ pub fn bench_products(dev: &candle_core::CudaDevice) -> Result<String> {
         let dst = stream.alloc_zeros::<f32>(max_n * rows).map_err(driver)?;
         let d_ptr = dst.device_ptr(&stream).0;
         let has_tc = matches!(tag, "q4_k" | "q6_k") && rows % 16 == 0 && cols % 256 == 0;
-        for n in [1usize, 4, 8, 16, 64] {
+        for n in [1usize, 2, 4, 5, 8, 16, 64] {
             // The dp4a kernel the runtime takes and, for one row, the one-row-a-block kernel.
             let picked = Dp4a::for_pass(tag, rows, cols, n);
             let dp4a = [
                 Some(picked),
                 (n == 1 && picked != Dp4a::Block).then_some(Dp4a::Block),
             ];
-            // The tile counts the runtime takes, and for one row the 8-row tile kernel too.
+            // The mmtc.cu kernel the runtime takes, and up to 8 rows the 8-row tile kernel too.
             let tc_kernels = [
                 has_tc.then(|| mmtc_kernel(n, cols)),
-                (has_tc && n == 1).then_some(Mmtc::Tiles(1)),
+                (has_tc && n <= 8).then_some(Mmtc::Tiles(1)),
             ];
             let mut times = [None; 4];
             for (slot, time) in times.iter_mut().enumerate() {
@@ -239,8 +239,8 @@ pub fn bench_products(dev: &candle_core::CudaDevice) -> Result<String> {
 /// multiple of 16 each, cols of 256) with `n` Q8_1 activation rows (`yq` blocks apart), into `n`
 /// rows of `dst` (`dst_stride` floats apart) with `kernel`: blocks of 16 weight rows by
 /// `8 * tiles` activation rows, a row's 64-value units spread over [`mmtc_warps`] warps,
-/// which depends only on the row length (so a row's sum order never depends on `n`); one
-/// row goes to [`launch_mmtc_row`].
+/// which depends only on the row length (so a row's sum order never depends on `n`); the
+/// dp4a kernels go to [`launch_mmtc_rows`].
 pub(super) fn launch_mmtc(
     on: LaunchOn,
     f: &CudaFunction,
@@ -259,8 +259,11 @@ pub(super) fn launch_mmtc(
         "the tile kernels take a stack's matrices in blocks of 16 rows"
     );
     let warps = mmtc_warps(cols);
-    let Mmtc::Tiles(tiles) = kernel else {
-        return launch_mmtc_row(on, f, stack, warps, y, dst);
+    let tiles = match kernel {
+        Mmtc::Tiles(tiles) => tiles,
+        Mmtc::Rows { rows: nr, .. } => {
+            return launch_mmtc_rows(on, f, stack, (warps, nr), (y, yq), (dst, dst_stride), n)
+        }
     };
     let shared = warps * (tiles * 8 * 16 * 4) as u32;
     if shared > 48 * 1024 {
@@ -284,40 +287,51 @@ pub(super) fn launch_mmtc(
     Ok(())
 }
 
-/// The one-row kernel (`mmtc_<tag>_row`): blocks of `warps x r` lanes, a lane for each of a
-/// weight row's `warps` splits, `r` weight rows a block, the activation row staged in each
-/// block's shared memory (48 bytes a Q8_1 block).
-pub(super) fn launch_mmtc_row(
+/// The dp4a kernels (`mmtc_<tag>_row`, `mmtc_<tag>_rows<N>`) for `n` activation rows, at most
+/// `nr` (`yq` blocks apart, into rows of `dst` `dst_stride` floats apart): blocks of
+/// `warps x r` lanes, a lane for each of a weight row's `warps` splits, `r` weight rows a
+/// block, the `nr` activation rows staged in each block's shared memory (48 bytes a Q8_1 block).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn launch_mmtc_rows(
     on: LaunchOn,
     f: &CudaFunction,
     stack: &Stack,
-    warps: u32,
-    y: u64,
-    dst: u64,
+    (warps, nr): (u32, usize),
+    (y, yq): (u64, usize),
+    (dst, dst_stride): (u64, usize),
+    n: usize,
 ) -> Result<()> {
+    if n > nr {
+        return Err(Error::Device(format!(
+            "a product of {n} activation rows given the {nr}-row kernel"
+        )));
+    }
     let (rows, cols) = (stack.rows, stack.cols);
     // Rows a block: enough blocks to spread a matrix over every SM (~256 blocks), at least
     // 64 lanes to stage the activations, at most 256 lanes.
     let per_block = (rows / 256)
         .max(64usize.div_ceil(warps as usize))
         .min((256 / warps) as usize) as u32;
-    let shared = (cols / 32 * 48) as u32;
-    // Past the default 48 KiB of a block with the kernel's 1 KiB of static shared memory.
-    if shared + 1024 > 48 * 1024 {
+    let shared = (nr * cols / 32 * 48) as u32;
+    // Past the default 48 KiB of a block with the kernel's 1 KiB a row of static shared memory.
+    if dp4a_rows_shared(nr, cols) > 48 * 1024 {
         let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
         f.set_attribute(attr, shared as i32).map_err(driver)?;
     }
     let mut b = Launch::new(f);
     let (cols_i, rows_i) = (cols as i32, rows as i32);
+    let (sy, sd, n_i) = (yq as i32, dst_stride as i32, n as i32);
     stack.args(&mut b);
     b.arg(&y).arg(&dst).arg(&cols_i).arg(&rows_i);
+    b.arg(&sy).arg(&sd).arg(&n_i);
     let cfg = LaunchConfig {
         grid_dim: (rows.div_ceil(per_block as usize) as u32, 1, 1),
         block_dim: (warps, per_block, 1),
         shared_mem_bytes: shared,
     };
-    // SAFETY: the weight holds rows x cols (cols a multiple of 256), y one activation row of
-    // cols / 32 Q8_1 blocks, dst rows floats (only rows below `rows` are written).
+    // SAFETY: the weight holds rows x cols (cols a multiple of 256), y n activation rows of
+    // cols / 32 Q8_1 blocks yq blocks apart (only rows below n are read), dst n rows of
+    // dst_stride floats (only rows below n, columns below `rows`, are written).
     unsafe { b.launch(on, cfg) }.map_err(driver)?;
     Ok(())
 }
@@ -394,11 +408,15 @@ pub(crate) fn selftest_products(
         let mut worst = 0f32;
         // One row through a tile kernel as well as through the one-row kernel.
         let mut launches = vec![(1usize, Mmtc::Tiles(1))];
-        for n in [1usize, 3, 8, 9, 16, 17, 40, 64, max_n] {
+        for n in [1usize, 2, 3, 5, 8, 9, 16, 17, 40, 64, max_n] {
             launches.push((n, mmtc_kernel(n, cols)));
         }
         for (n, kernel) in launches {
-            let got = run(n, 0, kernel)?;
+            let got = run(n, 0, kernel).map_err(|e| {
+                Error::Device(format!(
+                    "tensor-core product {tag} [{rows} x {cols}], {n} rows ({kernel:?}): {e}"
+                ))
+            })?;
             for c in 0..n {
                 let alone = run(1, c, mmtc_kernel(1, cols))?;
                 for r in 0..rows {
@@ -731,8 +749,10 @@ pub(super) fn mmtc_func(
     kernel: Mmtc,
 ) -> Result<CudaFunction> {
     let name = match kernel {
-        Mmtc::Row => format!("mmtc_{tag}_row"),
-        Mmtc::RowLong => format!("mmtc_{tag}_row_long"),
+        Mmtc::Rows { rows: 1, long } => format!("mmtc_{tag}_row{}", ["", "_long"][long as usize]),
+        Mmtc::Rows { rows, long } => {
+            format!("mmtc_{tag}_rows{rows}{}", ["", "_long"][long as usize])
+        }
         Mmtc::Tiles(tiles) => format!("mmtc_{tag}_t{tiles}"),
     };
     Ok(dev
@@ -775,24 +795,68 @@ pub(super) fn replay_micros(
 /// A kernel of `kernels/mmtc.cu`: every one computes a row bit for bit as the others do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(super) enum Mmtc {
-    /// One activation row on dp4a (`mmtc_<tag>_row`): the same integer sums and the same
-    /// float order as the tile kernels (on the H200 faster than candle's dp4a kernel on the
-    /// 1.5B's gate/up and LM head, slower on its smaller matrices).
-    Row,
-    /// [`Mmtc::Row`] for rows of more than 4096 values (`_row_long`: a lane's more than
+    /// Up to `rows` activation rows (1, 2 or 4) on dp4a (`mmtc_<tag>_row`,
+    /// `mmtc_<tag>_rows<N>`): the same integer sums and the same float order as the tile
+    /// kernels, each weight batch loaded once for all the rows (on the H200 the one-row kernel
+    /// is faster than candle's dp4a kernel on the 1.5B's gate/up and LM head, slower on its
+    /// smaller matrices). `long`: rows of more than 4096 values (`_long`: a lane's more than
     /// four units loaded in one batch).
-    RowLong,
+    Rows { rows: usize, long: bool },
     /// Tensor cores, blocks of 16 weight rows by this many 8-row activation tiles (1, 2, 4
     /// or 8; more rows: more blocks along the grid's y).
     Tiles(usize),
 }
 
-/// The kernel for `n` activation rows of a weight with rows of `cols` values.
+impl Mmtc {
+    /// The one-row kernel for rows of up to 4096 values.
+    pub(super) const ROW: Mmtc = Mmtc::Rows {
+        rows: 1,
+        long: false,
+    };
+
+    /// Every kernel of a format.
+    pub(super) fn all() -> impl Iterator<Item = Mmtc> {
+        let rows = [1, 2, 4].into_iter();
+        let dp4a = rows.flat_map(|rows| [false, true].map(|long| Mmtc::Rows { rows, long }));
+        dp4a.chain([1, 2, 4, 8].map(Mmtc::Tiles))
+    }
+}
+
+/// `TREESPEC_MMTC_ROWS=0`: passes of two to four rows on the 8-row tile kernel, as before the
+/// multi-row dp4a kernels (for comparison; any other value, or unset: on those).
+fn multi_row_dp4a() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TREESPEC_MMTC_ROWS").as_deref() != Ok("0"))
+}
+
+/// Activation rows the dp4a kernels of `kernels/mmtc.cu` take at most. On the H200 (BENCHMARKS.md
+/// section 25) two and four rows beat the 8-row tile kernel on the 1.5B's larger matrices (gate/up
+/// 7.4 us against 10.8 at four rows, the LM head 154 against 204), eight lose everywhere.
+const MMTC_DP4A_ROWS: usize = 4;
+
+/// Shared memory a block of the dp4a kernels may take (their staged activation rows, 48 bytes a
+/// Q8_1 block, and 1 KiB a row for the reduction): within the 99 KiB a block of the workstation
+/// Blackwell cards allows (the H200 allows 227).
+const MMTC_DP4A_SHARED: usize = 96 * 1024;
+
+/// Shared memory the dp4a kernel of `rows` activation rows takes a block for rows of `cols` values.
+fn dp4a_rows_shared(rows: usize, cols: usize) -> usize {
+    rows * (cols / 32 * 48 + 1024)
+}
+
+/// The kernel for `n` activation rows of a weight with rows of `cols` values: dp4a up to
+/// [`MMTC_DP4A_ROWS`] (the smallest of 1, 2, 4 that holds them) where their staged rows fit in
+/// [`MMTC_DP4A_SHARED`], tensor cores beyond.
 pub(super) fn mmtc_kernel(n: usize, cols: usize) -> Mmtc {
+    let long = cols / 64 > 4 * mmtc_warps(cols) as usize;
+    let rows = n.max(1).next_power_of_two();
+    let dp4a = n <= 1
+        || (n <= MMTC_DP4A_ROWS
+            && multi_row_dp4a()
+            && dp4a_rows_shared(rows, cols) <= MMTC_DP4A_SHARED);
     match n {
-        0..=1 if cols / 64 > 4 * mmtc_warps(cols) as usize => Mmtc::RowLong,
-        0..=1 => Mmtc::Row,
-        2..=8 => Mmtc::Tiles(1),
+        _ if dp4a => Mmtc::Rows { rows, long },
+        0..=8 => Mmtc::Tiles(1),
         9..=16 => Mmtc::Tiles(2),
         17..=32 => Mmtc::Tiles(4),
         _ => Mmtc::Tiles(8),

@@ -1388,7 +1388,7 @@ mod cuda {
         /// multiple of 16, a row length a multiple of 256.
         fn has_tensor_core_kernel(&self, w: &Mat) -> bool {
             let shape_fits = w.rows.is_multiple_of(16) && w.cols.is_multiple_of(256);
-            shape_fits && self.f.mmtc.contains_key(&(w.tag, Mmtc::Row))
+            shape_fits && self.f.mmtc.contains_key(&(w.tag, Mmtc::ROW))
         }
 
         #[allow(clippy::too_many_arguments)]
@@ -1536,8 +1536,7 @@ mod cuda {
         let mmvq_stacked = dp4a(&mut stackable, true)?;
         let mut mmtc = HashMap::new();
         for tag in ["q4_k", "q6_k"].into_iter().filter(|_| tensor_cores) {
-            let kernels = [Mmtc::Row, Mmtc::RowLong].into_iter();
-            for kernel in kernels.chain([1, 2, 4, 8].map(Mmtc::Tiles)) {
+            for kernel in Mmtc::all() {
                 mmtc.insert((tag, kernel), mmtc_func(dev, tag, kernel)?);
             }
         }

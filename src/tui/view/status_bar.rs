@@ -79,9 +79,8 @@ pub fn status_spans(app: &App) -> Vec<Span<'static>> {
         format!("target {}", truncate(&info.target, 28)),
         t.style(StyleKey::Status),
     ));
-    if let Some(d) = &info.drafter {
+    if let Some((d, kind)) = info.drafter_of(s.mode) {
         spans.push(sep());
-        let kind = info.drafter_kind.as_deref().unwrap_or("drafter");
         spans.push(Span::styled(
             format!("drafter {} ({kind})", truncate(d, 28)),
             t.style(StyleKey::Status),
