@@ -205,10 +205,19 @@ pub fn ensure_head(h: &ShippedHead) -> Result<PathBuf> {
     }
     verify(&src, h.sha256, false)?;
     let _lock = crate::paths::DirLock::acquire(&crate::paths::models_dir())?;
+    // Another process may have copied it while this one waited for the lock.
+    if let Some(p) = verified(dest.clone(), h.sha256, h.size) {
+        return Ok(p);
+    }
     let part = dest.with_extension("gguf.part");
-    std::fs::copy(&src, &part).map_err(|e| Error::io(&part, e))?;
+    let copied = std::fs::copy(&src, &part).map_err(|e| Error::io(&part, e));
+    if let Err(e) = copied {
+        let _ = std::fs::remove_file(&part);
+        return Err(e);
+    }
     std::fs::rename(&part, &dest).map_err(|e| Error::io(&dest, e))?;
-    std::fs::write(marker_path(&dest), h.sha256).map_err(|e| Error::io(&dest, e))?;
+    let marker = marker_path(&dest);
+    std::fs::write(&marker, h.sha256).map_err(|e| Error::io(&marker, e))?;
     Ok(dest)
 }
 

@@ -240,6 +240,16 @@ impl DecodeArgs {
     }
 }
 
+/// The MTP head beside the drafter (chat, generate, bench).
+#[derive(Args, Default)]
+struct HeadArg {
+    /// An MTP head beside the drafter, for `mtp` (a `.gguf` from `treespec export-head` or a
+    /// `.safetensors` from `train-drafter`), or `none` (default: the chat's config file, else
+    /// the head shipped for the default target when the target is the default target).
+    #[arg(long)]
+    head: Option<String>,
+}
+
 #[derive(Args)]
 struct GenerateArgs {
     /// The target: a GGUF file, a checkpoint directory, a hub id (org/name or org/name:file), or
@@ -251,11 +261,8 @@ struct GenerateArgs {
     /// target is the default target; the target's MTP head when it has one).
     #[arg(long)]
     drafter: Option<String>,
-    /// An MTP head beside the drafter, for `mtp` (a `.gguf` from `treespec export-head` or a
-    /// `.safetensors` from `train-drafter`), or `none` (default: the head shipped for the
-    /// default target when the target is the default target).
-    #[arg(long)]
-    head: Option<String>,
+    #[command(flatten)]
+    head: HeadArg,
     /// Decoding mode: ar, linear, tree, mtp, auto.
     #[arg(long, default_value = "ar")]
     mode: String,
@@ -285,11 +292,8 @@ struct BenchArgs {
     /// The drafter model.
     #[arg(long, default_value = "drafter")]
     drafter: String,
-    /// An MTP head beside the drafter, for `mtp` (a `.gguf` from `treespec export-head` or a
-    /// `.safetensors` from `train-drafter`), or `none` (default: the head shipped for the
-    /// default target when the target is the default target).
-    #[arg(long)]
-    head: Option<String>,
+    #[command(flatten)]
+    head: HeadArg,
     /// Prompt files (JSON lines with a "prompt" field), each reported separately (default: the
     /// bundled humaneval, gsm8k and chat sets).
     #[arg(long, num_args = 1..)]
@@ -335,11 +339,9 @@ struct ChatArgs {
     /// The drafter, or `none` (default: config file, else the default drafter).
     #[arg(long)]
     drafter: Option<String>,
-    /// An MTP head beside the drafter, for `mtp`, or `none` (default: config file, else the
-    /// head shipped for the default target when the target is the default target).
-    #[arg(long)]
-    head: Option<String>,
-    /// Starting mode: ar, linear, tree.
+    #[command(flatten)]
+    head: HeadArg,
+    /// Starting mode: ar, linear, tree, mtp, auto.
     #[arg(long)]
     mode: Option<String>,
     /// Tree budget.
@@ -447,13 +449,19 @@ fn parse_mode(s: &str) -> anyhow::Result<Mode> {
 fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
     let mode = parse_mode(&a.mode)?;
     let settings = a.decode.settings(mode)?;
-    let drafter = match (&a.drafter, mode.uses_drafter()) {
+    // The head only where it drafts: `mtp`, and `auto` among its arms.
+    let head = match mode {
+        Mode::Mtp | Mode::Auto => load::head_for(&a.model, a.head.head.as_deref()),
+        _ => None,
+    };
+    let drafter = match (&a.drafter, mode) {
         (Some(d), _) => Some(d.clone()),
-        (None, true) if a.model == "target" => Some("drafter".to_string()),
-        (None, true) if mode.needs_drafter() => anyhow::bail!("--mode {mode} needs --drafter"),
+        // `mtp` with a head needs no other drafter.
+        (None, Mode::Mtp) if head.is_some() => None,
+        (None, m) if m.uses_drafter() && a.model == "target" => Some("drafter".to_string()),
+        (None, m) if m.needs_drafter() => anyhow::bail!("--mode {mode} needs --drafter"),
         (None, _) => None,
     };
-    let head = load::head_for(&a.model, a.head.as_deref());
     let (mut engine, m) = build_engine(
         &a.model,
         (drafter.as_deref(), head.as_deref()),
@@ -552,9 +560,11 @@ fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
             .collect::<treespec::Result<Vec<_>>>()?
     };
     let settings = a.decode.settings(Mode::Ar)?;
-    let wants_mtp = variants.iter().any(|v| v.settings.mode == Mode::Mtp);
+    let wants_mtp = variants
+        .iter()
+        .any(|v| matches!(v.settings.mode, Mode::Mtp | Mode::Auto));
     let head = match wants_mtp {
-        true => load::head_for(&a.target, a.head.as_deref()),
+        true => load::head_for(&a.target, a.head.head.as_deref()),
         false => None,
     };
     let (mut engine, m) = build_engine(
@@ -670,13 +680,7 @@ fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
     let target = pick(&a.target, &cfg.target, "target");
     let drafter = pick(&a.drafter, &cfg.drafter, "drafter");
     let drafter = (drafter != "none").then_some(drafter);
-    let head = load::head_for(&target, a.head.as_deref().or(cfg.head.as_deref()));
-    // Without a drafter only ar runs (and `mtp` only with a head).
-    let mode = match mode {
-        Mode::Mtp if head.is_some() => mode,
-        m if drafter.is_none() && m.needs_drafter() => Mode::Ar,
-        m => m,
-    };
+    let head = load::head_for(&target, a.head.head.as_deref().or(cfg.head.as_deref()));
     let settings = decode.settings(mode)?;
     let dir = transcript::default_dir();
     // A chat to resume is read before the models load, so that a wrong path fails at once.
@@ -711,12 +715,29 @@ fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
                 .unwrap_or_default()
         );
         let models = (drafter.as_deref(), head.as_deref());
-        let (engine, text) = build_engine(&target, models, settings, decode.seed, &runtime)?;
+        let start = decode.settings(Mode::Ar)?;
+        let (mut engine, text) = build_engine(&target, models, start, decode.seed, &runtime)?;
+        // A mode the models loaded cannot run starts as `ar`, saying why.
+        match engine.mode_unavailable(mode) {
+            None => engine.set_settings(settings)?,
+            Some(why) => {
+                let why = format!("{mode} is unavailable ({why}): starting in ar");
+                notice = Some(notice.map_or(why.clone(), |n| format!("{n}; {why}")));
+            }
+        }
+        let by_mode = match engine.head() {
+            Some(_) => Mode::ALL
+                .into_iter()
+                .filter_map(|m| engine.drafter_for(m).map(|d| (m, d)))
+                .map(|(m, d)| (m, d.name().to_string(), d.kind().to_string()))
+                .collect(),
+            None => vec![],
+        };
         let info = EngineInfo {
             target: text.name.clone(),
             drafter: engine.drafter().map(|d| d.name().to_string()),
             drafter_kind: engine.drafter().map(|d| d.kind().to_string()),
-            head: engine.head().map(|d| d.name().to_string()),
+            by_mode,
             device: device::describe(engine.target().device()),
             context: engine.target().context(),
             unavailable: vec![],

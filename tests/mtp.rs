@@ -135,6 +135,10 @@ fn a_head_beside_a_causal_drafter_drafts_mtp() {
         settings(Mode::Tree, 8, 4, 1),
         settings(Mode::Mtp, 1, 1, 2),
         settings(Mode::Ar, 1, 1, 1),
+        // (`auto`'s arms include `mtp` with the head.)
+        settings(Mode::Auto, 8, 4, 3),
+        settings(Mode::Auto, 8, 4, 3),
+        settings(Mode::Auto, 8, 4, 3),
     ];
     for seed in 0..3u64 {
         let target = common::tiny_decoder(Family::Qwen2, seed, CONTEXT);
@@ -154,24 +158,34 @@ fn a_head_beside_a_causal_drafter_drafts_mtp() {
         let ar = e.generate(&prompt, 24, |_| true).unwrap().tokens;
         e.reset();
         e.begin(&prompt).unwrap();
-        let mut drafted = 0;
+        let (mut drafted, mut linear_drafted) = (0, 0);
         for i in 0.. {
             let s = modes[i % modes.len()];
             e.set_settings(s).unwrap();
             let ev = e.step(24 - e.answer().len()).unwrap();
-            assert_eq!(
-                ev.mode == Mode::Ar,
-                s.mode == Mode::Ar || ev.tree.len() == 1
-            );
+            if s.mode != Mode::Auto {
+                assert_eq!(
+                    ev.mode == Mode::Ar,
+                    s.mode == Mode::Ar || ev.tree.len() == 1
+                );
+            }
             drafted += ev.tree.len() - 1;
             let head = e.drafter_for(Mode::Mtp).unwrap();
             assert_eq!(head.len() + 1, e.sequence().len(), "seed {seed} step {i}");
+            // The causal drafter holds a prefix of the sequence, whichever drafter drafted.
+            let causal = e.drafter_for(Mode::Linear).unwrap();
+            assert!(causal.len() < e.sequence().len(), "seed {seed} step {i}");
+            if s.mode == Mode::Linear && ev.tree.len() > 1 {
+                linear_drafted += 1;
+            }
             if ev.finished.is_some() || e.answer().len() >= 24 {
                 break;
             }
         }
         assert_eq!(e.answer(), &ar[..], "seed {seed}");
         assert!(drafted > 0);
+        // `linear` drafts after `mtp` steps: the causal drafter catches up.
+        assert!(linear_drafted > 0, "seed {seed}");
     }
 }
 

@@ -303,6 +303,10 @@ pub fn run(
             None => format!("{} ({})", d.name(), d.kind()),
         })
         .unwrap_or_else(|| "none".into());
+    let drafter = match engine.head() {
+        Some(h) => format!("{drafter}; mtp drafts with {} ({})", h.name(), h.kind()),
+        None => drafter,
+    };
     Ok(BenchReport {
         settings: format!(
             "target: {}; drafter {drafter}; budget {} depth {} gamma {} temperature {} top-p {} top-k {} max-tokens {}; \

@@ -105,8 +105,9 @@ pub struct EngineInfo {
     pub drafter: Option<String>,
     /// Drafter kind ("causal LM").
     pub drafter_kind: Option<String>,
-    /// The MTP head `mtp` drafts with beside the drafter, if any.
-    pub head: Option<String>,
+    /// The drafter (name, kind) of each mode that drafts, where the engine has more than one
+    /// (an MTP head beside the drafter drafts `mtp`); modes not listed draft with `drafter`.
+    pub by_mode: Vec<(Mode, String, String)>,
     /// Device description.
     pub device: String,
     /// Context size in tokens.
@@ -116,12 +117,11 @@ pub struct EngineInfo {
 }
 
 impl EngineInfo {
-    /// The drafter `mode` drafts with and its kind: the MTP head beside the drafter for `mtp`,
-    /// else the drafter.
+    /// The drafter `mode` drafts with and its kind (see [`EngineInfo::by_mode`]).
     pub fn drafter_of(&self, mode: Mode) -> Option<(&str, &str)> {
-        match (&self.head, mode) {
-            (Some(h), Mode::Mtp) => Some((h.as_str(), crate::draft::mtp::KIND)),
-            _ => self
+        match self.by_mode.iter().find(|(m, ..)| *m == mode) {
+            Some((_, name, kind)) => Some((name.as_str(), kind.as_str())),
+            None => self
                 .drafter
                 .as_deref()
                 .map(|d| (d, self.drafter_kind.as_deref().unwrap_or("drafter"))),

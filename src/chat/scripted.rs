@@ -115,7 +115,7 @@ impl ScriptedEngine {
                 target: "scripted-target".into(),
                 drafter: Some("scripted-drafter".into()),
                 drafter_kind: Some("causal LM".into()),
-                head: None,
+                by_mode: vec![],
                 device: "cpu".into(),
                 context: 4096,
                 unavailable: vec![(
@@ -142,7 +142,8 @@ impl ScriptedEngine {
     /// The same engine with an MTP head beside its causal drafter (so `mtp` is available and
     /// drafts with the head).
     pub fn with_head_beside(mut self) -> Self {
-        self.info.head = Some("scripted-head.gguf".into());
+        let head = ("scripted-head.gguf".into(), crate::draft::mtp::KIND.into());
+        self.info.by_mode = vec![(Mode::Mtp, head.0, head.1)];
         self.info.unavailable.clear();
         self
     }

@@ -124,6 +124,12 @@ pub trait Drafter: Send {
         self.len() == 0
     }
 
+    /// Positions of a committed sequence of `seq_len` it has yet to run before it can draft
+    /// (what its next proposal catches up on).
+    fn lag(&self, seq_len: usize) -> usize {
+        seq_len.saturating_sub(self.len())
+    }
+
     /// Forget everything from position `len` on.
     fn truncate(&mut self, len: usize);
 

@@ -34,8 +34,10 @@ pub struct MtpDrafter {
     /// The target layer whose output (before the final norm) feeds the head: its last.
     layers: [usize; 1],
     hidden: usize,
-    /// Target hidden states of positions `head.len()..`, not yet run through the head.
-    pending: Option<Tensor>,
+    /// Target hidden states of positions `head.len()..`, not yet run through the head, in the
+    /// pieces they came in (joined once, when the head next drafts: while another drafter
+    /// drafts, a step adds a piece without copying the rest).
+    pending: Vec<Tensor>,
     /// The tokens the head drafts among, when fewer than the target's: the columns of its
     /// logits ([`MtpHead::logits`]).
     vocab: Option<Vec<u32>>,
@@ -54,13 +56,13 @@ impl MtpDrafter {
             name,
             layers: [target.n_layers - 1],
             hidden: target.hidden,
-            pending: None,
+            pending: vec![],
             vocab,
         }
     }
 
     fn pending_rows(&self) -> usize {
-        self.pending.as_ref().map_or(0, |p| p.dim(0).unwrap_or(0))
+        self.pending.iter().map(|p| p.dim(0).unwrap_or(0)).sum()
     }
 }
 
@@ -77,17 +79,37 @@ impl Drafter for MtpDrafter {
         self.head.len() + self.pending_rows()
     }
 
+    fn lag(&self, seq_len: usize) -> usize {
+        // The pending positions, and any the target has that were never pushed.
+        self.pending_rows() + seq_len.saturating_sub(self.len() + 1)
+    }
+
     fn truncate(&mut self, len: usize) {
         let base = self.head.len();
         if len <= base {
             self.head.truncate(len);
-            self.pending = None;
-        } else if len < base + self.pending_rows() {
-            self.pending = self
-                .pending
-                .take()
-                .and_then(|p| p.narrow(0, 0, len - base).ok());
+            self.pending.clear();
+            return;
         }
+        // Keep the pieces that end by `len`, and the part of the next one before it.
+        let mut left = len - base;
+        let mut kept = vec![];
+        for p in std::mem::take(&mut self.pending) {
+            let rows = p.dim(0).unwrap_or(0);
+            if left == 0 {
+                break;
+            }
+            if rows <= left {
+                left -= rows;
+                kept.push(p);
+            } else {
+                if let Ok(p) = p.narrow(0, 0, left) {
+                    kept.push(p);
+                }
+                break;
+            }
+        }
+        self.pending = kept;
     }
 
     fn check_target(&self, target: &ModelConfig) -> Result<()> {
@@ -107,10 +129,7 @@ impl Drafter for MtpDrafter {
     }
 
     fn push_features(&mut self, features: Tensor) -> Result<()> {
-        self.pending = Some(match self.pending.take() {
-            Some(p) => Tensor::cat(&[&p, &features], 0)?,
-            None => features,
-        });
+        self.pending.push(features);
         Ok(())
     }
 
@@ -124,10 +143,15 @@ impl Drafter for MtpDrafter {
         let seq = req.seq;
         let root = *seq.last().unwrap_or(&0);
         let start = self.head.len();
-        let pending = self
-            .pending
-            .take()
-            .ok_or_else(|| Error::InvalidArgument("MTP head: no target hidden states".into()))?;
+        let pending = match std::mem::take(&mut self.pending) {
+            pieces if pieces.is_empty() => {
+                return Err(Error::InvalidArgument(
+                    "MTP head: no target hidden states".into(),
+                ))
+            }
+            mut pieces if pieces.len() == 1 => pieces.remove(0),
+            pieces => Tensor::cat(&pieces, 0)?,
+        };
         let rows = pending.dim(0)?;
         if start + rows + 1 != seq.len() {
             return Err(Error::InvalidArgument(format!(

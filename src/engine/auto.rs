@@ -4,15 +4,15 @@
 //! against a target step) and on the text (how much of the draft the target accepts): on a
 //! memory-bound CPU with code it can double the speed, on open chat or with a drafter almost as
 //! slow as the target it loses. `auto` measures instead of predicting: each candidate (`ar`, the
-//! configured chain and tree, and half-size versions of them) keeps a running estimate of the
-//! tokens it emits per second, the best is used, and the others are tried again now and then
-//! (every 8 steps at first, backing off to every 128 while they keep losing), so that the
-//! estimates follow the text; each arm's first pull only warms it up, a step that paid a one-off
-//! cost (a new CUDA graph shape, a drafter catching up) is run again instead of measured, and
-//! `ar` is measured every [`AR_PROBE_EVERY`] steps whatever leads (every [`AR_PROBE_CLOSE`]
-//! while the lead is small), its estimate following new measurements quickly ([`AR_EMA`]), so
-//! that neither a one-off slow step nor a context that has changed since keeps `auto` from
-//! plain decoding. A probe of a losing arm is a step run slower than it could be, and
+//! configured chain and tree, half-size versions of them, and `mtp` where an MTP head sits beside
+//! the drafter) keeps a running estimate of the tokens it emits per second, the best is used, and
+//! the others are tried again now and then (every 8 steps at first, backing off to every 128 while
+//! they keep losing), so that the estimates follow the text; each arm's first pull only warms it
+//! up, a step that paid a one-off cost (a new CUDA graph shape, a drafter catching up) is run again
+//! instead of measured, and `ar` is measured every [`AR_PROBE_EVERY`] steps whatever leads (every
+//! [`AR_PROBE_CLOSE`] while the lead is small), its estimate following new measurements quickly
+//! ([`AR_EMA`]), so that neither a one-off slow step nor a context that has changed since keeps
+//! `auto` from plain decoding. A probe of a losing arm is a step run slower than it could be, and
 //! where drafting is dear (a GPU on which a drafter step costs most of a target step) one probe
 //! costs ten plain steps: so probes are also held to a share of the time ([`PROBE_SHARE`]), and
 //! another arm takes over only when it is faster by a margin ([`SWITCH_MARGIN`]), so that noise in
@@ -21,12 +21,16 @@
 //! whether speculation pays changes from answer to answer (on the H200's chat set, `linear` ran
 //! 1.18-1.29x `ar` on the maths questions and up to 1.24x on coding, 0.52-1.04x on the rest), an
 //! answer's first step is the one where the drafter needs no catching up, and otherwise a losing
-//! arm's estimate, probed rarely, stays where an earlier answer left it. Look steps are not held
-//! to the probe share (on a short answer they can be most of its steps). Every candidate is
-//! lossless, so the choice changes the speed, never the output.
+//! arm's estimate, probed rarely, stays where an earlier answer left it. Look steps are not held to
+//! the probe share (on a short answer they can be most of its steps). Every candidate is lossless,
+//! so the choice changes the speed, never the output.
 
 use super::settings::{Mode, Settings};
 
+/// The chain length of `auto`'s `mtp` arm: an MTP head's chain beyond three depths is rarely
+/// taken whole, and a verify pass of up to four rows is one multi-row product (on the H200, k = 3
+/// beat k = 4 on every set: BENCHMARKS.md sections 24-25).
+pub const MTP_K: usize = 3;
 /// Pulls of each arm before the estimates count (the first only warms it up; cold steps are run
 /// again, see [`Planner::observe`]).
 const WARM_UP_PULLS: usize = 2;
@@ -116,8 +120,9 @@ pub struct Planner {
 }
 
 impl Planner {
-    /// Candidates for `base` (its shapes are the largest tried); only `ar` without a drafter.
-    pub fn new(base: &Settings, has_drafter: bool) -> Self {
+    /// Candidates for `base` (its shapes are the largest tried); only `ar` without a drafter;
+    /// `mtp` at [`MTP_K`] where an MTP head drafts it beside another drafter (`has_head`).
+    pub fn new(base: &Settings, has_drafter: bool, has_head: bool) -> Self {
         let with = |mode, budget: usize, depth: usize, gamma: usize| Settings {
             mode,
             budget: budget.max(1),
@@ -133,6 +138,9 @@ impl Planner {
                 with(Mode::Tree, base.budget / 2, base.depth / 2, base.gamma),
                 with(Mode::Linear, base.budget, base.depth, base.gamma / 2),
             ]);
+        }
+        if has_head {
+            candidates.push(with(Mode::Mtp, base.budget, base.depth, MTP_K));
         }
         let mut seen: Vec<Settings> = vec![];
         candidates.retain(|c| {
@@ -315,7 +323,7 @@ mod tests {
     use super::*;
 
     fn planner() -> Planner {
-        Planner::new(&Settings::default(), true)
+        Planner::new(&Settings::default(), true, false)
     }
 
     /// Run `steps` steps where each mode emits `tokens(mode)` tokens in `secs(mode)` seconds;
@@ -333,6 +341,19 @@ mod tests {
             p.observe(arm, tokens(&s), secs(&s), false);
         }
         count
+    }
+
+    #[test]
+    fn an_mtp_arm_only_with_a_head_beside_the_drafter() {
+        let mtp = |p: &Planner| {
+            let arms = p.arms.iter().filter(|a| a.settings.mode == Mode::Mtp);
+            arms.map(|a| a.settings.gamma).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            mtp(&Planner::new(&Settings::default(), true, true)),
+            [MTP_K]
+        );
+        assert!(mtp(&Planner::new(&Settings::default(), true, false)).is_empty());
     }
 
     #[test]
@@ -685,7 +706,7 @@ mod tests {
 
     #[test]
     fn without_a_drafter_only_ar() {
-        let mut p = Planner::new(&Settings::default(), false);
+        let mut p = Planner::new(&Settings::default(), false, false);
         for _ in 0..20 {
             let (arm, s) = p.choose();
             assert_eq!(s.mode, Mode::Ar);

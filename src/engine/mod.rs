@@ -163,10 +163,14 @@ impl Engine {
             ));
         }
         self.push_drafter(head);
+        // `auto`'s arms now include `mtp`.
+        self.planner = None;
+        let s = self.settings;
+        self.set_settings(s)?;
         Ok(self)
     }
 
-    /// Add a drafter (its target checked) and the target layers it reads.
+    /// Add a drafter (its target checked by the caller) and the target layers it reads.
     fn push_drafter(&mut self, d: Box<dyn Drafter>) {
         for &l in d.feature_layers() {
             if !self.feature_layers.contains(&l) {
@@ -218,7 +222,8 @@ impl Engine {
         s.validate()?;
         // What `auto` has measured stays while its settings do, whatever modes ran in between.
         if s.mode == Mode::Auto && self.planner.as_ref().is_none_or(|p| p.base() != &s) {
-            self.planner = Some(auto::Planner::new(&s, !self.drafters.is_empty()));
+            let has_head = self.head().is_some();
+            self.planner = Some(auto::Planner::new(&s, !self.drafters.is_empty(), has_head));
         }
         self.settings = s;
         Ok(())
@@ -274,11 +279,13 @@ impl Engine {
             if layers.is_empty() {
                 return Ok(None);
             }
-            let at = |l: &usize| self.feature_layers.iter().position(|f| f == l);
-            let parts: Vec<&Tensor> = layers
-                .iter()
-                .filter_map(|l| at(l).map(|i| &hidden[i]))
-                .collect();
+            let at = |l: &usize| {
+                let i = self.feature_layers.iter().position(|f| f == l);
+                i.and_then(|i| hidden.get(i)).ok_or_else(|| {
+                    Error::InvalidArgument(format!("no hidden state of layer {l} for {}", d.name()))
+                })
+            };
+            let parts = layers.iter().map(at).collect::<Result<Vec<&Tensor>>>()?;
             let cat = Tensor::cat(&parts, 1)?;
             Ok(Some(match &ids {
                 Some(ids) => cat.index_select(ids, 0)?,
@@ -389,7 +396,7 @@ impl Engine {
         // do not feed it) catches up in this step: a one-off cost, like a new graph shape.
         let lag = self
             .drafter_index(chosen.mode)
-            .map_or(0, |i| self.seq.len().saturating_sub(self.drafters[i].len()));
+            .map_or(0, |i| self.drafters[i].lag(self.seq.len()));
         let catching_up = chosen.mode != Mode::Ar && lag > 2 * chosen.gamma.max(chosen.depth) + 2;
         let mut ev = self.step_with_settings(remaining);
         self.settings = saved;

@@ -408,7 +408,7 @@ pub(crate) fn selftest_products(
         let mut worst = 0f32;
         // One row through a tile kernel as well as through the one-row kernel.
         let mut launches = vec![(1usize, Mmtc::Tiles(1))];
-        for n in [1usize, 2, 3, 5, 8, 9, 16, 17, 40, 64, max_n] {
+        for n in [1usize, 2, 3, 4, 5, 8, 9, 16, 17, 40, 64, max_n] {
             launches.push((n, mmtc_kernel(n, cols)));
         }
         for (n, kernel) in launches {
