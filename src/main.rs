@@ -459,6 +459,9 @@ fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
         // `mtp` with a head needs no other drafter.
         (None, Mode::Mtp) if head.is_some() => None,
         (None, m) if m.uses_drafter() && a.model == "target" => Some("drafter".to_string()),
+        (None, Mode::Mtp) => anyhow::bail!(
+            "--mode mtp needs an MTP head: --head FILE, or --drafter mtp for the target's own"
+        ),
         (None, m) if m.needs_drafter() => anyhow::bail!("--mode {mode} needs --drafter"),
         (None, _) => None,
     };

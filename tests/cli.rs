@@ -121,6 +121,31 @@ fn missing_model_file() {
     assert_clean_error(&out, "not found");
 }
 
+/// `mtp` without a head (nor a target's own) says how to give one, before loading anything;
+/// `--head` with a file that is not a head says so.
+#[test]
+fn mtp_without_a_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "generate",
+        "-m",
+        "/nonexistent/model.gguf",
+        "--mode",
+        "mtp",
+        "-p",
+        "hi",
+    ];
+    let out = treespec(&args, &[], dir.path());
+    assert_clean_error(&out, "needs an MTP head: --head FILE");
+    let model = common::write_tiny_gguf(dir.path(), "llama", 2);
+    let m = model.to_str().unwrap();
+    let args = [
+        "generate", "-m", m, "--head", m, "--mode", "mtp", "-p", "hi",
+    ];
+    let out = treespec(&args, &[], dir.path());
+    assert_clean_error(&out, "not an MTP head");
+}
+
 #[test]
 fn corrupt_gguf() {
     let dir = tempfile::tempdir().unwrap();
