@@ -150,7 +150,7 @@ impl Engine {
                 head.kind()
             )));
         }
-        if let Some(had) = self.drafters.iter().find(|d| d.kind() == MTP_KIND) {
+        if let Some(had) = self.drafter_for(Mode::Mtp) {
             return Err(Error::Config(format!(
                 "the engine already drafts `mtp` with {}",
                 had.name()
@@ -159,7 +159,7 @@ impl Engine {
         head.check_target(self.target.config())?;
         if !self.seq.is_empty() {
             return Err(Error::Config(
-                "an MTP head is added before the first answer".into(),
+                "an MTP head must be added before the first answer".into(),
             ));
         }
         self.push_drafter(head);
