@@ -123,6 +123,11 @@ struct TrainArgs {
     /// Prompt files (JSON lines with a "prompt" field; default: the bundled sets).
     #[arg(long, num_args = 1..)]
     data: Vec<PathBuf>,
+    /// Data files of earlier runs (HEAD.safetensors.data.json: the target's answers to other
+    /// prompts, e.g. from a run with --steps 0) trained on too; this run's own last answers stay
+    /// the held-out ones.
+    #[arg(long, num_args = 1.., value_name = "FILE")]
+    extra_data: Vec<PathBuf>,
     /// Prompts the target writes itself first (Magpie-style), trained on with its answers; with
     /// them the bundled sets (the benchmark's prompts) are left out unless given with --data.
     #[arg(long, default_value_t = 0)]
@@ -341,7 +346,8 @@ struct ChatArgs {
     drafter: Option<String>,
     #[command(flatten)]
     head: HeadArg,
-    /// Starting mode: ar, linear, tree, mtp, auto.
+    /// Starting mode: ar, linear, tree, mtp, auto (default: mtp where the target has an MTP head,
+    /// as the default target has; else tree).
     #[arg(long)]
     mode: Option<String>,
     /// Tree budget.
@@ -656,7 +662,12 @@ fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
             .or_else(|| conf.clone())
             .unwrap_or_else(|| default.to_string())
     };
-    let mode = parse_mode(&pick(&a.mode, &cfg.mode, "tree"))?;
+    let target = pick(&a.target, &cfg.target, "target");
+    let head = load::head_for(&target, a.head.head.as_deref().or(cfg.head.as_deref()));
+    // With an MTP head the chat starts in `mtp`, the fastest mode on every prompt set where the
+    // default pair has its head (BENCHMARKS.md section 26); otherwise in `tree`.
+    let starting = if head.is_some() { "mtp" } else { "tree" };
+    let mode = parse_mode(&pick(&a.mode, &cfg.mode, starting))?;
     let decode = DecodeArgs {
         budget: a.budget.or(cfg.budget).unwrap_or(DEFAULT_BUDGET),
         depth: a.depth.or(cfg.depth).unwrap_or(DEFAULT_DEPTH),
@@ -680,10 +691,8 @@ fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
         context: a.context.or(cfg.context).unwrap_or(4096),
         exact: a.exact,
     };
-    let target = pick(&a.target, &cfg.target, "target");
     let drafter = pick(&a.drafter, &cfg.drafter, "drafter");
     let drafter = (drafter != "none").then_some(drafter);
-    let head = load::head_for(&target, a.head.head.as_deref().or(cfg.head.as_deref()));
     let settings = decode.settings(mode)?;
     let dir = transcript::default_dir();
     // A chat to resume is read before the models load, so that a wrong path fails at once.
@@ -873,6 +882,7 @@ fn run_train(a: TrainArgs) -> anyhow::Result<()> {
             ..Default::default()
         },
         data: a.data,
+        extra_data: a.extra_data,
         init: a.init,
         draft_vocab: a.draft_vocab,
         self_prompts: a.self_prompts,

@@ -584,6 +584,7 @@ fn a_run_writes_a_head_that_resumes_and_drafts() {
             ..Default::default()
         },
         data: vec![prompts],
+        extra_data: vec![],
         init: None,
         draft_vocab: 0,
         self_prompts: 0,
@@ -690,6 +691,7 @@ fn self_written_prompts_are_written_once_and_trained_on() {
             ..Default::default()
         },
         data: vec![],
+        extra_data: vec![],
         init: None,
         draft_vocab: 0,
         self_prompts: 3,
@@ -724,4 +726,25 @@ fn self_written_prompts_are_written_once_and_trained_on() {
         v["sequences"].clone()
     };
     assert_eq!(read(a.path()), read(b.path()), "same seed, same prompts");
+
+    // `--extra-data`: an earlier run's answers trained on too, the held-out ones still this
+    // run's own; a file of another target's answers refused.
+    let c = tempfile::tempdir().unwrap();
+    let mut more = make(c.path(), 1);
+    more.seed = 6;
+    more.extra_data = vec![data.clone()];
+    let r = run(&more).unwrap();
+    assert_eq!((r.sequences, r.held_out), (6, 1));
+    assert_eq!(
+        r.data.last().unwrap(),
+        &format!("earlier answers: {} (3 sequences)", data.display())
+    );
+    let mut other: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&data).unwrap()).unwrap();
+    other["target"] = "another-model".into();
+    let foreign = c.path().join("foreign.data.json");
+    std::fs::write(&foreign, other.to_string()).unwrap();
+    more.extra_data = vec![foreign];
+    let refused = run(&more).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(refused.contains("answers of another-model"), "{refused}");
 }

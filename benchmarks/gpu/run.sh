@@ -67,18 +67,21 @@ for what in "$@"; do
     # time goes (target pass, head, loss, backward) to each held-out record in the log.
     # BATCH_TOKENS (8192) sets the positions a step reads; CACHE_GIB (64) how much of the
     # target's outputs stays on the GPU (all of them, for a few million tokens); INIT=HEAD.gguf
-    # starts from an exported head (train-carry puts one back). LR_SCHEDULE (cosine) decays the
+    # starts from an exported head (train-carry puts one back); EXTRA_DATA=FILE... trains on an
+    # earlier run's answers too (HEAD.safetensors.data.json: e.g. a run with STEPS=0 and
+    # DATA="code.jsonl writing.jsonl", the prompts benchmarks/train-data/make_prompts.py writes,
+    # SELF_PROMPTS=0, and its own --out folder: OUT_DIR=DIR). LR_SCHEDULE (cosine) decays the
     # rate to a tenth at STEPS: set STEPS to what the session can run (~0.25 s a step after the
     # first epoch), or LR_SCHEDULE=constant for an open-ended run.
-    mkdir -p "$S/head"
-    setsid nohup "$B" train-drafter --device cuda --context 16384 --target "$T" --out "$S/head/head.safetensors" \
+    o="${OUT_DIR:-$S/head}"; mkdir -p "$o"
+    setsid nohup "$B" train-drafter --device cuda --context 16384 --target "$T" --out "$o/head.safetensors" \
       --steps "${STEPS:-2000}" --self-prompts "${SELF_PROMPTS:-2000}" \
       --answer-tokens "${ANSWER_TOKENS:-256}" --k "${K:-3}" --eval \
       --batch-tokens "${BATCH_TOKENS:-8192}" --cache-gib "${CACHE_GIB:-64}" --lr "${LR:-2e-4}" \
       --lr-schedule "${LR_SCHEDULE:-cosine}" \
-      ${INIT:+--init "$INIT"} \
-      >> "$S/head/train.log" 2>&1 < /dev/null &
-    sleep 20; tail -c 2000 "$S/head/train.log" ;;
+      ${INIT:+--init "$INIT"} ${DATA:+--data $DATA} ${EXTRA_DATA:+--extra-data $EXTRA_DATA} \
+      >> "$o/train.log" 2>&1 < /dev/null &
+    sleep 20; tail -c 2000 "$o/train.log" ;;
   train-status)
     pgrep -f "treespec train-drafter" > /dev/null && echo "training: running" || echo "training: not running"
     tail -c 3000 "$S/head/train.log"; ls -la "$S/head" ;;

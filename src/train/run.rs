@@ -34,6 +34,10 @@ pub struct RunConfig {
     /// Prompt files (JSON lines with a `prompt` field); empty and no self-written prompts: the
     /// bundled sets.
     pub data: Vec<PathBuf>,
+    /// Data files of earlier runs (`HEAD.safetensors.data.json`, the target's answers to other
+    /// prompts) trained on too, ahead of this run's own: the held-out sequences stay the last of
+    /// this run's, so that heads trained with and without them are measured alike.
+    pub extra_data: Vec<PathBuf>,
     /// A head to start from (an `export-head` GGUF) where `out` holds no checkpoint.
     pub init: Option<PathBuf>,
     /// Tokens the head drafts among: the most frequent in the training answers
@@ -61,7 +65,7 @@ pub struct RunRecord {
     pub command: String,
     /// Target name.
     pub target: String,
-    /// Prompt files, "bundled", and "self-written: N".
+    /// Prompt files, "bundled", "self-written: N", and "earlier answers: FILE (N sequences)".
     pub data: Vec<String>,
     /// The head training started from (`--init`), if not the target's last layer.
     #[serde(default)]
@@ -202,14 +206,19 @@ fn held_out_of(n: usize) -> usize {
     (n / 10).clamp(1, HELD_OUT_MAX)
 }
 
+/// A run's data file, read.
+fn read_data(path: &Path) -> Result<DataFile> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    serde_json::from_str(&text).map_err(|e| {
+        Error::InvalidArgument(format!("{}: not a training data file: {e}", path.display()))
+    })
+}
+
 /// The answers trained on in a run's data file (`HEAD.safetensors.data.json`): each training
 /// sequence (the held-out ones left out, as the run leaves them) from its answer's start. What a
 /// draft vocabulary is chosen from ([`crate::model::draft_vocab::most_frequent`]).
 pub fn trained_answers(path: &Path) -> Result<Vec<Vec<u32>>> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-    let d: DataFile = serde_json::from_str(&text).map_err(|e| {
-        Error::InvalidArgument(format!("{}: not a training data file: {e}", path.display()))
-    })?;
+    let d = read_data(path)?;
     let n = d.sequences.len();
     let trained = n.saturating_sub(held_out_of(n));
     Ok(d.sequences
@@ -482,6 +491,33 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
             (seqs, answer_from)
         }
     };
+    // Earlier runs' answers, ahead of this run's (whose last sequences are held out).
+    let own = sequences.len();
+    let mut sequences_before: Vec<(Vec<u32>, usize)> = vec![];
+    let mut earlier = vec![];
+    for path in &cfg.extra_data {
+        let d = read_data(path)?;
+        if d.target != t.name {
+            return Err(Error::InvalidArgument(format!(
+                "{}: answers of {}, not of the target {}",
+                path.display(),
+                d.target,
+                t.name
+            )));
+        }
+        if d.answer_from.len() != d.sequences.len() {
+            return Err(Error::InvalidArgument(format!(
+                "{}: written before answers' starts were kept; generate it again",
+                path.display()
+            )));
+        }
+        earlier.push((path, d.sequences.len()));
+        sequences_before.extend(d.sequences.into_iter().zip(d.answer_from));
+    }
+    let (sequences, answer_from): (Vec<Vec<u32>>, Vec<usize>) = sequences_before
+        .into_iter()
+        .chain(sequences.into_iter().zip(answer_from))
+        .unzip();
     let sequences: Vec<Example<'_>> = sequences
         .iter()
         .zip(answer_from)
@@ -491,13 +527,12 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
         })
         .collect();
     let eval_data = eval_sets(cfg, &mut t)?;
-    if sequences.len() < 2 {
+    if own < 2 {
         return Err(Error::InvalidArgument(format!(
-            "training needs at least two answered prompts (one is held out); the data hold {}",
-            sequences.len()
+            "training needs at least two answered prompts (one is held out); the data hold {own}"
         )));
     }
-    let held = held_out_of(sequences.len());
+    let held = held_out_of(own);
     let (train, held_out) = sequences.split_at(sequences.len() - held);
 
     // The head: the target's last layer as its block, or where a checkpoint exists, that.
@@ -606,6 +641,12 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
                 };
                 if cfg.self_prompts > 0 {
                     d.push(format!("self-written: {}", cfg.self_prompts));
+                }
+                for (path, n) in &earlier {
+                    d.push(format!(
+                        "earlier answers: {} ({n} sequences)",
+                        path.display()
+                    ));
                 }
                 d
             },
