@@ -322,6 +322,13 @@ struct BenchArgs {
     /// LM head, drafter step) and exit.
     #[arg(long)]
     costs: bool,
+    /// With --costs, the verify pass's block sizes to time.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,2,4,8,9,16,32,64,128,256,1024"
+    )]
+    cost_rows: Vec<usize>,
     /// Only time the GPU's quantised products (dp4a against tensor cores) on the shapes of
     /// Qwen2.5-1.5B's matrices with random weights, and exit (needs a CUDA build and device).
     #[arg(long)]
@@ -532,8 +539,10 @@ fn run_costs(a: &BenchArgs) -> anyhow::Result<()> {
         ..opts.clone()
     };
     let mut d = load::load_model(&a.drafter, &as_drafter)?;
-    let sizes = [1, 2, 4, 8, 9, 16, 32, 64, 128, 256, 1024];
-    let rows = bench::measure_costs(&mut t.decoder, Some(&mut d.decoder), 256, &sizes, 7)?;
+    if a.cost_rows.contains(&0) {
+        anyhow::bail!("--cost-rows: a verify pass has at least one row");
+    }
+    let rows = bench::measure_costs(&mut t.decoder, Some(&mut d.decoder), 256, &a.cost_rows, 7)?;
     println!(
         "target {}, drafter {}, device {}, context 256 tokens\n",
         t.name, d.name, a.runtime.device
