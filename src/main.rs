@@ -531,6 +531,9 @@ fn run_products(_: &BenchArgs) -> anyhow::Result<()> {
 }
 
 fn run_costs(a: &BenchArgs) -> anyhow::Result<()> {
+    if a.cost_rows.contains(&0) {
+        anyhow::bail!("--cost-rows: a verify pass has at least one row");
+    }
     let opts = a.runtime.load_options()?;
     let mut t = load::load_model(&a.target, &opts)?;
     // As a drafter runs (`load::load_drafter`): its products on dp4a unless told otherwise.
@@ -539,9 +542,6 @@ fn run_costs(a: &BenchArgs) -> anyhow::Result<()> {
         ..opts.clone()
     };
     let mut d = load::load_model(&a.drafter, &as_drafter)?;
-    if a.cost_rows.contains(&0) {
-        anyhow::bail!("--cost-rows: a verify pass has at least one row");
-    }
     let rows = bench::measure_costs(&mut t.decoder, Some(&mut d.decoder), 256, &a.cost_rows, 7)?;
     println!(
         "target {}, drafter {}, device {}, context 256 tokens\n",

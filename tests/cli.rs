@@ -146,6 +146,22 @@ fn mtp_without_a_head() {
     assert_clean_error(&out, "not an MTP head");
 }
 
+/// `bench --costs --cost-rows` with a block of no rows is refused before anything loads.
+#[test]
+fn cost_rows_of_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "bench",
+        "--costs",
+        "--target",
+        "/nonexistent/model.gguf",
+        "--cost-rows",
+        "1,0,4",
+    ];
+    let out = treespec(&args, &[], dir.path());
+    assert_clean_error(&out, "--cost-rows: a verify pass has at least one row");
+}
+
 #[test]
 fn corrupt_gguf() {
     let dir = tempfile::tempdir().unwrap();
