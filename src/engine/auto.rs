@@ -740,20 +740,28 @@ mod tests {
             .collect()
     }
 
+    /// `planner_on` the `answers` of `csv` (`count` of them): asserts each set's speedup over
+    /// `ar` is above its bound in `at_least` (HumanEval, GSM8K, chat).
+    fn assert_planner_on(csv: &str, count: usize, has_head: bool, at_least: [f64; 3]) {
+        let a = answers(csv);
+        assert_eq!(a.len(), count);
+        let s = planner_on(&a, has_head);
+        let got = [s["humaneval"], s["gsm8k"], s["chat"]];
+        let shown = format!(
+            "humaneval {:.3}x, gsm8k {:.3}x, chat {:.3}x",
+            got[0], got[1], got[2]
+        );
+        assert!(got.iter().zip(at_least).all(|(g, b)| *g > b), "{shown}");
+    }
+
     /// The 60 answers of the H200 run of BENCHMARKS.md section 19 (0.5B drafter, no head). The
     /// simulation puts the planner without its look steps at 1.28x / 1.01x / 1.00x `ar`
     /// (measured: 1.33x / 1.00x / 0.98x), with them at 1.31x / 1.04x / 1.03x; the best of `ar`
     /// and `linear` per answer is 1.37x / 1.10x / 1.07x.
     #[test]
     fn planner_on_the_h200s_answers() {
-        let a = answers(include_str!(
-            "../../benchmarks/gpu/run-2026-12-01g/answers.csv"
-        ));
-        assert_eq!(a.len(), 60);
-        let s = planner_on(&a, false);
-        let (code, maths, chat) = (s["humaneval"], s["gsm8k"], s["chat"]);
-        let got = format!("humaneval {code:.3}x, gsm8k {maths:.3}x, chat {chat:.3}x");
-        assert!(code > 1.28 && maths > 1.025 && chat > 1.01, "{got}");
+        let csv = include_str!("../../benchmarks/gpu/run-2026-12-01g/answers.csv");
+        assert_planner_on(csv, 60, false, [1.28, 1.025, 1.01]);
     }
 
     /// The 24 answers of the H200 run of BENCHMARKS.md section 26: the shipped head beside the
@@ -764,14 +772,8 @@ mod tests {
     /// 1.05x.
     #[test]
     fn planner_with_a_head_on_the_h200s_answers() {
-        let a = answers(include_str!(
-            "../../benchmarks/gpu/run-2026-12-02c/answers.csv"
-        ));
-        assert_eq!(a.len(), 24);
-        let s = planner_on(&a, true);
-        let (code, maths, chat) = (s["humaneval"], s["gsm8k"], s["chat"]);
-        let got = format!("humaneval {code:.3}x, gsm8k {maths:.3}x, chat {chat:.3}x");
-        assert!(code > 1.6 && maths > 1.3 && chat > 1.03, "{got}");
+        let csv = include_str!("../../benchmarks/gpu/run-2026-12-02c/answers.csv");
+        assert_planner_on(csv, 24, true, [1.6, 1.3, 1.03]);
     }
 
     #[test]
