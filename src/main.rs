@@ -132,6 +132,11 @@ struct TrainArgs {
     /// them the bundled sets (the benchmark's prompts) are left out unless given with --data.
     #[arg(long, default_value_t = 0)]
     self_prompts: usize,
+    /// A system prompt that steers the self-written prompts (as Magpie steers its queries);
+    /// repeat it for several, which share the prompts out evenly. Default: four built-in ones
+    /// (code, maths, everyday help and writing, knowledge).
+    #[arg(long, value_name = "TEXT")]
+    self_prompt_system: Vec<String>,
     /// Measure the head as it trains on prompt sets it never trains on (JSON lines; the first 16
     /// of each): `--eval` alone takes the bundled humaneval, gsm8k and chat sets.
     #[arg(long, num_args = 0.., value_name = "FILE")]
@@ -895,6 +900,7 @@ fn run_train(a: TrainArgs) -> anyhow::Result<()> {
         init: a.init,
         draft_vocab: a.draft_vocab,
         self_prompts: a.self_prompts,
+        self_prompt_systems: a.self_prompt_system,
         eval: a.eval,
         answer_tokens: a.answer_tokens,
         seed: a.seed,

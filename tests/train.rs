@@ -588,6 +588,7 @@ fn a_run_writes_a_head_that_resumes_and_drafts() {
         init: None,
         draft_vocab: 0,
         self_prompts: 0,
+        self_prompt_systems: vec![],
         eval: Some(vec![held_set]),
         answer_tokens: 6,
         seed: 1,
@@ -695,6 +696,7 @@ fn self_written_prompts_are_written_once_and_trained_on() {
         init: None,
         draft_vocab: 0,
         self_prompts: 3,
+        self_prompt_systems: vec![],
         eval: None,
         answer_tokens: 4,
         seed: 5,
@@ -747,4 +749,37 @@ fn self_written_prompts_are_written_once_and_trained_on() {
     more.extra_data = vec![foreign];
     let refused = run(&more).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(refused.contains("answers of another-model"), "{refused}");
+
+    // `--self-prompt-system`: the prompts written under the given system prompts instead of the
+    // built-in domains, recorded; data written under other system prompts are not reused.
+    let e = tempfile::tempdir().unwrap();
+    let mut steered = make(e.path(), 1);
+    steered.self_prompt_systems = vec!["You write poems.".into(), "You play a pirate.".into()];
+    let r = run(&steered).unwrap();
+    assert_eq!(r.sequences, 3);
+    assert!(r
+        .data
+        .contains(&"self-written under: You play a pirate.".to_string()));
+    let steered_data = e.path().join("head.safetensors.data.json");
+    std::fs::copy(&data, &steered_data).unwrap();
+    let written = std::fs::metadata(&steered_data)
+        .unwrap()
+        .modified()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    run(&steered).unwrap();
+    assert_ne!(
+        std::fs::metadata(&steered_data)
+            .unwrap()
+            .modified()
+            .unwrap(),
+        written,
+        "data of the built-in domains are written again"
+    );
+    steered.self_prompts = 0;
+    let refused = run(&steered)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(refused.contains("--self-prompts N"), "{refused}");
 }

@@ -45,6 +45,9 @@ pub struct RunConfig {
     pub draft_vocab: usize,
     /// Prompts the target writes itself before answering them (Magpie-style; 0: none).
     pub self_prompts: usize,
+    /// System prompts that steer the self-written prompts, shared out evenly among them (empty:
+    /// the four built-in domains, [`SELF_PROMPT_DOMAINS`]).
+    pub self_prompt_systems: Vec<String>,
     /// Prompt sets never trained on, to measure the head on as it trains (the first
     /// [`EVAL_PROMPTS`] of each; empty: none). `Some(vec![])`: the bundled sets.
     pub eval: Option<Vec<PathBuf>>,
@@ -189,6 +192,9 @@ struct DataFile {
     /// Self-written prompts asked for.
     #[serde(default)]
     self_prompts: usize,
+    /// The system prompts that steered them, where not the built-in domains.
+    #[serde(default)]
+    self_prompt_systems: Vec<String>,
     sequences: Vec<Vec<u32>>,
     /// Per sequence, where its answer starts (its prompt's length).
     #[serde(default)]
@@ -236,7 +242,7 @@ const SELF_PROMPT_TOKENS: usize = 96;
 /// (as Magpie steers its queries): code, math, open chat and writing, knowledge and reasoning.
 /// They only open the turn the prompt is written in; the answers are written to the prompt alone,
 /// under the template's own system prompt, as a user would ask it.
-const SELF_PROMPT_DOMAINS: [&str; 4] = [
+pub const SELF_PROMPT_DOMAINS: [&str; 4] = [
     "You are a programming assistant. Users ask you to write, explain, fix or complete code.",
     "You are a math tutor. Users ask you to solve math word problems and exercises step by step.",
     "You are a helpful assistant. Users ask you for advice, ideas, stories, letters, summaries \
@@ -389,6 +395,13 @@ fn eval_sets(cfg: &RunConfig, t: &mut crate::model::LoadedModel) -> Result<Vec<E
 
 /// Run (or resume) training; returns the final record.
 pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
+    if cfg.self_prompts == 0 && !cfg.self_prompt_systems.is_empty() {
+        return Err(Error::InvalidArgument(
+            "a self-prompt system prompt steers self-written prompts: ask for some with \
+             --self-prompts N"
+                .into(),
+        ));
+    }
     let mut t = crate::load::load_model(&cfg.target, &cfg.load)?;
     // The bundled sets only when no prompts are named and none are to be self-written.
     let bundled = cfg.data.is_empty() && cfg.self_prompts == 0;
@@ -422,6 +435,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
                 && d.answer_tokens == cfg.answer_tokens
                 && d.prompts == asked
                 && d.self_prompts == cfg.self_prompts
+                && d.self_prompt_systems == cfg.self_prompt_systems
                 && d.answer_from.len() == d.sequences.len()
         });
     let (sequences, answer_from) = match cached {
@@ -435,10 +449,15 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
                     "self-written prompts [{bar:30}] {pos}/{len} eta {eta}",
                 );
                 let started = std::time::Instant::now();
-                let domains = SELF_PROMPT_DOMAINS.len();
+                let systems: Vec<&str> = if cfg.self_prompt_systems.is_empty() {
+                    SELF_PROMPT_DOMAINS.to_vec()
+                } else {
+                    cfg.self_prompt_systems.iter().map(String::as_str).collect()
+                };
+                let domains = systems.len();
                 let mut by_domain = vec![];
                 let mut done = 0;
-                for (i, system) in SELF_PROMPT_DOMAINS.iter().enumerate() {
+                for (i, system) in systems.iter().enumerate() {
                     let count =
                         cfg.self_prompts / domains + usize::from(i < cfg.self_prompts % domains);
                     let prefix = open_user_turn(&t, system)?;
@@ -483,6 +502,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
                     answer_tokens: cfg.answer_tokens,
                     prompts: asked,
                     self_prompts: cfg.self_prompts,
+                    self_prompt_systems: cfg.self_prompt_systems.clone(),
                     sequences: seqs.clone(),
                     answer_from: answer_from.clone(),
                     self_written,
@@ -641,6 +661,9 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
                 };
                 if cfg.self_prompts > 0 {
                     d.push(format!("self-written: {}", cfg.self_prompts));
+                }
+                for system in &cfg.self_prompt_systems {
+                    d.push(format!("self-written under: {system}"));
                 }
                 for (path, n) in &earlier {
                     d.push(format!(
