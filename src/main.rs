@@ -63,8 +63,9 @@ struct ExportArgs {
     #[arg(long)]
     head: PathBuf,
     /// Draft among only this many tokens (FR-Spec): the most frequent in the answers of --data,
-    /// as `train-drafter --draft-vocab` picks them; 0: the whole vocabulary. Default: the head's
-    /// own set, if it has one.
+    /// as `train-drafter --draft-vocab` picks them from its own data (answers it took with
+    /// --extra-data not counted); 0: the whole vocabulary. Default: the head's own set, if it has
+    /// one (the one it was trained with).
     #[arg(long, requires = "data")]
     draft_vocab: Option<usize>,
     /// The training data file the head was trained on (HEAD.safetensors.data.json), for
@@ -331,7 +332,8 @@ struct BenchArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "1,2,4,8,9,16,32,64,128,256,1024"
+        default_value = "1,2,4,8,9,16,32,64,128,256,1024",
+        requires = "costs"
     )]
     cost_rows: Vec<usize>,
     /// Only time the GPU's quantised products (dp4a against tensor cores) on the shapes of
@@ -358,8 +360,8 @@ struct ChatArgs {
     drafter: Option<String>,
     #[command(flatten)]
     head: HeadArg,
-    /// Starting mode: ar, linear, tree, mtp, auto (default: mtp where the target has an MTP head,
-    /// as the default target has; else tree).
+    /// Starting mode: ar, linear, tree, mtp, auto (default: mtp where an MTP head is given with
+    /// --head or shipped for the target, as for the default target; else tree).
     #[arg(long)]
     mode: Option<String>,
     /// Tree budget.

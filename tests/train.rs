@@ -734,13 +734,44 @@ fn self_written_prompts_are_written_once_and_trained_on() {
     let c = tempfile::tempdir().unwrap();
     let mut more = make(c.path(), 1);
     more.seed = 6;
-    more.extra_data = vec![data.clone()];
+    // Earlier answers: a's three, six times over (18: with this run's 3, 21 in all, of which
+    // a tenth would be 2; the held-out ones are a tenth of this run's own, 1).
+    let mut earlier: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&data).unwrap()).unwrap();
+    for key in ["sequences", "answer_from"] {
+        let one = earlier[key].as_array().unwrap().clone();
+        earlier[key] = one.iter().cycle().take(6 * one.len()).cloned().collect();
+    }
+    let earlier_path = c.path().join("earlier.data.json");
+    std::fs::write(&earlier_path, earlier.to_string()).unwrap();
+    more.extra_data = vec![earlier_path.clone()];
     let r = run(&more).unwrap();
-    assert_eq!((r.sequences, r.held_out), (6, 1));
+    assert_eq!((r.sequences, r.held_out), (21, 1));
     assert_eq!(
         r.data.last().unwrap(),
-        &format!("earlier answers: {} (3 sequences)", data.display())
+        &format!("earlier answers: {} (18 sequences)", earlier_path.display())
     );
+    // Resumed without them: refused (the data would change under the checkpoint); this run's
+    // own data file as an earlier run's: refused.
+    more.steps = 2;
+    more.extra_data = vec![];
+    let refused = run(&more).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        refused.contains("resume it with the same data"),
+        "{refused}"
+    );
+    more.extra_data = vec![c.path().join("head.safetensors.data.json")];
+    let refused = run(&more).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(refused.contains("this run's own data file"), "{refused}");
+    // An earlier run over the same prompts: its answer to the held-out prompt is left out.
+    let f = tempfile::tempdir().unwrap();
+    let twin = f.path().join("twin.data.json");
+    std::fs::copy(c.path().join("head.safetensors.data.json"), &twin).unwrap();
+    let mut same = make(f.path(), 1);
+    same.seed = 6;
+    same.extra_data = vec![twin.clone()];
+    let r = run(&same).unwrap();
+    assert_eq!((r.sequences, r.held_out), (5, 1));
     let mut other: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&data).unwrap()).unwrap();
     other["target"] = "another-model".into();

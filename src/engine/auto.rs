@@ -296,8 +296,10 @@ impl Planner {
             let jump = arm == 0 && old > new * JUMP_RATIO;
             // (The arm's mean step time, not this step's: within an arm every step weighs the
             // same, or the estimate would lean to the tokens of its slow steps.)
-            let share = if longest > 0.0 {
-                (a.seconds / longest).min(1.0)
+            // (At least a twentieth, so that an arm whose steps measured near zero time still
+            // follows new measurements.)
+            let share = if longest > 0.0 && a.seconds > 0.0 {
+                (a.seconds / longest).clamp(0.05, 1.0)
             } else {
                 1.0
             };
@@ -381,6 +383,17 @@ mod tests {
             [MTP_K]
         );
         assert!(mtp(&Planner::new(&Settings::default(), true, false)).is_empty());
+        // Beside a head: ar, the full-size tree and chain, and mtp; without one, the half-size
+        // tree and chain instead of mtp.
+        let modes = |p: Planner| p.arms.iter().map(|a| a.settings.mode).collect::<Vec<_>>();
+        assert_eq!(
+            modes(Planner::new(&Settings::default(), true, true)),
+            [Mode::Ar, Mode::Tree, Mode::Linear, Mode::Mtp]
+        );
+        assert_eq!(
+            modes(Planner::new(&Settings::default(), true, false)),
+            [Mode::Ar, Mode::Tree, Mode::Linear, Mode::Tree, Mode::Linear]
+        );
     }
 
     #[test]

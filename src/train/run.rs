@@ -403,6 +403,39 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
         ));
     }
     let mut t = crate::load::load_model(&cfg.target, &cfg.load)?;
+    let data_path = beside(&cfg.out, ".data.json");
+    // Earlier runs' answers, checked before anything is generated.
+    let mut extra = vec![];
+    for path in &cfg.extra_data {
+        let same = |p: &Path| std::fs::canonicalize(p).ok();
+        if same(path).is_some() && same(path) == same(&data_path) {
+            return Err(Error::InvalidArgument(format!(
+                "{}: this run's own data file, not an earlier run's",
+                path.display()
+            )));
+        }
+        let d = read_data(path)?;
+        if d.target != t.name {
+            return Err(Error::InvalidArgument(format!(
+                "{}: answers of {}, not of the target {}",
+                path.display(),
+                d.target,
+                t.name
+            )));
+        }
+        let starts_fit = d.answer_from.len() == d.sequences.len()
+            && d.sequences
+                .iter()
+                .zip(&d.answer_from)
+                .all(|(s, &a)| a <= s.len());
+        if !starts_fit {
+            return Err(Error::InvalidArgument(format!(
+                "{}: its answers' starts are missing or out of range; generate it again",
+                path.display()
+            )));
+        }
+        extra.push((path, d));
+    }
     // The bundled sets only when no prompts are named and none are to be self-written.
     let bundled = cfg.data.is_empty() && cfg.self_prompts == 0;
     let sets: Vec<PromptSet> = if bundled {
@@ -426,7 +459,6 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     }
 
     // The target's answers, generated once.
-    let data_path = beside(&cfg.out, ".data.json");
     let cached: Option<DataFile> = std::fs::read_to_string(&data_path)
         .ok()
         .and_then(|s| serde_json::from_str(&s).ok())
@@ -511,29 +543,31 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
             (seqs, answer_from)
         }
     };
-    // Earlier runs' answers, ahead of this run's (whose last sequences are held out).
+    // Earlier runs' answers, ahead of this run's (whose last sequences are held out), less any
+    // whose prompt is a held-out one (an earlier run over the same prompts would otherwise
+    // train on them).
     let own = sequences.len();
-    let mut sequences_before: Vec<(Vec<u32>, usize)> = vec![];
-    let mut earlier = vec![];
-    for path in &cfg.extra_data {
-        let d = read_data(path)?;
-        if d.target != t.name {
-            return Err(Error::InvalidArgument(format!(
-                "{}: answers of {}, not of the target {}",
-                path.display(),
-                d.target,
-                t.name
-            )));
+    let (sequences_before, earlier) = {
+        let held_prompts: std::collections::HashSet<&[u32]> = sequences
+            .iter()
+            .zip(&answer_from)
+            .skip(own.saturating_sub(held_out_of(own)))
+            .map(|(s, &a)| &s[..a.min(s.len())])
+            .collect();
+        let mut before: Vec<(Vec<u32>, usize)> = vec![];
+        let mut earlier = vec![];
+        for (path, d) in extra {
+            let kept: Vec<(Vec<u32>, usize)> = d
+                .sequences
+                .into_iter()
+                .zip(d.answer_from)
+                .filter(|(s, a)| !held_prompts.contains(&s[..*a]))
+                .collect();
+            earlier.push((path, kept.len()));
+            before.extend(kept);
         }
-        if d.answer_from.len() != d.sequences.len() {
-            return Err(Error::InvalidArgument(format!(
-                "{}: written before answers' starts were kept; generate it again",
-                path.display()
-            )));
-        }
-        earlier.push((path, d.sequences.len()));
-        sequences_before.extend(d.sequences.into_iter().zip(d.answer_from));
-    }
+        (before, earlier)
+    };
     let (sequences, answer_from): (Vec<Vec<u32>>, Vec<usize>) = sequences_before
         .into_iter()
         .chain(sequences.into_iter().zip(answer_from))
@@ -565,6 +599,27 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     });
     let init = |name: &str| store.borrow_mut().get_dense(name).ok();
     let mut head = TrainableHead::new(t.decoder.config(), &device, cfg.seed, Some(&init))?;
+    // What the run trains on, as its record says it.
+    let data_lines: Vec<String> = {
+        let mut d: Vec<String> = if bundled {
+            vec!["bundled".into()]
+        } else {
+            cfg.data.iter().map(|p| p.display().to_string()).collect()
+        };
+        if cfg.self_prompts > 0 {
+            d.push(format!("self-written: {}", cfg.self_prompts));
+        }
+        for system in &cfg.self_prompt_systems {
+            d.push(format!("self-written under: {system}"));
+        }
+        for (path, n) in &earlier {
+            d.push(format!(
+                "earlier answers: {} ({n} sequences)",
+                path.display()
+            ));
+        }
+        d
+    };
     let record_path = beside(&cfg.out, ".json");
     let mut step = 0;
     let mut resumed_vocab = None;
@@ -573,6 +628,14 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
             .ok()
             .and_then(|s| serde_json::from_str::<RunRecord>(&s).ok())
         {
+            if r.data != data_lines {
+                return Err(Error::InvalidArgument(format!(
+                    "{} was trained on {:?}; resume it with the same data, not {:?}",
+                    cfg.out.display(),
+                    r.data,
+                    data_lines
+                )));
+            }
             head.vars_mut().load(&cfg.out)?;
             step = r.step;
             resumed_vocab = Some(r.draft_vocab).filter(|&v| v > 0);
@@ -653,26 +716,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
         let rec = RunRecord {
             command: cfg.command.clone(),
             target: t.name.clone(),
-            data: {
-                let mut d: Vec<String> = if bundled {
-                    vec!["bundled".into()]
-                } else {
-                    cfg.data.iter().map(|p| p.display().to_string()).collect()
-                };
-                if cfg.self_prompts > 0 {
-                    d.push(format!("self-written: {}", cfg.self_prompts));
-                }
-                for system in &cfg.self_prompt_systems {
-                    d.push(format!("self-written under: {system}"));
-                }
-                for (path, n) in &earlier {
-                    d.push(format!(
-                        "earlier answers: {} ({n} sequences)",
-                        path.display()
-                    ));
-                }
-                d
-            },
+            data: data_lines.clone(),
             init: cfg.init.as_ref().map(|p| p.display().to_string()),
             draft_vocab: vocab_len,
             sequences: sequences.len(),
