@@ -24,6 +24,8 @@ pub struct Config {
     pub depth: Option<usize>,
     /// Chain length for linear.
     pub gamma: Option<usize>,
+    /// The MTP head's chain length in `mtp` mode.
+    pub mtp_k: Option<usize>,
     /// Temperature.
     pub temperature: Option<f32>,
     /// Nucleus mass.

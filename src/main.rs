@@ -208,6 +208,9 @@ struct DecodeArgs {
     /// Drafted tokens per step in `linear` mode.
     #[arg(long, default_value_t = DEFAULT_GAMMA)]
     gamma: usize,
+    /// The MTP head's chain length (k) in `mtp` mode.
+    #[arg(long, default_value_t = treespec::engine::DEFAULT_MTP_K)]
+    mtp_k: usize,
     /// Sampling temperature (0: greedy).
     #[arg(long, default_value_t = 0.0)]
     temperature: f32,
@@ -237,6 +240,7 @@ impl DecodeArgs {
             budget: self.budget,
             depth: self.depth,
             gamma: self.gamma,
+            mtp_k: self.mtp_k,
             sampling: SamplingParams {
                 temperature: self.temperature,
                 top_k: self.top_k,
@@ -373,6 +377,9 @@ struct ChatArgs {
     /// Chain length in linear mode.
     #[arg(long)]
     gamma: Option<usize>,
+    /// The MTP head's chain length (k) in mtp mode.
+    #[arg(long)]
+    mtp_k: Option<usize>,
     /// Temperature (0: greedy).
     #[arg(long)]
     temperature: Option<f32>,
@@ -688,6 +695,10 @@ fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
         budget: a.budget.or(cfg.budget).unwrap_or(DEFAULT_BUDGET),
         depth: a.depth.or(cfg.depth).unwrap_or(DEFAULT_DEPTH),
         gamma: a.gamma.or(cfg.gamma).unwrap_or(DEFAULT_GAMMA),
+        mtp_k: a
+            .mtp_k
+            .or(cfg.mtp_k)
+            .unwrap_or(treespec::engine::DEFAULT_MTP_K),
         temperature: a.temperature.or(cfg.temperature).unwrap_or(0.0),
         top_p: a.top_p.or(cfg.top_p).unwrap_or(1.0),
         top_k: a.top_k.or(cfg.top_k).unwrap_or(0),

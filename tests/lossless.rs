@@ -396,6 +396,7 @@ fn shaped(mode: Mode, expand: usize, params: SamplingParams, rule: Verification)
         budget: 8,
         depth: TOKENS,
         gamma: TOKENS,
+        mtp_k: TOKENS,
         expand,
         min_chain_prob: 0.0,
         sampling: params,

@@ -25,12 +25,14 @@ fn engine(family: Family, seed: u64, s: Settings) -> Engine {
     Engine::new(target, Some(Box::new(d)), BTreeSet::new(), s, 0).unwrap()
 }
 
+/// Settings of `mode`; `gamma` is the chain length of `linear` and of `mtp` (its k).
 fn settings(mode: Mode, budget: usize, depth: usize, gamma: usize) -> Settings {
     Settings {
         mode,
         budget,
         depth,
         gamma,
+        mtp_k: gamma,
         min_chain_prob: 0.0,
         ..Settings::default()
     }

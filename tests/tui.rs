@@ -342,13 +342,20 @@ fn the_mode_key_reaches_mtp_with_an_mtp_head() {
     assert_eq!(app.settings.mode, Mode::Tree);
     app.on_key(key(KeyCode::F(2)));
     assert_eq!(app.settings.mode, Mode::Mtp);
-    let k = app.settings.gamma;
+    // The key steps the head's k (3 by default), not linear's gamma.
+    let (k, gamma) = (app.settings.mtp_k, app.settings.gamma);
+    assert_eq!(k, treespec::engine::DEFAULT_MTP_K);
     app.on_key(key(KeyCode::F(4)));
-    assert_eq!(app.settings.gamma, k + 1);
+    assert_eq!((app.settings.mtp_k, app.settings.gamma), (k + 1, gamma));
     let buf = render(&mut app, 200, 30);
     let text = screen(&buf);
     assert!(text.contains(&format!("k={}", k + 1)), "{text}");
     assert!(text.contains("(MTP head)"), "{text}");
+    // `/gamma N` in `mtp` sets the head's k too.
+    type_text(&mut app, "/gamma 2");
+    app.on_key(key(KeyCode::Enter));
+    assert_eq!((app.settings.mtp_k, app.settings.gamma), (2, gamma));
+    assert!(app.notice.as_ref().unwrap().text.contains("k 2"));
 }
 
 /// With an MTP head beside a causal drafter (the default pair with its shipped head) the mode

@@ -309,12 +309,13 @@ pub fn run(
     };
     Ok(BenchReport {
         settings: format!(
-            "target: {}; drafter {drafter}; budget {} depth {} gamma {} temperature {} top-p {} top-k {} max-tokens {}; \
+            "target: {}; drafter {drafter}; budget {} depth {} gamma {} mtp k {} temperature {} top-p {} top-k {} max-tokens {}; \
              timed: decode steps only (both models read the prompt before the clock starts)",
             engine.target().runtime(),
             s.budget,
             s.depth,
             s.gamma,
+            s.mtp_k,
             s.sampling.temperature,
             s.sampling.top_p,
             s.sampling.top_k,

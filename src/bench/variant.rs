@@ -44,7 +44,8 @@ impl Variant {
         };
         match (mode, shape) {
             (_, None) => {}
-            (Mode::Linear | Mode::Mtp, Some(g)) => settings.gamma = g.parse().map_err(|_| bad())?,
+            (Mode::Linear, Some(g)) => settings.gamma = g.parse().map_err(|_| bad())?,
+            (Mode::Mtp, Some(k)) => settings.mtp_k = k.parse().map_err(|_| bad())?,
             (Mode::Tree, Some(s)) => {
                 let (b, l) = s.split_once('x').ok_or_else(bad)?;
                 let (l, w) = match l.split_once('w') {
@@ -59,12 +60,13 @@ impl Variant {
             }
             _ => return Err(bad()),
         }
-        if settings.budget == 0 || settings.depth == 0 || settings.gamma == 0 {
+        if settings.budget == 0 || settings.depth == 0 || settings.gamma == 0 || settings.mtp_k == 0
+        {
             return Err(bad());
         }
         let mut label = match mode {
             Mode::Linear => format!("linear γ{}", settings.gamma),
-            Mode::Mtp => format!("mtp k={}", settings.gamma),
+            Mode::Mtp => format!("mtp k={}", settings.mtp_k),
             Mode::Tree if settings.expand > 0 => format!(
                 "tree B{} L{} W{}",
                 settings.budget, settings.depth, settings.expand

@@ -50,7 +50,8 @@ impl DraftRequest<'_> {
     /// The chain length or tree depth asked for, within the cap.
     pub fn depth(&self) -> usize {
         match self.mode {
-            Mode::Linear | Mode::Mtp => self.settings.gamma.min(self.cap),
+            Mode::Linear => self.settings.gamma.min(self.cap),
+            Mode::Mtp => self.settings.mtp_k.min(self.cap),
             _ => self.settings.depth.min(self.cap),
         }
     }

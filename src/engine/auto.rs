@@ -28,10 +28,6 @@
 
 use super::settings::{Mode, Settings};
 
-/// The chain length of `auto`'s `mtp` arm: an MTP head's chain beyond three depths is rarely
-/// taken whole, and a verify pass of up to four rows is one multi-row product (on the H200, k = 3
-/// beat k = 4 on every set: BENCHMARKS.md sections 24-25).
-pub const MTP_K: usize = 3;
 /// Pulls of each arm before the estimates count (the first only warms it up; cold steps are run
 /// again, see [`Planner::observe`]).
 const WARM_UP_PULLS: usize = 2;
@@ -128,7 +124,7 @@ pub struct Planner {
 
 impl Planner {
     /// Candidates for `base` (its shapes are the largest tried); only `ar` without a drafter;
-    /// `mtp` at [`MTP_K`] where an MTP head drafts it beside another drafter (`has_head`).
+    /// `mtp` (at `base.mtp_k`) where an MTP head drafts it beside another drafter (`has_head`).
     pub fn new(base: &Settings, has_drafter: bool, has_head: bool) -> Self {
         let with = |mode, budget: usize, depth: usize, gamma: usize| Settings {
             mode,
@@ -153,7 +149,8 @@ impl Planner {
             }
         }
         if has_head {
-            candidates.push(with(Mode::Mtp, base.budget, base.depth, MTP_K));
+            // (Its chain as `mtp` has it: `Settings::mtp_k`.)
+            candidates.push(with(Mode::Mtp, base.budget, base.depth, base.gamma));
         }
         let mut seen: Vec<Settings> = vec![];
         candidates.retain(|c| {
@@ -376,11 +373,11 @@ mod tests {
     fn an_mtp_arm_only_with_a_head_beside_the_drafter() {
         let mtp = |p: &Planner| {
             let arms = p.arms.iter().filter(|a| a.settings.mode == Mode::Mtp);
-            arms.map(|a| a.settings.gamma).collect::<Vec<_>>()
+            arms.map(|a| a.settings.mtp_k).collect::<Vec<_>>()
         };
         assert_eq!(
             mtp(&Planner::new(&Settings::default(), true, true)),
-            [MTP_K]
+            [crate::engine::DEFAULT_MTP_K]
         );
         assert!(mtp(&Planner::new(&Settings::default(), true, false)).is_empty());
         // Beside a head: ar, the full-size tree and chain, and mtp; without one, the half-size
@@ -715,7 +712,7 @@ mod tests {
                     let mtp = a.mtp.unwrap_or((1.0, a.ar_ms));
                     let (k, acc, mut ms) = match s.mode {
                         Mode::Ar => (1, 0.0, a.ar_ms),
-                        Mode::Mtp => (MTP_K + 1, alpha(mtp.0, MTP_K as i32 + 1), mtp.1),
+                        Mode::Mtp => (s.mtp_k + 1, alpha(mtp.0, s.mtp_k as i32 + 1), mtp.1),
                         Mode::Linear if s.gamma == full.gamma => {
                             (8, alpha(a.linear.0, 8), a.linear.1)
                         }

@@ -18,7 +18,7 @@ pub mod thread;
 pub use events::{Outcome, StageTimes, StepEvent, StopReason};
 pub use settings::{
     Mode, Settings, BUDGET_STEPS, DEFAULT_BUDGET, DEFAULT_DEPTH, DEFAULT_EXPAND, DEFAULT_GAMMA,
-    DEFAULT_MIN_CHAIN_PROB, MAX_BUDGET, MAX_DEPTH, MAX_EXPAND,
+    DEFAULT_MIN_CHAIN_PROB, DEFAULT_MTP_K, MAX_BUDGET, MAX_DEPTH, MAX_EXPAND,
 };
 pub use stats::AnswerStats;
 

@@ -73,6 +73,8 @@ pub struct Settings {
     pub depth: usize,
     /// Chain length for `linear`.
     pub gamma: usize,
+    /// Chain length (k) for `mtp`: the MTP head's chain, verified linearly.
+    pub mtp_k: usize,
     /// The target's sampler (and the drafter's, for sampled chains).
     pub sampling: SamplingParams,
     /// A causal drafter stops its greedy chain once its own probability of the chain falls
@@ -93,6 +95,7 @@ impl Default for Settings {
             budget: DEFAULT_BUDGET,
             depth: DEFAULT_DEPTH,
             gamma: DEFAULT_GAMMA,
+            mtp_k: DEFAULT_MTP_K,
             sampling: SamplingParams::greedy(),
             min_chain_prob: DEFAULT_MIN_CHAIN_PROB,
             expand: DEFAULT_EXPAND,
@@ -113,6 +116,11 @@ pub const DEFAULT_DEPTH: usize = 8;
 /// 1.00x / 0.89x / 0.85x of `ar` on HumanEval / GSM8K / chat; this CPU (AVX2) 1.06x / 0.95x / 0.82x
 /// against 1.04x / 0.92x / 0.82x.
 pub const DEFAULT_GAMMA: usize = 7;
+/// Default chain length of `mtp`: 3. An MTP head's chain beyond three depths is rarely taken
+/// whole, and its verify pass of up to four rows is one multi-row product on the GPU. Measured
+/// (BENCHMARKS.md sections 24-26): on the H200 k=3 beat k=4 on every set; on this CPU k=3 ran at
+/// 1.66x / 1.33x / 1.29x `ar` on HumanEval / GSM8K / chat against k=4's 1.38x / 1.24x / 1.18x.
+pub const DEFAULT_MTP_K: usize = 3;
 /// Default confidence below which a causal drafter's chain stops: deep chains where the drafter
 /// is sure (code), short ones where it is not (open chat).
 pub const DEFAULT_MIN_CHAIN_PROB: f32 = 0.4;
@@ -144,6 +152,7 @@ impl Settings {
         range("budget", self.budget, 1, MAX_BUDGET)?;
         range("depth", self.depth, 1, MAX_DEPTH)?;
         range("gamma", self.gamma, 1, MAX_DEPTH)?;
+        range("mtp k", self.mtp_k, 1, MAX_DEPTH)?;
         range("expand", self.expand, 0, MAX_EXPAND)?;
         let p = &self.sampling;
         if !(p.temperature >= 0.0 && p.temperature.is_finite()) {
@@ -176,7 +185,7 @@ impl Settings {
             }
             Mode::Tree => format!("B{} L{}", self.budget, self.depth),
             Mode::Linear => format!("γ{}", self.gamma),
-            Mode::Mtp => format!("k={}", self.gamma),
+            Mode::Mtp => format!("k={}", self.mtp_k),
             Mode::Ar => String::new(),
             Mode::Auto => format!("≤ B{} L{} γ{}", self.budget, self.depth, self.gamma),
         };

@@ -87,13 +87,14 @@ impl App {
                 self.step_to(s, format!("budget {}", s.budget));
             }
             Mode::Linear | Mode::Mtp => {
-                s.gamma = if up {
-                    s.gamma + 1
+                let (what, n) = if s.mode == Mode::Mtp {
+                    ("k", &mut s.mtp_k)
                 } else {
-                    s.gamma.saturating_sub(1)
+                    ("gamma", &mut s.gamma)
                 };
-                let what = if s.mode == Mode::Mtp { "k" } else { "gamma" };
-                self.step_to(s, format!("{what} {}", s.gamma));
+                *n = if up { *n + 1 } else { n.saturating_sub(1) };
+                let shown = format!("{what} {n}");
+                self.step_to(s, shown);
             }
             Mode::Ar => self.say("the budget applies in tree, linear, mtp and auto modes"),
         }

@@ -38,6 +38,8 @@ impl App {
                 match command.kind {
                     CommandKind::Budget => s.budget = n,
                     CommandKind::Depth => s.depth = n,
+                    // In `mtp` the chain is the head's: /gamma sets its k.
+                    CommandKind::Gamma if s.mode == Mode::Mtp => s.mtp_k = n,
                     CommandKind::Gamma => s.gamma = n,
                     _ => s.expand = n,
                 }
@@ -47,6 +49,7 @@ impl App {
                         CommandKind::Expand => {
                             format!("the drafter grows the tree, {n} nodes per depth")
                         }
+                        CommandKind::Gamma if self.settings.mode == Mode::Mtp => format!("k {n}"),
                         _ => format!("{name} {n}"),
                     });
                 }
