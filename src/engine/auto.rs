@@ -35,8 +35,8 @@ const WARM_UP_PULLS: usize = 2;
 pub const COLD_RETRIES: usize = 2;
 /// Weight of the newest step in an arm's running averages, for an arm whose steps take as long as
 /// the slowest speculative arm's; shorter steps weigh less (`1 - (1 - EMA)^(the arm's mean step
-/// time / that arm's)`), so
-/// that every arm's estimate remembers about the same stretch of decoding. An MTP head's chain
+/// time / that arm's)`), so that every arm's estimate remembers about the same stretch of
+/// decoding. An MTP head's chain
 /// steps are a quarter of a causal drafter's and emit 1 to 4 tokens: weighed per step as the
 /// drafter's 8-token steps are, two short steps in a row took its estimate from 1.4x to 0.85x
 /// the drafter's on the H200's HumanEval answers, and probes came too rarely to bring it back.
@@ -291,10 +291,10 @@ impl Planner {
                 per_token(a.tokens, a.seconds),
             );
             let jump = arm == 0 && old > new * JUMP_RATIO;
-            // (The arm's mean step time, not this step's: within an arm every step weighs the
-            // same, or the estimate would lean to the tokens of its slow steps.)
-            // (At least a twentieth, so that an arm whose steps measured near zero time still
-            // follows new measurements.)
+            // The arm's mean step time, not this step's: within an arm every step weighs the
+            // same, or the estimate would lean to the tokens of its slow steps. At least a
+            // twentieth, so that an arm whose steps measured near zero time still follows new
+            // measurements.
             let share = if longest > 0.0 && a.seconds > 0.0 {
                 (a.seconds / longest).clamp(0.05, 1.0)
             } else {

@@ -176,6 +176,25 @@ impl Settings {
         Ok(())
     }
 
+    /// The name of the chain the step keys and `/gamma` change in this mode: `k` (the MTP
+    /// head's, [`Settings::mtp_k`]) in `mtp`, else `gamma` (`linear`'s).
+    pub fn chain_name(&self) -> &'static str {
+        if self.mode == Mode::Mtp {
+            "k"
+        } else {
+            "gamma"
+        }
+    }
+
+    /// That chain's length ([`Settings::chain_name`]).
+    pub fn chain_mut(&mut self) -> &mut usize {
+        if self.mode == Mode::Mtp {
+            &mut self.mtp_k
+        } else {
+            &mut self.gamma
+        }
+    }
+
     /// A short description of the shape, as the status bar and `bench` show it: `B8 L8`,
     /// `B32 L6 W4`, `γ8`, with ` p≥0.4` when chains stop below a confidence.
     pub fn shape(&self) -> String {

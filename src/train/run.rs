@@ -407,8 +407,8 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     // Earlier runs' answers, checked before anything is generated.
     let mut extra = vec![];
     for path in &cfg.extra_data {
-        let same = |p: &Path| std::fs::canonicalize(p).ok();
-        if same(path).is_some() && same(path) == same(&data_path) {
+        let real = std::fs::canonicalize(path).ok();
+        if real.is_some() && real == std::fs::canonicalize(&data_path).ok() {
             return Err(Error::InvalidArgument(format!(
                 "{}: this run's own data file, not an earlier run's",
                 path.display()

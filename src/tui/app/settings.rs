@@ -87,13 +87,10 @@ impl App {
                 self.step_to(s, format!("budget {}", s.budget));
             }
             Mode::Linear | Mode::Mtp => {
-                let (what, n) = if s.mode == Mode::Mtp {
-                    ("k", &mut s.mtp_k)
-                } else {
-                    ("gamma", &mut s.gamma)
-                };
+                let n = s.chain_mut();
                 *n = if up { *n + 1 } else { n.saturating_sub(1) };
-                let shown = format!("{what} {n}");
+                let length = *n;
+                let shown = format!("{} {length}", s.chain_name());
                 self.step_to(s, shown);
             }
             Mode::Ar => self.say("the budget applies in tree, linear, mtp and auto modes"),

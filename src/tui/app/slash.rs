@@ -39,8 +39,7 @@ impl App {
                     CommandKind::Budget => s.budget = n,
                     CommandKind::Depth => s.depth = n,
                     // In `mtp` the chain is the head's: /gamma sets its k.
-                    CommandKind::Gamma if s.mode == Mode::Mtp => s.mtp_k = n,
-                    CommandKind::Gamma => s.gamma = n,
+                    CommandKind::Gamma => *s.chain_mut() = n,
                     _ => s.expand = n,
                 }
                 if self.apply(s) {
@@ -49,7 +48,7 @@ impl App {
                         CommandKind::Expand => {
                             format!("the drafter grows the tree, {n} nodes per depth")
                         }
-                        CommandKind::Gamma if self.settings.mode == Mode::Mtp => format!("k {n}"),
+                        CommandKind::Gamma => format!("{} {n}", self.settings.chain_name()),
                         _ => format!("{name} {n}"),
                     });
                 }
