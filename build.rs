@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const KERNELS: &[&str] = &["topk", "attention", "step", "mmvq", "mmtc"];
+const KERNELS: &[&str] = &["topk", "attention", "step", "mmvq", "mmtc", "wide"];
 /// Headers the kernels include.
 const HEADERS: &[&str] = &["pdl.cuh", "stacked.cuh"];
 

@@ -79,8 +79,9 @@ extern "C" __global__ void attention_chunk_f32(
     const float *__restrict__ v,            // same layout as k
     const unsigned int *__restrict__ keys,  // [n, width]
     float *__restrict__ part,               // [n, nh, chunks, hd + 2]
-    int n, int nh, int nkv, int hd, long long kv_stride, int width, int chunks, float scale) {
-  const int chunk = blockIdx.x;
+    int n, int nh, int nkv, int hd, long long kv_stride, int width, int chunks, float scale,
+    int first) {
+  const int chunk = blockIdx.x + first;  // chunks below `first`: attention_shared_mma's
   const int h = blockIdx.y;
   const int i = blockIdx.z;
   const int tid = threadIdx.x;
@@ -214,3 +215,170 @@ extern "C" __global__ void attention_combine_f32(
     }
   }
 }
+
+// Wide passes (src/gpu/wide.rs: from TREESPEC_WIDE_ROWS rows, where batch invariance is given up
+// for speed): the chunks of ranks that every row of the pass sees whole (ranks below the smallest
+// `lead`: the committed prefix of a tree, the cached context of a prompt's block), for all rows and
+// the query heads of a K/V head at once on tensor cores, so that a chunk's keys and values are read
+// once per 64 (row, head) pairs instead of once per row and head. One block of four warps per
+// (64 pairs, K/V head, chunk); each warp takes 16 pairs (pair m: row m / group, head m % group of
+// the K/V head's group), the chunk's 128 keys in two halves of 64 staged in shared memory as f16
+// (values transposed), scores and value sums by `mma.sync` m16n8k16 (f16 in, f32 sums), the softmax
+// online across the halves. Writes the same partials (max, sum, acc[hd]) as attention_chunk_f32,
+// so attention_combine_f32 merges both kernels' chunks. Queries are scaled before their rounding
+// to f16. CPU reference: `gpu::attention::reference`, through `attention_wide` (selftest).
+
+#define SH_KEYS 64
+#define SH_PAD 8
+
+__device__ __forceinline__ unsigned int pack_half2(float a, float b) {
+  const __half2 h = __floats2half2_rn(a, b);
+  return *reinterpret_cast<const unsigned int *>(&h);
+}
+
+__device__ __forceinline__ void mma_f16(float c[4], const unsigned int a[4], unsigned int b0,
+                                        unsigned int b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <int HD>
+__device__ __forceinline__ void attention_shared_mma(const float *__restrict__ q,
+                                                     const float *__restrict__ k,
+                                                     const float *__restrict__ v,
+                                                     float *__restrict__ part, int n, int nh,
+                                                     int nkv, long long kv_stride, int chunks,
+                                                     float scale) {
+  __shared__ __align__(16) __half ks[SH_KEYS][HD + SH_PAD];
+  __shared__ __align__(16) __half vt[HD][SH_KEYS + SH_PAD];
+  pdl_enter();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int group = nh / nkv, pairs = n * group;
+  const int kvh = blockIdx.y, chunk = blockIdx.z;
+  const int m0 = blockIdx.x * 64 + warp * 16;
+  const float *kh = k + (size_t)kvh * kv_stride;
+  const float *vh = v + (size_t)kvh * kv_stride;
+
+  // The warp's queries as A fragments: qa[s] covers dimensions 16s..16s + 15.
+  unsigned int qa[HD / 16][4];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int m = m0 + g + 8 * r;
+    const bool live = m < pairs;
+    const int i = live ? m / group : 0, h = kvh * group + (live ? m % group : 0);
+    const float *qr = q + ((size_t)h * n + i) * HD;
+#pragma unroll
+    for (int s = 0; s < HD / 16; ++s) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int d = 16 * s + 8 * c + 2 * t;
+        const float2 x = live ? *reinterpret_cast<const float2 *>(qr + d) : make_float2(0.f, 0.f);
+        qa[s][r + 2 * c] = pack_half2(x.x * scale, x.y * scale);
+      }
+    }
+  }
+  float o[HD / 8][4];
+#pragma unroll
+  for (int j = 0; j < HD / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.f, 0.f};
+
+  for (int hh = 0; hh < ATT_CHUNK / SH_KEYS; ++hh) {
+    const int base = chunk * ATT_CHUNK + hh * SH_KEYS;
+    __syncthreads();  // the previous half's readers are done
+    for (int idx = threadIdx.x; idx < SH_KEYS * HD / 4; idx += blockDim.x) {
+      const int key = idx / (HD / 4), d = (idx % (HD / 4)) * 4;
+      const float4 x = *reinterpret_cast<const float4 *>(kh + (size_t)(base + key) * HD + d);
+      const float4 y = *reinterpret_cast<const float4 *>(vh + (size_t)(base + key) * HD + d);
+      *reinterpret_cast<unsigned int *>(&ks[key][d]) = pack_half2(x.x, x.y);
+      *reinterpret_cast<unsigned int *>(&ks[key][d + 2]) = pack_half2(x.z, x.w);
+      vt[d][key] = __float2half_rn(y.x);
+      vt[d + 1][key] = __float2half_rn(y.y);
+      vt[d + 2][key] = __float2half_rn(y.z);
+      vt[d + 3][key] = __float2half_rn(y.w);
+    }
+    __syncthreads();
+    // Scores of the 64 keys: tile j holds keys 8j..8j + 7.
+    float c[SH_KEYS / 8][4];
+#pragma unroll
+    for (int j = 0; j < SH_KEYS / 8; ++j) {
+      c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
+#pragma unroll
+      for (int s = 0; s < HD / 16; ++s) {
+        const unsigned int b0 = *reinterpret_cast<const unsigned int *>(&ks[8 * j + g][16 * s + 2 * t]);
+        const unsigned int b1 =
+            *reinterpret_cast<const unsigned int *>(&ks[8 * j + g][16 * s + 8 + 2 * t]);
+        mma_f16(c[j], qa[s], b0, b1);
+      }
+    }
+    // Online softmax: r = 0 is row g (c[.][0..1]), r = 1 row g + 8 (c[.][2..3]).
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float ml = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < SH_KEYS / 8; ++j) ml = fmaxf(ml, fmaxf(c[j][2 * r], c[j][2 * r + 1]));
+      ml = fmaxf(ml, __shfl_xor_sync(0xffffffff, ml, 1));
+      ml = fmaxf(ml, __shfl_xor_sync(0xffffffff, ml, 2));
+      const float mnew = fmaxf(mx[r], ml);
+      const float alpha = expf(mx[r] - mnew);
+      mx[r] = mnew;
+#pragma unroll
+      for (int j = 0; j < HD / 8; ++j) {
+        o[j][2 * r] *= alpha;
+        o[j][2 * r + 1] *= alpha;
+      }
+      float ls = 0.f;
+#pragma unroll
+      for (int j = 0; j < SH_KEYS / 8; ++j) {
+        c[j][2 * r] = expf(c[j][2 * r] - mnew);
+        c[j][2 * r + 1] = expf(c[j][2 * r + 1] - mnew);
+        ls += c[j][2 * r] + c[j][2 * r + 1];
+      }
+      ls += __shfl_xor_sync(0xffffffff, ls, 1);
+      ls += __shfl_xor_sync(0xffffffff, ls, 2);
+      sum[r] = sum[r] * alpha + ls;
+    }
+    // Value sums: the probabilities as A fragments (keys 16s..16s + 15), values as B.
+#pragma unroll
+    for (int s = 0; s < SH_KEYS / 16; ++s) {
+      const unsigned int pa[4] = {
+          pack_half2(c[2 * s][0], c[2 * s][1]), pack_half2(c[2 * s][2], c[2 * s][3]),
+          pack_half2(c[2 * s + 1][0], c[2 * s + 1][1]), pack_half2(c[2 * s + 1][2], c[2 * s + 1][3])};
+#pragma unroll
+      for (int j = 0; j < HD / 8; ++j) {
+        const unsigned int b0 = *reinterpret_cast<const unsigned int *>(&vt[8 * j + g][16 * s + 2 * t]);
+        const unsigned int b1 =
+            *reinterpret_cast<const unsigned int *>(&vt[8 * j + g][16 * s + 8 + 2 * t]);
+        mma_f16(o[j], pa, b0, b1);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int m = m0 + g + 8 * r;
+    if (m >= pairs) continue;
+    const int i = m / group, h = kvh * group + m % group;
+    float *out = part + (((size_t)i * nh + h) * chunks + chunk) * (HD + 2);
+    if (t == 0) {
+      out[0] = mx[r];
+      out[1] = sum[r];
+    }
+#pragma unroll
+    for (int j = 0; j < HD / 8; ++j) {
+      out[2 + 8 * j + 2 * t] = o[j][2 * r];
+      out[2 + 8 * j + 2 * t + 1] = o[j][2 * r + 1];
+    }
+  }
+}
+
+#define SHARED_MMA(HD)                                                                          \
+  extern "C" __global__ void __launch_bounds__(128) attention_shared_mma_##HD(                  \
+      const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,     \
+      float *__restrict__ part, int n, int nh, int nkv, long long kv_stride, int chunks,         \
+      float scale) {                                                                            \
+    attention_shared_mma<HD>(q, k, v, part, n, nh, nkv, kv_stride, chunks, scale);             \
+  }
+SHARED_MMA(64)
+SHARED_MMA(128)

@@ -195,6 +195,11 @@ struct RuntimeArgs {
     /// Dequantise every weight to f32 (slow; for exact comparisons between modes).
     #[arg(long)]
     exact: bool,
+    /// On a GPU, verify passes of 32+ rows (big trees) through cuBLAS on f16 copies of the
+    /// weights: several times faster, but exact to `ar` only up to f16's rounding (a prompt's
+    /// passes take this path either way; TREESPEC_WIDE_ROWS sets the rows, 0 turns it off).
+    #[arg(long)]
+    wide_verify: bool,
 }
 
 #[derive(Args)]
@@ -340,6 +345,9 @@ struct BenchArgs {
         requires = "costs"
     )]
     cost_rows: Vec<usize>,
+    /// With --costs, the context (tokens already in the cache) every pass is timed after.
+    #[arg(long, default_value_t = 256, requires = "costs")]
+    cost_prefix: usize,
     /// Only time the GPU's quantised products (dp4a against tensor cores) on the shapes of
     /// Qwen2.5-1.5B's matrices with random weights, and exit (needs a CUDA build and device).
     #[arg(long)]
@@ -420,6 +428,10 @@ struct ChatArgs {
     /// Dequantise every weight to f32.
     #[arg(long)]
     exact: bool,
+    /// On a GPU, verify big trees (32+ rows) through cuBLAS: faster, exact to `ar` only up to
+    /// f16's rounding.
+    #[arg(long)]
+    wide_verify: bool,
     /// Show the interface with a scripted engine and no model.
     #[arg(long)]
     demo: bool,
@@ -446,6 +458,7 @@ impl RuntimeArgs {
             exact: self.exact,
             context: self.context,
             drafter_device,
+            wide_verify: self.wide_verify,
             ..LoadOptions::default()
         })
     }
@@ -556,10 +569,26 @@ fn run_costs(a: &BenchArgs) -> anyhow::Result<()> {
         ..opts.clone()
     };
     let mut d = load::load_model(&a.drafter, &as_drafter)?;
-    let rows = bench::measure_costs(&mut t.decoder, Some(&mut d.decoder), 256, &a.cost_rows, 7)?;
+    let prefix = a.cost_prefix;
+    if prefix == 0 || prefix >= t.decoder.context() {
+        anyhow::bail!(
+            "--cost-prefix {prefix}: the context holds {} tokens (raise it with --context)",
+            t.decoder.context()
+        );
+    }
+    let rows = bench::measure_costs(
+        &mut t.decoder,
+        Some(&mut d.decoder),
+        prefix,
+        &a.cost_rows,
+        7,
+    )?;
     println!(
-        "target {}, drafter {}, device {}, context 256 tokens\n",
-        t.name, d.name, a.runtime.device
+        "target {} ({}), drafter {}, device {}, context {prefix} tokens\n",
+        t.name,
+        t.decoder.runtime(),
+        d.name,
+        a.runtime.device
     );
     println!("{}", bench::costs_markdown(&rows));
     if let Some(path) = &a.json {
@@ -717,6 +746,7 @@ fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
         drafter_device: a.drafter_device.clone(),
         context: a.context.or(cfg.context).unwrap_or(4096),
         exact: a.exact,
+        wide_verify: a.wide_verify,
     };
     let drafter = pick(&a.drafter, &cfg.drafter, "drafter");
     let drafter = (drafter != "none").then_some(drafter);

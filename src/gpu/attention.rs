@@ -79,7 +79,7 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, table: &KeyTable) -> Result
     }
     #[cfg(feature = "cuda")]
     if let Device::Cuda(dev) = q.device() {
-        return cuda::attention(dev, q, k, v, table);
+        return cuda::attention(dev, q, k, v, table, false);
     }
     host(q, k, v, &table.keys)
 }
@@ -285,6 +285,27 @@ pub(super) fn selftest(
         report.push(format!(
             "attention [{nh}/{nkv} heads x {hd}, {n} tree rows over {prefix}]: max error {err:.1e}, rows batch-invariant"
         ));
+        // Wide passes: the prefix's whole chunks on tensor cores (f16 inputs), the rest as above.
+        #[cfg(feature = "cuda")]
+        if let (Device::Cuda(dev), 64 | 128, true) = (device, hd, prefix >= CHUNK) {
+            let got = cuda::attention(dev, &q, &k, &v, &KeyTable::new(&keys, device)?, true)?;
+            let got = got.to_device(&Device::Cpu)?.to_vec2::<f32>()?;
+            let err = got
+                .iter()
+                .flatten()
+                .zip(want.iter().flatten())
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            if err > 2e-2 || err.is_nan() {
+                return Err(Error::Device(format!(
+                    "wide attention [{nh}/{nkv} heads x {hd}, {n} rows over {prefix}]: max error {err:e}"
+                )));
+            }
+            report.push(format!(
+                "wide attention (tensor cores over the prefix's {} whole chunks) [{nh}/{nkv} heads x {hd}, {n} tree rows over {prefix}]: max error {err:.1e}",
+                prefix / CHUNK
+            ));
+        }
     }
     Ok(())
 }
@@ -309,6 +330,7 @@ mod cuda {
         k: &Tensor,
         v: &Tensor,
         table: &KeyTable,
+        wide: bool,
     ) -> Result<Tensor> {
         let q = q.to_dtype(DType::F32)?.contiguous()?;
         let (nh, n, hd) = q.dims3()?;
@@ -357,6 +379,43 @@ mod cuda {
             let (n_i, nh_i, nkv_i, hd_i) = (n as i32, nh as i32, nkv as i32, hd as i32);
             let (width_i, chunks_i) = (table.width as i32, chunks as i32);
             let scale = 1.0f32 / (hd as f32).sqrt();
+            // Wide passes: the chunks every row sees whole on tensor cores (as the GPU step
+            // runs them from `TREESPEC_WIDE_ROWS` rows).
+            let shared = match (wide, hd) {
+                (true, 64 | 128) => (table.keys.min_lead() / CHUNK).min(chunks),
+                _ => 0,
+            };
+            if shared > 0 {
+                let f = dev.get_or_load_custom_func(
+                    &format!("attention_shared_mma_{hd}"),
+                    "treespec_attention",
+                    PTX,
+                )?;
+                let mut b = f.builder();
+                b.arg(&qv)
+                    .arg(&kv)
+                    .arg(&vv)
+                    .arg(&mut part)
+                    .arg(&n_i)
+                    .arg(&nh_i)
+                    .arg(&nkv_i)
+                    .arg(&kv_stride)
+                    .arg(&chunks_i)
+                    .arg(&scale);
+                let cfg = LaunchConfig {
+                    grid_dim: (
+                        (n * (nh / nkv)).div_ceil(64) as u32,
+                        nkv as u32,
+                        shared as u32,
+                    ),
+                    block_dim: (128, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: every row sees cache rows 0..shared * CHUNK (below the smallest lead),
+                // hd is the kernel's, the partials as below.
+                unsafe { b.launch(cfg) }.map_err(driver)?;
+            }
+            let first_i = shared as i32;
             let chunk_fn =
                 dev.get_or_load_custom_func("attention_chunk_f32", "treespec_attention", PTX)?;
             let mut b = chunk_fn.builder();
@@ -372,9 +431,10 @@ mod cuda {
                 .arg(&kv_stride)
                 .arg(&width_i)
                 .arg(&chunks_i)
-                .arg(&scale);
+                .arg(&scale)
+                .arg(&first_i);
             let cfg = LaunchConfig {
-                grid_dim: (chunks as u32, nh as u32, n as u32),
+                grid_dim: ((chunks - shared).max(1) as u32, nh as u32, n as u32),
                 block_dim: (THREADS, 1, 1),
                 shared_mem_bytes: 0,
             };

@@ -4,7 +4,8 @@
 //! - [`row_top_k`], [`row_argmax`] (`topk`): per-row top-k with the log-normaliser; argmax.
 //! - [`attention`] (`attention`): batch-invariant grouped-query attention over per-row key lists.
 //! - [`step`] (`step`, `attention`): the decoder's forward pass, whose quantised products
-//!   (`products`, CUDA builds) run on dp4a (`mmvq`) or tensor cores (`mmtc`, Q4_K and Q6_K).
+//!   (`products`, CUDA builds) run on dp4a (`mmvq`) or tensor cores (`mmtc`, Q4_K and Q6_K),
+//!   and, for passes of many rows, through cuBLAS on f16 copies of the weights ([`wide`]).
 
 pub mod attention;
 #[cfg(feature = "cuda")]
@@ -13,6 +14,7 @@ pub(crate) mod launch;
 pub mod products;
 pub mod step;
 mod topk;
+pub mod wide;
 
 pub use attention::attention;
 pub use topk::{row_argmax, row_top_k, TOP_K_MAX};
@@ -44,6 +46,7 @@ pub fn selftest(device: &candle_core::Device) -> Result<Vec<String>> {
         if tensor_cores {
             products::selftest_products(dev, &mut rng, &mut report)?;
         }
+        wide::selftest(dev, &mut rng, &mut report)?;
     }
     Ok(report)
 }

@@ -229,6 +229,15 @@ impl GpuStep {
         false
     }
 
+    /// The row count from which passes use cuBLAS products, the bytes of their weight copies
+    /// and whether verify passes do too (CUDA builds only).
+    pub fn wide_products(&self) -> Option<(usize, usize, bool)> {
+        None
+    }
+
+    /// Nothing to set without CUDA.
+    pub fn set_wide_verify(&mut self, _on: bool) {}
+
     /// Never set without CUDA.
     pub fn set_head_stage(&mut self, _s: &HeadStage) -> std::result::Result<(), String> {
         Err("built without CUDA".into())
@@ -287,6 +296,7 @@ mod cuda {
         capture, driver, launch_mmtc, launch_mmvq, mmtc_func, mmtc_kernel, mmvq_func, qblocks,
         replay_micros, Dp4a, Mmtc, Stack, Q8_BYTES,
     };
+    use crate::gpu::wide::WideProducts;
     use crate::model::config::RopeStyle;
     use crate::model::weights::Embedding;
     use candle_core::Storage;
@@ -359,6 +369,9 @@ mod cuda {
         logits: CudaSlice<f32>,
         /// Graphs copy the hidden states a pass wants here, one buffer per slot (`rows x h`).
         hidden: Vec<CudaSlice<f32>>,
+        /// A wide pass's activation rows in f16 (`rows x` the widest product input), where the
+        /// step has wide products ([`crate::gpu::wide`]) and `rows` reaches them.
+        half: Option<CudaSlice<u16>>,
     }
 
     struct Funcs {
@@ -368,6 +381,9 @@ mod cuda {
         gather_rows: CudaFunction,
         att_chunk: CudaFunction,
         att_combine: CudaFunction,
+        /// `attention_shared_mma_<hd>` for the model's head size, where there is one (64, 128)
+        /// and the GPU has f16 MMA (sm_80).
+        att_shared: Option<CudaFunction>,
         /// The dp4a products (`kernels/mmvq.cu`) by (format, kernel).
         mmvq: HashMap<(&'static str, Dp4a), CudaFunction>,
         /// The dp4a product of up to three stacked matrices in one launch (`mmvq_<tag>_<kernel>_
@@ -397,6 +413,9 @@ mod cuda {
         m: usize,
         width: usize,
         chunks: usize,
+        /// Leading attention chunks every row sees whole, run on tensor cores for all rows at
+        /// once (`attention_shared_mma`; wide passes only).
+        shared: usize,
         /// The layers whose hidden states the pass copies out, one bit each.
         hidden: u64,
         /// Whether the pass gathers its input rows from the embedding (else they are copied
@@ -493,6 +512,8 @@ mod cuda {
         graphs_failed: bool,
         /// A pass copying hidden states out failed to capture: such passes run eagerly.
         hidden_graphs_failed: bool,
+        /// A pass through the cuBLAS products failed to capture: such passes run eagerly.
+        wide_graphs_failed: bool,
         /// Passes run eagerly on a shape's first sight or captured on its second (see
         /// [`Self::cold_passes`]).
         cold: u64,
@@ -506,6 +527,12 @@ mod cuda {
         /// An MTP head's input stage and LM head rows, for greedy chains in one launch
         /// ([`GpuStep::set_head_stage`]).
         head: Option<head_chain::HeadChain>,
+        /// f16 copies of the weights for passes of many rows (cuBLAS), where the GPU has room.
+        wide: Option<WideProducts>,
+        /// Verify passes go through `wide` too ([`GpuStep::set_wide_verify`]).
+        wide_verify: bool,
+        /// The pass being launched goes through `wide` (set by `forward` for its launches).
+        wide_now: bool,
         _keep: Vec<Tensor>,
     }
 
@@ -637,9 +664,16 @@ mod cuda {
                 .context()
                 .compute_capability()
                 .map_err(|e| e.to_string())?;
-            let f = load_funcs(dev, &layers, &lm_head, &embed, major >= 8)
+            let f = load_funcs(dev, &layers, &lm_head, &embed, major >= 8, hd)
                 .map_err(|e| e.to_string())?;
             let pdl = LaunchOn::new(&stream).pdl;
+            let wide = match crate::gpu::wide::wide_rows() {
+                Some(from) => {
+                    let mats = weights(&layers, &lm_head).map(|m| (m.ptr, &m._keep));
+                    WideProducts::new(dev, mats, from).map_err(|e| e.to_string())?
+                }
+                None => None,
+            };
             Ok(GpuStep {
                 dev: dev.clone(),
                 stream,
@@ -666,11 +700,15 @@ mod cuda {
                 graphs_on: graphs_allowed(),
                 graphs_failed: false,
                 hidden_graphs_failed: false,
+                wide_graphs_failed: false,
                 cold: 0,
                 tensor_cores: false,
                 replay_on: None,
                 pdl,
                 head: None,
+                wide,
+                wide_verify: false,
+                wide_now: false,
                 _keep: keep,
             })
         }
@@ -688,6 +726,10 @@ mod cuda {
                 .div_ceil(crate::gpu::attention::CHUNK)
                 .max(1)
                 .next_power_of_two();
+            let shared = match self.wide_pass(n, m) && self.f.att_shared.is_some() {
+                true => input.keys.min_lead() / crate::gpu::attention::CHUNK,
+                false => 0,
+            };
             let meta = Meta::new(n, width);
             let mut host = vec![0u32; meta.len];
             host[meta.ids..meta.ids + n].copy_from_slice(input.tokens);
@@ -727,12 +769,16 @@ mod cuda {
                 m,
                 width,
                 chunks,
+                shared,
                 hidden: bits.unwrap_or(0),
                 embed: input.inputs.is_none(),
                 chain: 0,
             };
+            let wide = self.wide_pass(n, m);
+            self.wide_now = wide;
             let graphed = self.graphs_on
                 && n <= GRAPH_MAX_ROWS
+                && !(wide && self.wide_graphs_failed)
                 && bits.is_some_and(|b| b == 0 || !self.hidden_graphs_failed);
             // A shape runs eagerly the first time it is seen, from a graph after that.
             let first_sight = graphed && self.seen.insert(key);
@@ -749,6 +795,14 @@ mod cuda {
                         self.graphs.remove(&key);
                         eprintln!(
                             "treespec: CUDA graph capture of a pass with hidden states failed, running those eagerly: {e}"
+                        );
+                    }
+                    Err(e) if wide => {
+                        // Passes through cuBLAS run eagerly; the others keep their graphs.
+                        self.wide_graphs_failed = true;
+                        self.graphs.remove(&key);
+                        eprintln!(
+                            "treespec: CUDA graph capture of a pass through cuBLAS failed, running those eagerly: {e}"
                         );
                     }
                     Err(e) => self.graphs_failed(&e),
@@ -793,6 +847,34 @@ mod cuda {
         /// dp4a products whose kernel waits ([`Dp4a::dependent`]).
         pub fn dependent_launches(&self) -> bool {
             self.pdl
+        }
+
+        /// The row count from which passes multiply through cuBLAS with f16 copies of the
+        /// weights ([`crate::gpu::wide`]), the bytes the copies take, and whether verify passes
+        /// do too; `None` where they are off or did not fit.
+        pub fn wide_products(&self) -> Option<(usize, usize, bool)> {
+            self.wide
+                .as_ref()
+                .map(|w| (w.from, w.bytes(), self.wide_verify))
+        }
+
+        /// Let verify passes (those reading more than one row's logits) of many rows through
+        /// the cuBLAS products too (`on`), or only passes that read at most one row's logits
+        /// (a prompt's, the default: verify passes stay batch-invariant, bit-exact to `ar`).
+        /// Captured graphs are dropped.
+        pub fn set_wide_verify(&mut self, on: bool) {
+            if on != self.wide_verify {
+                self.wide_verify = on;
+                self.graphs.clear();
+            }
+        }
+
+        /// Whether a pass of `n` rows reading `m` rows' logits multiplies through the wide
+        /// products ([`crate::gpu::wide::takes_pass`]).
+        fn wide_pass(&self, n: usize, m: usize) -> bool {
+            self.wide
+                .as_ref()
+                .is_some_and(|w| crate::gpu::wide::takes_pass(w.from, self.wide_verify, n, m))
         }
 
         /// Where this step's launches go.
@@ -1020,6 +1102,10 @@ mod cuda {
                 hidden: (0..hidden)
                     .map(|_| alloc(rows.min(GRAPH_MAX_ROWS) * self.h))
                     .collect::<Result<_>>()?,
+                half: match self.wide.as_ref().is_some_and(|w| rows >= w.from) {
+                    true => Some(s.alloc_zeros::<u16>(rows * qb * 32).map_err(driver)?),
+                    false => None,
+                },
             });
             Ok(())
         }
@@ -1046,7 +1132,8 @@ mod cuda {
             if key.embed {
                 self.embed(n, at.ids, x)?;
             }
-            let pending_hidden = self.launch_layers(n, key.chunks, at, hidden_layers, hidden)?;
+            let pending_hidden =
+                self.launch_layers(n, (key.chunks, key.shared), at, hidden_layers, hidden)?;
             // x += last down output; final norm of the logits rows into their slots.
             self.norm_q8(n, x, proj, self.norm, at.out_slots, q8, self.h)?;
             if let Some(prev) = pending_hidden {
@@ -1091,7 +1178,7 @@ mod cuda {
         fn launch_layers(
             &self,
             n: usize,
-            chunks: usize,
+            chunks: (usize, usize),
             meta: MetaAt,
             hidden_layers: &[usize],
             hidden: &mut HiddenOut,
@@ -1312,6 +1399,15 @@ mod cuda {
             let Some(first) = mats.first() else {
                 return Ok(());
             };
+            if let (true, Some(wide)) = (self.wide_now, &self.wide) {
+                let ptrs: Vec<u64> = mats.iter().map(|m| m.ptr).collect();
+                let half = self.bufs.as_ref().and_then(|b| b.half.as_ref());
+                if let (true, Some(half)) = (wide.takes(n, &ptrs), half) {
+                    let stack: Vec<_> = mats.iter().map(|m| (m.ptr, m.rows, m.cols)).collect();
+                    let half = half.device_ptr(&self.stream).0;
+                    return wide.product(&self.stream, &stack, y, half, dst, n);
+                }
+            }
             let stack = Stack::of(mats)?;
             match self.tensor_core_kernel(first, n) {
                 Some(kernel) => {
@@ -1395,7 +1491,7 @@ mod cuda {
         fn attention(
             &self,
             n: usize,
-            chunks: usize,
+            (chunks, shared): (usize, usize),
             width: usize,
             q: u64,
             (k, v): (u64, u64),
@@ -1409,6 +1505,30 @@ mod cuda {
             let (width_i, chunks_i) = (width as i32, chunks as i32);
             let qb_i = qblocks(self.nh * self.hd) as i32;
             let scale = 1.0f32 / (self.hd as f32).sqrt();
+            if let (true, Some(f)) = (shared > 0, &self.f.att_shared) {
+                let mut b = Launch::new(f);
+                b.arg(&q)
+                    .arg(&k)
+                    .arg(&v)
+                    .arg(&part)
+                    .arg(&n_i)
+                    .arg(&nh_i)
+                    .arg(&nkv_i)
+                    .arg(&self.kv_stride)
+                    .arg(&chunks_i)
+                    .arg(&scale);
+                let pairs = n * (self.nh / self.nkv);
+                let cfg = LaunchConfig {
+                    grid_dim: (pairs.div_ceil(64) as u32, self.nkv as u32, shared as u32),
+                    block_dim: (128, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: every row sees ranks 0..shared * CHUNK as cache rows 0.. (the caller
+                // took `shared` from the smallest lead); hd is the kernel's; part as below.
+                unsafe { b.launch(self.on(), cfg) }.map_err(driver)?;
+            }
+            let first = shared.min(chunks);
+            let first_i = first as i32;
             let mut b = Launch::new(&self.f.att_chunk);
             b.arg(&q)
                 .arg(&k)
@@ -1422,9 +1542,10 @@ mod cuda {
                 .arg(&self.kv_stride)
                 .arg(&width_i)
                 .arg(&chunks_i)
-                .arg(&scale);
+                .arg(&scale)
+                .arg(&first_i);
             let cfg = LaunchConfig {
-                grid_dim: (chunks as u32, self.nh as u32, n as u32),
+                grid_dim: ((chunks - first).max(1) as u32, self.nh as u32, n as u32),
                 block_dim: (crate::gpu::attention::THREADS, 1, 1),
                 shared_mem_bytes: 0,
             };
@@ -1508,6 +1629,7 @@ mod cuda {
         lm_head: &Mat,
         embed: &Embed,
         tensor_cores: bool,
+        head_dim: usize,
     ) -> Result<Funcs> {
         let step = |name: &str| -> Result<CudaFunction> {
             Ok(dev
@@ -1563,6 +1685,17 @@ mod cuda {
             att_combine: dev
                 .get_or_load_custom_func("attention_combine_f32", "treespec_attention", ATT_PTX)?
                 .into_cuda_function(),
+            att_shared: match (tensor_cores, head_dim) {
+                (true, 64 | 128) => Some(
+                    dev.get_or_load_custom_func(
+                        &format!("attention_shared_mma_{head_dim}"),
+                        "treespec_attention",
+                        ATT_PTX,
+                    )?
+                    .into_cuda_function(),
+                ),
+                _ => None,
+            },
             mmvq,
             mmvq_stacked,
             mmtc,

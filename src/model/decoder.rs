@@ -203,6 +203,13 @@ fn step_runtime(step: &mut GpuStep, high_priority: bool, tensor_cores: bool) -> 
     if step.dependent_launches() {
         products.push_str(", dependent launches");
     }
+    if let Some((from, bytes, verify)) = step.wide_products() {
+        let gb = bytes as f64 / 1e9;
+        let passes = if verify { "passes" } else { "prompt passes" };
+        products.push_str(&format!(
+            ", cuBLAS f16 for {passes} of {from}+ rows ({gb:.1} GB of copies)"
+        ));
+    }
     match high_priority.then(|| step.set_high_priority()) {
         Some(Err(e)) => format!("treespec GPU step, {products} (no high-priority stream: {e})"),
         _ => format!("treespec GPU step, {products}"),
@@ -229,6 +236,8 @@ pub struct Decoder {
     high_priority: bool,
     /// Q4_K / Q6_K products on tensor cores where the GPU has them (`gpu::step::tensor_cores_for`).
     tensor_cores: bool,
+    /// Verify passes of many rows through cuBLAS ([`Decoder::set_wide_verify`]).
+    wide_verify: bool,
     /// What runs the forward pass, for status lines and benchmarks.
     runtime: String,
 }
@@ -270,6 +279,7 @@ impl Decoder {
             step: None,
             high_priority: false,
             tensor_cores: crate::gpu::step::tensor_cores_for(false),
+            wide_verify: false,
             runtime: String::new(),
             listed_attention,
             cfg,
@@ -300,6 +310,7 @@ impl Decoder {
         } else {
             match GpuStep::new(&self.step_weights(), &self.device) {
                 Ok(mut step) => {
+                    step.set_wide_verify(self.wide_verify);
                     let runtime = step_runtime(&mut step, self.high_priority, self.tensor_cores);
                     self.step = Some(step);
                     runtime
@@ -326,6 +337,18 @@ impl Decoder {
         self.tensor_cores = on;
         if let Some(step) = self.step.as_mut() {
             self.runtime = step_runtime(step, self.high_priority, on);
+        }
+    }
+
+    /// Let the GPU step's verify passes of many rows multiply through cuBLAS with f16 copies of
+    /// the weights (`on`: big trees verify several times faster, exact to `ar` only up to f16's
+    /// rounding) or keep them on the batch-invariant quantised kernels (the default);
+    /// [`crate::gpu::wide`].
+    pub fn set_wide_verify(&mut self, on: bool) {
+        self.wide_verify = on;
+        if let Some(step) = self.step.as_mut() {
+            step.set_wide_verify(on);
+            self.runtime = step_runtime(step, self.high_priority, self.tensor_cores);
         }
     }
 

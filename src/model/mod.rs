@@ -39,6 +39,10 @@ pub struct LoadOptions {
     /// The GPU step's Q4_K / Q6_K products on tensor cores (a target's, by default; a drafter
     /// is loaded with [`crate::gpu::step::tensor_cores_for`]`(true)`), set before the first pass.
     pub tensor_cores: bool,
+    /// Verify passes of many rows through cuBLAS on f16 copies of the weights
+    /// ([`Decoder::set_wide_verify`]: big trees verify several times faster, exact to `ar` only
+    /// up to f16's rounding); a prompt's passes take them either way ([`crate::gpu::wide`]).
+    pub wide_verify: bool,
 }
 
 impl Default for LoadOptions {
@@ -49,6 +53,7 @@ impl Default for LoadOptions {
             context: 4096,
             drafter_device: None,
             tensor_cores: crate::gpu::step::tensor_cores_for(false),
+            wide_verify: false,
         }
     }
 }
@@ -115,6 +120,7 @@ fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     let mut store = WeightStore::gguf(&weights_path, content, &opts.device, opts.exact)?;
     let mut decoder = Decoder::load(&mut store, cfg, context)?;
     decoder.set_tensor_cores(opts.tensor_cores);
+    decoder.set_wide_verify(opts.wide_verify);
     decoder.warm_up()?;
     Ok(LoadedModel {
         name,
@@ -136,6 +142,7 @@ fn load_checkpoint(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     let context = opts.context.min(cfg.max_position).max(1);
     let mut decoder = Decoder::load(&mut store, cfg, context)?;
     decoder.set_tensor_cores(opts.tensor_cores);
+    decoder.set_wide_verify(opts.wide_verify);
     Ok(LoadedModel {
         name,
         files: ModelFiles::Checkpoint(dir.to_path_buf()),

@@ -237,6 +237,7 @@ impl GpuStep {
             m: k,
             width: 2,
             chunks,
+            shared: 0,
             hidden: 0,
             embed: false,
             chain: depth,
@@ -324,7 +325,7 @@ impl GpuStep {
             self.norm_q8_blocks(n, x, 0, head.hidden_norm, 0, q8_at(g_at), h)?;
             self.norm_q8_blocks(n, proj, 0, head.token_norm, 0, q8_at(e_at), h)?;
             self.matmul(&[&head.input_proj], (q8, wide), (x, h), n)?;
-            self.launch_layers(n, key.chunks, at, &[], &mut none)?;
+            self.launch_layers(n, (key.chunks, 0), at, &[], &mut none)?;
             self.norm_q8(n, x, proj, self.norm, at.out_slots, q8, h)?;
         }
         for d in 0..key.chain {
@@ -352,7 +353,7 @@ impl GpuStep {
                 unsafe { bld.launch(self.on(), cfg) }.map_err(driver)?;
                 self.norm_q8_blocks(1, proj, 0, head.token_norm, 0, q8_at(e_at), h)?;
                 self.matmul(&[&head.input_proj], (q8, wide), (x, h), 1)?;
-                self.launch_layers(1, key.chunks, at, &[], &mut none)?;
+                self.launch_layers(1, (key.chunks, 0), at, &[], &mut none)?;
             }
             // y = x (+ the block's last output); its final norm through the LM head rows (the
             // catch-up's already normed).

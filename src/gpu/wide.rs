@@ -1,0 +1,387 @@
+//! Wide passes through cuBLAS: from [`wide_rows`] rows on, the GPU step multiplies with f16
+//! copies of the quantised weights (dequantised once, when the step is built) in half-precision
+//! GEMMs on the tensor cores, instead of the quantised tile kernels (`kernels/mmtc.cu`), whose
+//! per-group float epilogue grows with every row: on the H200 a 256-row pass of the 1.5B target
+//! cost 17.5 one-row steps through them (BENCHMARKS.md, section 19), where a GEMM over the same
+//! weights is bound by reading 3 GB once. This is the wide-pass half of DDTree-scale trees
+//! (issue 13): verify cost that stays near one step as the tree grows to hundreds of nodes.
+//!
+//! The activations stay what the step's fused kernels write: Q8_1 rows, turned into f16 rows
+//! (`kernels/wide.cu`, each value `d * q` rounded to f16) just before the GEMM. The GEMM's sums
+//! run in cuBLAS's order, not the quantised kernels', so a row of a wide pass is not bit for bit
+//! a one-row step's (its logits differ by about f16's rounding of the weights): greedy `tree`
+//! passes of fewer rows than [`wide_rows`] (every default budget) stay exact to `ar`, wider ones
+//! are exact to the same model up to that rounding. A prompt's prefill, a wide pass in every
+//! mode alike, takes this path too.
+//!
+//! Memory: the copies take two bytes a weight (3.1 GB for the 1.5B target); they are made only
+//! where the GPU has that much free beside [`HEADROOM`], else the step keeps the quantised
+//! kernels for every pass.
+
+/// Rows from which a pass's products go through cuBLAS when `TREESPEC_WIDE_ROWS` does not say:
+/// where they won on the H200 on both shapes measured (BENCHMARKS.md, section 27: at 32 rows a
+/// 1.5B pass 2.37 against 3.04 one-row steps, a Qwen3-8B-shaped one 2.17 against 5.20; at 16
+/// rows the quantised kernels still won on the 1.5B), and above the default tree budget, so that
+/// default `tree` stays bit-exact to `ar`.
+pub const WIDE_ROWS_DEFAULT: usize = 32;
+
+/// Free GPU memory the copies must leave (beside what they take): the KV caches, a pass's
+/// logits and candle's pool grow after the step is built.
+pub const HEADROOM: usize = 4 << 30;
+
+/// The row count from which passes use the cuBLAS products: `TREESPEC_WIDE_ROWS` (`0`: never),
+/// else [`WIDE_ROWS_DEFAULT`]. `None`: never.
+pub fn wide_rows() -> Option<usize> {
+    static ROWS: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *ROWS.get_or_init(|| {
+        let from = match std::env::var("TREESPEC_WIDE_ROWS") {
+            Ok(v) => match v.trim().parse::<usize>() {
+                Ok(n) => n,
+                Err(_) => {
+                    eprintln!(
+                        "treespec: TREESPEC_WIDE_ROWS={v} is not a number of rows; using {WIDE_ROWS_DEFAULT}"
+                    );
+                    WIDE_ROWS_DEFAULT
+                }
+            },
+            Err(_) => WIDE_ROWS_DEFAULT,
+        };
+        (from > 0).then_some(from)
+    })
+}
+
+/// Whether a pass of `n` rows that reads `m` rows' logits goes through the copies, passes of at
+/// least `from` rows using them: a prompt's pass (at most one row's logits) always; a verify
+/// pass (every row's) only with `verify`, since the GEMM sums in its own order, so that by
+/// default greedy speculation stays bit-exact to `ar` while a prompt of any length is read at
+/// GEMM speed (the same prompt pass in every mode).
+pub fn takes_pass(from: usize, verify: bool, n: usize, m: usize) -> bool {
+    n >= from && (verify || m <= 1)
+}
+
+/// Bytes the f16 copies of matrices of these `(rows, cols)` take.
+pub fn copy_bytes(shapes: impl Iterator<Item = (usize, usize)>) -> usize {
+    shapes.map(|(r, c)| r * c * 2).sum()
+}
+
+/// Whether copies of `bytes` fit a GPU with `free` bytes free: [`HEADROOM`] must stay free
+/// after them.
+pub fn copies_fit(bytes: usize, free: usize) -> bool {
+    bytes.saturating_add(HEADROOM) <= free
+}
+
+#[cfg(feature = "cuda")]
+pub(crate) use cuda::{selftest, WideProducts};
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use super::*;
+    use crate::error::{Error, Result};
+    use crate::gpu::products::driver;
+    use candle_core::quantized::{GgmlDType, QTensor};
+    use candle_core::{Device, Storage, Tensor};
+    use cudarc::cublas::{result as blas, sys as bsys, CudaBlas};
+    use cudarc::driver::{CudaFunction, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    const WIDE_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/wide.ptx"));
+    /// Threads of the conversion kernel.
+    const THREADS: u32 = 256;
+
+    fn blas_err(e: cudarc::cublas::result::CublasError) -> Error {
+        Error::Device(format!("cuBLAS: {e:?}"))
+    }
+
+    /// The f16 copies of a step's weight matrices and what multiplies with them.
+    pub(crate) struct WideProducts {
+        blas: CudaBlas,
+        convert: CudaFunction,
+        /// By the quantised matrix's device address: its f16 copy (kept alive) and the copy's.
+        copies: HashMap<u64, (Tensor, u64)>,
+        /// Passes of at least this many rows use the copies.
+        pub(crate) from: usize,
+    }
+
+    impl WideProducts {
+        /// Copies of `mats` (device address, quantised tensor) when passes of `from` rows on
+        /// should use them and the GPU has the memory; `Ok(None)` where it has not.
+        pub(crate) fn new<'a>(
+            dev: &candle_core::CudaDevice,
+            mats: impl Iterator<Item = (u64, &'a Arc<QTensor>)>,
+            from: usize,
+        ) -> Result<Option<Self>> {
+            let mats: Vec<(u64, &Arc<QTensor>)> = mats.collect();
+            let shapes = mats.iter().map(|(_, q)| {
+                let d = q.shape().dims();
+                (d[0], d.get(1).copied().unwrap_or(1))
+            });
+            let bytes = copy_bytes(shapes);
+            let stream = dev.cuda_stream();
+            stream.context().bind_to_thread().map_err(driver)?;
+            let (free, _) = cudarc::driver::result::mem_get_info().map_err(driver)?;
+            if !copies_fit(bytes, free) {
+                return Ok(None);
+            }
+            let device = Device::Cuda(dev.clone());
+            let mut copies = HashMap::new();
+            for (ptr, q) in mats {
+                if copies.contains_key(&ptr) {
+                    continue;
+                }
+                let t = q.dequantize_f16(&device)?.contiguous()?;
+                let p = f16_ptr(&t, &stream)?;
+                copies.insert(ptr, (t, p));
+            }
+            Ok(Some(WideProducts {
+                blas: CudaBlas::new(stream.clone()).map_err(blas_err)?,
+                convert: convert_func(dev)?,
+                copies,
+                from,
+            }))
+        }
+
+        /// Whether a pass of `n` rows over matrices at these addresses goes through the copies.
+        pub(crate) fn takes(&self, n: usize, mats: &[u64]) -> bool {
+            n >= self.from && mats.iter().all(|p| self.copies.contains_key(p))
+        }
+
+        /// Bytes the copies take.
+        pub(crate) fn bytes(&self) -> usize {
+            self.copies.values().map(|(t, _)| t.elem_count() * 2).sum()
+        }
+
+        /// `dst[c * dst_stride + off_j + r] = W_j[r] . y[c]` for the stacked matrices `mats`
+        /// (`(address, rows, cols)`, output columns back to back) and the `n` Q8_1 activation
+        /// rows at `y` (`yq` blocks apart), through `half` (room for `n x cols` halves).
+        pub(crate) fn product(
+            &self,
+            stream: &Arc<CudaStream>,
+            mats: &[(u64, usize, usize)],
+            (y, yq): (u64, usize),
+            half: u64,
+            (dst, dst_stride): (u64, usize),
+            n: usize,
+        ) -> Result<()> {
+            let Some(&(_, _, cols)) = mats.first() else {
+                return Ok(());
+            };
+            to_f16(stream, &self.convert, (y, yq), cols, half, n)?;
+            let mut at = dst;
+            for &(ptr, rows, c) in mats {
+                if c != cols {
+                    return Err(Error::Device(format!(
+                        "wide product: stacked matrices of {cols} and {c} columns"
+                    )));
+                }
+                let w = self.copies.get(&ptr).ok_or_else(|| {
+                    Error::Device("wide product: a matrix without its f16 copy".into())
+                })?;
+                gemm(&self.blas, w.1, rows, cols, half, n, (at, dst_stride))?;
+                at += (rows * 4) as u64;
+            }
+            Ok(())
+        }
+    }
+
+    fn convert_func(dev: &candle_core::CudaDevice) -> Result<CudaFunction> {
+        Ok(dev
+            .get_or_load_custom_func("q8_1_to_f16", "treespec_wide", WIDE_PTX)?
+            .into_cuda_function())
+    }
+
+    /// The device address of a contiguous f16 tensor's first element.
+    fn f16_ptr(t: &Tensor, stream: &Arc<CudaStream>) -> Result<u64> {
+        let (s, l) = t.storage_and_layout();
+        let Storage::Cuda(s) = &*s else {
+            return Err(Error::Device("an f16 copy is not on the GPU".into()));
+        };
+        let slice = s.as_cuda_slice::<half::f16>()?;
+        let (ptr, _guard) = slice.device_ptr(stream);
+        Ok(ptr + (l.start_offset() * 2) as u64)
+    }
+
+    /// `n` rows of `cols` values from Q8_1 blocks at `y` (rows `yq` blocks apart) to f16 rows
+    /// at `out`.
+    fn to_f16(
+        stream: &Arc<CudaStream>,
+        f: &CudaFunction,
+        (y, yq): (u64, usize),
+        cols: usize,
+        out: u64,
+        n: usize,
+    ) -> Result<()> {
+        let (qb, stride, n_i) = ((cols / 32) as i32, yq as i32, n as i32);
+        let mut b = stream.launch_builder(f);
+        b.arg(&y).arg(&qb).arg(&stride).arg(&out).arg(&n_i);
+        let cfg = LaunchConfig {
+            grid_dim: (n as u32, (cols as u32).div_ceil(THREADS), 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: y holds n rows of at least cols / 32 blocks, yq apart; out n x cols halves.
+        unsafe { b.launch(cfg) }.map_err(driver)?;
+        Ok(())
+    }
+
+    /// `dst[c * ldc + r] = W[r] . X[c]`: W `rows x cols` f16 row-major at `w`, X `n x cols` f16
+    /// at `x`, f32 results, f32 accumulation on the tensor cores.
+    fn gemm(
+        blas: &CudaBlas,
+        w: u64,
+        rows: usize,
+        cols: usize,
+        x: u64,
+        n: usize,
+        (dst, ldc): (u64, usize),
+    ) -> Result<()> {
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        // Column-major: C (rows x n, ldc) = op(A) B with A the weights as stored (cols x rows,
+        // transposed) and B the activations (cols x n).
+        // SAFETY: the buffers hold what the shapes say (the callers' sizes); the handle is on
+        // the stream every buffer is used on; alpha and beta are host values read at the call.
+        unsafe {
+            blas::gemm_ex(
+                *blas.handle(),
+                bsys::cublasOperation_t::CUBLAS_OP_T,
+                bsys::cublasOperation_t::CUBLAS_OP_N,
+                rows as i32,
+                n as i32,
+                cols as i32,
+                &alpha as *const f32 as *const std::ffi::c_void,
+                w as *const std::ffi::c_void,
+                bsys::cudaDataType::CUDA_R_16F,
+                cols as i32,
+                x as *const std::ffi::c_void,
+                bsys::cudaDataType::CUDA_R_16F,
+                cols as i32,
+                &beta as *const f32 as *const std::ffi::c_void,
+                dst as *mut std::ffi::c_void,
+                bsys::cudaDataType::CUDA_R_32F,
+                ldc as i32,
+                bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                bsys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(blas_err)
+    }
+
+    /// The wide product against a CPU reference (the dequantised weights and activations
+    /// multiplied in f64) on random Q4_K and Q6_K weights, a stack of two matrices, rows across
+    /// GEMM tile sizes: within f16's rounding of the weights and activations.
+    pub(crate) fn selftest(
+        dev: &candle_core::CudaDevice,
+        rng: &mut crate::gpu::Uniform,
+        report: &mut Vec<String>,
+    ) -> Result<()> {
+        use crate::gpu::products::Q8_BYTES;
+        let stream = dev.cuda_stream();
+        let device = Device::Cuda(dev.clone());
+        let f = convert_func(dev)?;
+        let blas = CudaBlas::new(stream.clone()).map_err(blas_err)?;
+        let mut worst = 0f64;
+        for (dtype, rows, cols) in [
+            (GgmlDType::Q4K, 48usize, 1536usize),
+            (GgmlDType::Q6K, 40, 768),
+        ] {
+            // Two matrices stacked, and a row stride with padding blocks (yq > cols / 32).
+            let mut mats = vec![];
+            for _ in 0..2 {
+                let w: Vec<f32> = (0..rows * cols).map(|_| rng.next() * 2.0 - 1.0).collect();
+                let q = QTensor::quantize(&Tensor::from_vec(w, (rows, cols), &device)?, dtype)?;
+                let deq = q.dequantize(&Device::Cpu)?.to_vec2::<f32>()?;
+                let copy = q.dequantize_f16(&device)?.contiguous()?;
+                mats.push((deq, copy));
+            }
+            let yq = cols / 32 + 2;
+            for n in [1usize, 7, 64, 130] {
+                let mut bytes = vec![0u8; n * yq * Q8_BYTES];
+                let mut xq = vec![0f64; n * cols];
+                for c in 0..n {
+                    for b in 0..cols / 32 {
+                        let x: Vec<f32> = (0..32).map(|_| rng.next() * 4.0 - 2.0).collect();
+                        let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+                        let d16 = half::f16::from_f32(amax / 127.0);
+                        let blk = &mut bytes[(c * yq + b) * Q8_BYTES..][..Q8_BYTES];
+                        blk[..2].copy_from_slice(&d16.to_le_bytes());
+                        for (i, v) in x.iter().enumerate() {
+                            let qv = if amax == 0.0 {
+                                0.0
+                            } else {
+                                (v / d16.to_f32()).round().clamp(-127.0, 127.0)
+                            };
+                            blk[4 + i] = qv as i8 as u8;
+                            xq[c * cols + b * 32 + i] = qv as f64 * d16.to_f32() as f64;
+                        }
+                    }
+                }
+                let y = stream.clone_htod(&bytes).map_err(driver)?;
+                let half = stream.alloc_zeros::<u16>(n * cols).map_err(driver)?;
+                let out = stream.alloc_zeros::<f32>(n * 2 * rows).map_err(driver)?;
+                let (y_ptr, h_ptr, o_ptr) = (
+                    y.device_ptr(&stream).0,
+                    half.device_ptr(&stream).0,
+                    out.device_ptr(&stream).0,
+                );
+                to_f16(&stream, &f, (y_ptr, yq), cols, h_ptr, n)?;
+                for (j, (_, copy)) in mats.iter().enumerate() {
+                    let w = f16_ptr(copy, &stream)?;
+                    let at = o_ptr + (j * rows * 4) as u64;
+                    gemm(&blas, w, rows, cols, h_ptr, n, (at, 2 * rows))?;
+                }
+                let got = stream.clone_dtoh(&out).map_err(driver)?;
+                for c in 0..n {
+                    for (j, (deq, _)) in mats.iter().enumerate() {
+                        for (r, wr) in deq.iter().enumerate() {
+                            let (mut want, mut mag) = (0f64, 0f64);
+                            for k in 0..cols {
+                                let p = wr[k] as f64 * xq[c * cols + k];
+                                want += p;
+                                mag += p.abs();
+                            }
+                            let g = got[c * 2 * rows + j * rows + r] as f64;
+                            let err = (g - want).abs() / mag.max(1e-6);
+                            worst = worst.max(err);
+                            if err > 2e-3 || !g.is_finite() {
+                                return Err(Error::Device(format!(
+                                    "wide product {dtype:?} [{rows} x {cols}], {n} rows: row {c} column {r} of matrix {j} is {g}, reference {want}"
+                                )));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        report.push(format!(
+            "wide products (f16 copies, cuBLAS) Q4_K and Q6_K, 1-130 rows, two stacked: largest error {worst:.1e} of the absolute sum"
+        ));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verify_passes_take_the_copies_only_when_asked() {
+        // A prompt of 200 tokens, its last row's logits: through the copies.
+        assert!(takes_pass(32, false, 200, 1));
+        assert!(takes_pass(32, false, 200, 0));
+        // A 64-node tree's verify pass: only with verify on.
+        assert!(!takes_pass(32, false, 65, 65));
+        assert!(takes_pass(32, true, 65, 65));
+        // Below the crossover, never.
+        assert!(!takes_pass(32, true, 31, 31));
+        assert!(!takes_pass(32, false, 31, 1));
+    }
+
+    #[test]
+    fn copies_are_two_bytes_a_weight_and_need_headroom() {
+        let bytes = copy_bytes([(1536usize, 1536usize), (8960, 1536)].into_iter());
+        assert_eq!(bytes, (1536 * 1536 + 8960 * 1536) * 2);
+        assert!(copies_fit(bytes, bytes + HEADROOM));
+        assert!(!copies_fit(bytes, bytes + HEADROOM - 1));
+        assert!(!copies_fit(usize::MAX, usize::MAX));
+    }
+}
