@@ -202,6 +202,21 @@ pub fn reference(q: &Tensor, k: &Tensor, v: &Tensor, keys: &VisibleKeys) -> Resu
     Ok(Tensor::from_vec(out, (n, nh * hd), &device)?)
 }
 
+/// The largest absolute difference between two tables of rows (NaN where either holds one).
+fn max_abs_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+    a.iter()
+        .flatten()
+        .zip(b.iter().flatten())
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, |m, d| {
+            if m.is_nan() || d.is_nan() {
+                f32::NAN
+            } else {
+                m.max(d)
+            }
+        })
+}
+
 /// The kernel against [`reference`] on random heads of the shapes treespec's models use, with a
 /// draft tree over a prefix longer than a chunk; then invariance: each tree row's output equals,
 /// bit for bit, a one-row pass over its prefix and ancestors laid out in a line.
@@ -239,13 +254,8 @@ pub(super) fn selftest(
         let got = attention(&q, &k, &v, &KeyTable::new(&keys, device)?)?;
         let got = got.to_device(&Device::Cpu)?.to_vec2::<f32>()?;
         let want = reference(&q, &k, &v, &keys)?.to_vec2::<f32>()?;
-        let err = got
-            .iter()
-            .flatten()
-            .zip(want.iter().flatten())
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
-        if err > 1e-4 {
+        let err = max_abs_diff(&got, &want);
+        if err > 1e-4 || err.is_nan() {
             return Err(Error::Device(format!(
                 "attention [{nh}/{nkv} heads x {hd}, {n} rows over {prefix}]: max error {err:e}"
             )));
@@ -290,12 +300,7 @@ pub(super) fn selftest(
         if let (Device::Cuda(dev), 64 | 128, true) = (device, hd, prefix >= CHUNK) {
             let got = cuda::attention(dev, &q, &k, &v, &KeyTable::new(&keys, device)?, true)?;
             let got = got.to_device(&Device::Cpu)?.to_vec2::<f32>()?;
-            let err = got
-                .iter()
-                .flatten()
-                .zip(want.iter().flatten())
-                .map(|(a, b)| (a - b).abs())
-                .fold(0f32, f32::max);
+            let err = max_abs_diff(&got, &want);
             if err > 2e-2 || err.is_nan() {
                 return Err(Error::Device(format!(
                     "wide attention [{nh}/{nkv} heads x {hd}, {n} rows over {prefix}]: max error {err:e}"

@@ -669,8 +669,19 @@ mod cuda {
             let pdl = LaunchOn::new(&stream).pdl;
             let wide = match crate::gpu::wide::wide_rows() {
                 Some(from) => {
-                    let mats = weights(&layers, &lm_head).map(|m| (m.ptr, &m._keep));
-                    WideProducts::new(dev, mats, from).map_err(|e| e.to_string())?
+                    // The matrices that share an input copied back to back: one GEMM each.
+                    fn group<'a>(ms: &[&'a Mat]) -> Vec<(u64, &'a Arc<QTensor>)> {
+                        ms.iter().map(|m| (m.ptr, &m._keep)).collect()
+                    }
+                    let mut groups: Vec<Vec<_>> = vec![];
+                    for l in &layers {
+                        groups.push(group(&l.qkv.iter().map(|(m, _)| m).collect::<Vec<_>>()));
+                        groups.push(group(&[&l.o]));
+                        groups.push(group(&l.gate_up.iter().map(|(m, _)| m).collect::<Vec<_>>()));
+                        groups.push(group(&[&l.down]));
+                    }
+                    groups.push(group(&[&lm_head]));
+                    WideProducts::new(dev, groups, from).map_err(|e| e.to_string())?
                 }
                 None => None,
             };
@@ -1447,6 +1458,18 @@ mod cuda {
             dst_stride: usize,
             n: usize,
         ) -> Result<()> {
+            // Through the wide products all of them go in one call (one conversion of the
+            // input, one GEMM for the copies that lie back to back).
+            let back_to_back = ws.windows(2).all(|w| w[1].1 == w[0].1 + w[0].0.rows);
+            let ptrs: Vec<u64> = ws.iter().map(|(m, _)| m.ptr).collect();
+            let wide = self.wide.as_ref().is_some_and(|w| w.takes(n, &ptrs));
+            if let (true, true, Some((_, first))) =
+                (self.wide_now && wide, back_to_back, ws.first())
+            {
+                let mats: Vec<&Mat> = ws.iter().map(|(m, _)| m).collect();
+                let at = dst + (first * 4) as u64;
+                return self.matmul(&mats, (y, yq), (at, dst_stride), n);
+            }
             let mut i = 0;
             while i < ws.len() {
                 let mut j = i + 1;

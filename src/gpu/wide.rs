@@ -97,22 +97,25 @@ mod cuda {
     pub(crate) struct WideProducts {
         blas: CudaBlas,
         convert: CudaFunction,
-        /// By the quantised matrix's device address: its f16 copy (kept alive) and the copy's.
-        copies: HashMap<u64, (Tensor, u64)>,
+        /// By the quantised matrix's device address: the f16 copy holding it (kept alive; the
+        /// matrices that share an input, q/k/v or gate/up, share one copy, back to back) and
+        /// the address of its first row there.
+        copies: HashMap<u64, (Arc<Tensor>, u64)>,
         /// Passes of at least this many rows use the copies.
         pub(crate) from: usize,
     }
 
     impl WideProducts {
-        /// Copies of `mats` (device address, quantised tensor) when passes of `from` rows on
-        /// should use them and the GPU has the memory; `Ok(None)` where it has not.
-        pub(crate) fn new<'a>(
+        /// Copies of the matrices of `groups` (device address, quantised tensor; a group's
+        /// matrices share their input and are copied back to back, so that one GEMM takes them
+        /// all) when passes of `from` rows on should use them and the GPU has the memory;
+        /// `Ok(None)` where it has not.
+        pub(crate) fn new(
             dev: &candle_core::CudaDevice,
-            mats: impl Iterator<Item = (u64, &'a Arc<QTensor>)>,
+            groups: Vec<Vec<(u64, &Arc<QTensor>)>>,
             from: usize,
         ) -> Result<Option<Self>> {
-            let mats: Vec<(u64, &Arc<QTensor>)> = mats.collect();
-            let shapes = mats.iter().map(|(_, q)| {
+            let shapes = groups.iter().flatten().map(|(_, q)| {
                 let d = q.shape().dims();
                 (d[0], d.get(1).copied().unwrap_or(1))
             });
@@ -125,13 +128,30 @@ mod cuda {
             }
             let device = Device::Cuda(dev.clone());
             let mut copies = HashMap::new();
-            for (ptr, q) in mats {
-                if copies.contains_key(&ptr) {
+            for group in groups {
+                let group: Vec<_> = group
+                    .into_iter()
+                    .filter(|(ptr, _)| !copies.contains_key(ptr))
+                    .collect();
+                let Some((_, first)) = group.first() else {
                     continue;
+                };
+                let cols = first.shape().dims().get(1).copied().unwrap_or(1);
+                let parts = group
+                    .iter()
+                    .map(|(_, q)| q.dequantize_f16(&device))
+                    .collect::<candle_core::Result<Vec<_>>>()?;
+                if parts.iter().any(|p| p.dims().get(1) != Some(&cols)) {
+                    return Err(Error::Device(
+                        "wide products: matrices of one input with different widths".into(),
+                    ));
                 }
-                let t = q.dequantize_f16(&device)?.contiguous()?;
-                let p = f16_ptr(&t, &stream)?;
-                copies.insert(ptr, (t, p));
+                let t = Arc::new(Tensor::cat(&parts, 0)?.contiguous()?);
+                let mut at = f16_ptr(&t, &stream)?;
+                for ((ptr, _), part) in group.iter().zip(&parts) {
+                    copies.insert(*ptr, (t.clone(), at));
+                    at += (part.elem_count() * 2) as u64;
+                }
             }
             Ok(Some(WideProducts {
                 blas: CudaBlas::new(stream.clone()).map_err(blas_err)?,
@@ -148,7 +168,12 @@ mod cuda {
 
         /// Bytes the copies take.
         pub(crate) fn bytes(&self) -> usize {
-            self.copies.values().map(|(t, _)| t.elem_count() * 2).sum()
+            let mut seen = std::collections::HashSet::new();
+            self.copies
+                .values()
+                .filter(|(t, _)| seen.insert(Arc::as_ptr(t)))
+                .map(|(t, _)| t.elem_count() * 2)
+                .sum()
         }
 
         /// `dst[c * dst_stride + off_j + r] = W_j[r] . y[c]` for the stacked matrices `mats`
@@ -167,7 +192,9 @@ mod cuda {
                 return Ok(());
             };
             to_f16(stream, &self.convert, (y, yq), cols, half, n)?;
+            // Runs of matrices whose copies lie back to back: one GEMM a run.
             let mut at = dst;
+            let mut run: Option<(u64, usize)> = None; // (first row's copy, rows so far)
             for &(ptr, rows, c) in mats {
                 if c != cols {
                     return Err(Error::Device(format!(
@@ -177,8 +204,20 @@ mod cuda {
                 let w = self.copies.get(&ptr).ok_or_else(|| {
                     Error::Device("wide product: a matrix without its f16 copy".into())
                 })?;
-                gemm(&self.blas, w.1, rows, cols, half, n, (at, dst_stride))?;
-                at += (rows * 4) as u64;
+                run = match run {
+                    Some((start, r)) if start + (r * cols * 2) as u64 == w.1 => {
+                        Some((start, r + rows))
+                    }
+                    Some((start, r)) => {
+                        gemm(&self.blas, start, r, cols, half, n, (at, dst_stride))?;
+                        at += (r * 4) as u64;
+                        Some((w.1, rows))
+                    }
+                    None => Some((w.1, rows)),
+                };
+            }
+            if let Some((start, r)) = run {
+                gemm(&self.blas, start, r, cols, half, n, (at, dst_stride))?;
             }
             Ok(())
         }
@@ -267,8 +306,9 @@ mod cuda {
     }
 
     /// The wide product against a CPU reference (the dequantised weights and activations
-    /// multiplied in f64) on random Q4_K and Q6_K weights, a stack of two matrices, rows across
-    /// GEMM tile sizes: within f16's rounding of the weights and activations.
+    /// multiplied in f64) on random Q4_K and Q6_K weights, three matrices of one input (two of
+    /// them in one copy), rows across GEMM tile sizes: within f16's rounding of the weights
+    /// and activations.
     pub(crate) fn selftest(
         dev: &candle_core::CudaDevice,
         rng: &mut crate::gpu::Uniform,
@@ -277,22 +317,28 @@ mod cuda {
         use crate::gpu::products::Q8_BYTES;
         let stream = dev.cuda_stream();
         let device = Device::Cuda(dev.clone());
-        let f = convert_func(dev)?;
-        let blas = CudaBlas::new(stream.clone()).map_err(blas_err)?;
         let mut worst = 0f64;
         for (dtype, rows, cols) in [
             (GgmlDType::Q4K, 48usize, 1536usize),
             (GgmlDType::Q6K, 40, 768),
         ] {
-            // Two matrices stacked, and a row stride with padding blocks (yq > cols / 32).
+            // Three matrices of one input: the first two copied back to back (one GEMM), the
+            // third apart (a second); a row stride with padding blocks (yq > cols / 32).
             let mut mats = vec![];
-            for _ in 0..2 {
+            for _ in 0..3 {
                 let w: Vec<f32> = (0..rows * cols).map(|_| rng.next() * 2.0 - 1.0).collect();
                 let q = QTensor::quantize(&Tensor::from_vec(w, (rows, cols), &device)?, dtype)?;
                 let deq = q.dequantize(&Device::Cpu)?.to_vec2::<f32>()?;
-                let copy = q.dequantize_f16(&device)?.contiguous()?;
-                mats.push((deq, copy));
+                let ptr = q.device_ptr()? as u64;
+                mats.push((deq, ptr, Arc::new(q)));
             }
+            let group = |js: &[usize]| js.iter().map(|&j| (mats[j].1, &mats[j].2)).collect();
+            let Some(wide) = WideProducts::new(dev, vec![group(&[0, 1]), group(&[2])], 1)? else {
+                report.push("wide products: skipped (no room on the GPU for the copies)".into());
+                return Ok(());
+            };
+            let stack: Vec<(u64, usize, usize)> =
+                mats.iter().map(|(_, ptr, _)| (*ptr, rows, cols)).collect();
             let yq = cols / 32 + 2;
             for n in [1usize, 7, 64, 130] {
                 let mut bytes = vec![0u8; n * yq * Q8_BYTES];
@@ -317,21 +363,16 @@ mod cuda {
                 }
                 let y = stream.clone_htod(&bytes).map_err(driver)?;
                 let half = stream.alloc_zeros::<u16>(n * cols).map_err(driver)?;
-                let out = stream.alloc_zeros::<f32>(n * 2 * rows).map_err(driver)?;
+                let out = stream.alloc_zeros::<f32>(n * 3 * rows).map_err(driver)?;
                 let (y_ptr, h_ptr, o_ptr) = (
                     y.device_ptr(&stream).0,
                     half.device_ptr(&stream).0,
                     out.device_ptr(&stream).0,
                 );
-                to_f16(&stream, &f, (y_ptr, yq), cols, h_ptr, n)?;
-                for (j, (_, copy)) in mats.iter().enumerate() {
-                    let w = f16_ptr(copy, &stream)?;
-                    let at = o_ptr + (j * rows * 4) as u64;
-                    gemm(&blas, w, rows, cols, h_ptr, n, (at, 2 * rows))?;
-                }
+                wide.product(&stream, &stack, (y_ptr, yq), h_ptr, (o_ptr, 3 * rows), n)?;
                 let got = stream.clone_dtoh(&out).map_err(driver)?;
                 for c in 0..n {
-                    for (j, (deq, _)) in mats.iter().enumerate() {
+                    for (j, (deq, _, _)) in mats.iter().enumerate() {
                         for (r, wr) in deq.iter().enumerate() {
                             let (mut want, mut mag) = (0f64, 0f64);
                             for k in 0..cols {
@@ -339,7 +380,7 @@ mod cuda {
                                 want += p;
                                 mag += p.abs();
                             }
-                            let g = got[c * 2 * rows + j * rows + r] as f64;
+                            let g = got[c * 3 * rows + j * rows + r] as f64;
                             let err = (g - want).abs() / mag.max(1e-6);
                             worst = worst.max(err);
                             if err > 2e-3 || !g.is_finite() {
@@ -353,7 +394,7 @@ mod cuda {
             }
         }
         report.push(format!(
-            "wide products (f16 copies, cuBLAS) Q4_K and Q6_K, 1-130 rows, two stacked: largest error {worst:.1e} of the absolute sum"
+            "wide products (f16 copies, cuBLAS) Q4_K and Q6_K, 1-130 rows, three of one input (two copied back to back): largest error {worst:.1e} of the absolute sum"
         ));
         Ok(())
     }
