@@ -238,11 +238,13 @@ __device__ __forceinline__ unsigned int pack_half2(float a, float b) {
 
 __device__ __forceinline__ void mma_f16(float c[4], const unsigned int a[4], unsigned int b0,
                                         unsigned int b1) {
+#if __CUDA_ARCH__ >= 800
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
 }
 
 template <int HD>
@@ -252,6 +254,7 @@ __device__ __forceinline__ void attention_shared_mma(const float *__restrict__ q
                                                      float *__restrict__ part, int n, int nh,
                                                      int nkv, long long kv_stride, int chunks,
                                                      float scale) {
+#if __CUDA_ARCH__ >= 800  // f16 mma.sync m16n8k16; the host loads this kernel only on sm_80 on
   __shared__ __align__(16) __half ks[SH_KEYS][HD + SH_PAD];
   __shared__ __align__(16) __half vt[HD][SH_KEYS + SH_PAD];
   pdl_enter();
@@ -371,6 +374,7 @@ __device__ __forceinline__ void attention_shared_mma(const float *__restrict__ q
       out[2 + 8 * j + 2 * t + 1] = o[j][2 * r + 1];
     }
   }
+#endif
 }
 
 #define SHARED_MMA(HD)                                                                          \

@@ -1,6 +1,6 @@
-// Wide verify passes through cuBLAS (src/gpu/wide.rs): the quantised products' Q8_1 activation
-// rows turned into f16 rows, which a half-precision GEMM multiplies with an f16 copy of the
-// weights (dequantised once at load).
+// Wide passes through cuBLAS (src/gpu/wide.rs: a prompt's passes of 32+ rows; verify passes too
+// with --wide-verify): the quantised products' Q8_1 activation rows turned into f16 rows, which a
+// half-precision GEMM multiplies with an f16 copy of the weights (dequantised once at load).
 //
 // - q8_1_to_f16: n rows of `qb` Q8_1 blocks (`stride` blocks apart) to n rows of 32 * qb halves:
 //   value i of block b is d_b * q_i, rounded to the nearest half (the value the quantised kernels

@@ -296,8 +296,14 @@ pub(super) fn selftest(
             "attention [{nh}/{nkv} heads x {hd}, {n} tree rows over {prefix}]: max error {err:.1e}, rows batch-invariant"
         ));
         // Wide passes: the prefix's whole chunks on tensor cores (f16 inputs), the rest as above.
+        // (f16 MMA: sm_80 on, in a build for it.)
         #[cfg(feature = "cuda")]
-        if let (Device::Cuda(dev), 64 | 128, true) = (device, hd, prefix >= CHUNK) {
+        if let (Device::Cuda(dev), 64 | 128, true, true) = (
+            device,
+            hd,
+            prefix >= CHUNK,
+            crate::device::built_for().is_none_or(|c| c >= 80),
+        ) {
             let got = cuda::attention(dev, &q, &k, &v, &KeyTable::new(&keys, device)?, true)?;
             let got = got.to_device(&Device::Cpu)?.to_vec2::<f32>()?;
             let err = max_abs_diff(&got, &want);

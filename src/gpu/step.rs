@@ -5,8 +5,10 @@
 //! quantise and the down product (9 to 13 launches a layer, against ~30 through candle, each
 //! without candle's allocation and layout work).
 //!
-//! Every kernel is batch-invariant (`kernels/step.cu`, `kernels/mmvq.cu`, `kernels/mmtc.cu`,
-//! `kernels/attention.cu`): a row's values never depend on how many rows the pass holds, so a
+//! Every kernel of the default path is batch-invariant (`kernels/step.cu`, `kernels/mmvq.cu`,
+//! `kernels/mmtc.cu`, `kernels/attention.cu`; not the wide passes' cuBLAS products and shared
+//! attention, [`crate::gpu::wide`], which take a prompt's passes of many rows, and verify passes
+//! only with `--wide-verify`): a row's values never depend on how many rows the pass holds, so a
 //! verify pass of any size gives each row bit for bit what a one-row decoding step gives it, and
 //! the quantised products take all rows in one launch (chunks of four activation rows, or 8-row
 //! tensor-core tiles, along the grid) instead of one launch per four rows. A target's Q4_K /
@@ -26,8 +28,9 @@
 //! drafter's catch-up passes and verify passes up to [`GRAPH_MAX_ROWS`] rows, those that copy
 //! out hidden states for a drafter that reads them (MTP, DFlash) included (the graph copies them
 //! into buffers of the step's own; the key names the layers)
-//! (`TREESPEC_CUDA_GRAPHS=0` runs every pass eagerly). Any capture failure turns graphs off with
-//! one log line and the pass runs eagerly.
+//! (`TREESPEC_CUDA_GRAPHS=0` runs every pass eagerly). A capture failure turns graphs off with
+//! one log line and the pass runs eagerly (only for passes that copy hidden states out, or only
+//! for wide passes, where one of those failed).
 //!
 //! Built when the decoder runs on a GPU with quantised GGUF weights of types the product kernel
 //! reads and heads the attention kernel takes ([`GpuStep::new`] says why not otherwise;
@@ -681,7 +684,13 @@ mod cuda {
                         groups.push(group(&[&l.down]));
                     }
                     groups.push(group(&[&lm_head]));
-                    WideProducts::new(dev, groups, from).map_err(|e| e.to_string())?
+                    match WideProducts::new(dev, groups, from) {
+                        Ok(w) => w,
+                        Err(e) => {
+                            eprintln!("treespec: no cuBLAS products for wide passes: {e}");
+                            None
+                        }
+                    }
                 }
                 None => None,
             };
@@ -799,6 +808,14 @@ mod cuda {
             if graphed && !first_sight {
                 match self.replay(key, meta, input.hidden_layers) {
                     Ok(out) => return Ok(out),
+                    Err(e) if wide => {
+                        // Passes through cuBLAS run eagerly; the others keep their graphs.
+                        self.wide_graphs_failed = true;
+                        self.graphs.remove(&key);
+                        eprintln!(
+                            "treespec: CUDA graph capture of a pass through cuBLAS failed, running those eagerly: {e}"
+                        );
+                    }
                     Err(e) if key.hidden != 0 => {
                         // Passes that copy hidden states out run eagerly; the others keep
                         // their graphs.
@@ -806,14 +823,6 @@ mod cuda {
                         self.graphs.remove(&key);
                         eprintln!(
                             "treespec: CUDA graph capture of a pass with hidden states failed, running those eagerly: {e}"
-                        );
-                    }
-                    Err(e) if wide => {
-                        // Passes through cuBLAS run eagerly; the others keep their graphs.
-                        self.wide_graphs_failed = true;
-                        self.graphs.remove(&key);
-                        eprintln!(
-                            "treespec: CUDA graph capture of a pass through cuBLAS failed, running those eagerly: {e}"
                         );
                     }
                     Err(e) => self.graphs_failed(&e),
@@ -1708,7 +1717,11 @@ mod cuda {
             att_combine: dev
                 .get_or_load_custom_func("attention_combine_f32", "treespec_attention", ATT_PTX)?
                 .into_cuda_function(),
-            att_shared: match (tensor_cores, head_dim) {
+            // f16 MMA: sm_80 on, in a build for it (built for less, the kernel is empty).
+            att_shared: match (
+                tensor_cores && crate::device::built_for().is_none_or(|c| c >= 80),
+                head_dim,
+            ) {
                 (true, 64 | 128) => Some(
                     dev.get_or_load_custom_func(
                         &format!("attention_shared_mma_{head_dim}"),

@@ -1,28 +1,28 @@
-//! Wide passes through cuBLAS: from [`wide_rows`] rows on, the GPU step multiplies with f16
-//! copies of the quantised weights (dequantised once, when the step is built) in half-precision
-//! GEMMs on the tensor cores, instead of the quantised tile kernels (`kernels/mmtc.cu`), whose
-//! per-group float epilogue grows with every row: on the H200 a 256-row pass of the 1.5B target
-//! cost 17.5 one-row steps through them (BENCHMARKS.md, section 19), where a GEMM over the same
-//! weights is bound by reading 3 GB once. This is the wide-pass half of DDTree-scale trees
-//! (issue 13): verify cost that stays near one step as the tree grows to hundreds of nodes.
+//! Wide passes through cuBLAS: from [`wide_rows`] rows on, the GPU step can multiply with f16
+//! copies of the quantised weights (dequantised once, when the step is built; the matrices of
+//! one input, q/k/v and gate/up, back to back) in half-precision GEMMs on the tensor cores,
+//! instead of the quantised tile kernels (`kernels/mmtc.cu`), whose per-group float epilogue
+//! grows with every row: on the H200 a 256-row pass of the 1.5B target cost 17 one-row steps
+//! through them and 4 through cuBLAS (BENCHMARKS.md, section 27). This is the wide-pass half of
+//! DDTree-scale trees (issue 13).
 //!
 //! The activations stay what the step's fused kernels write: Q8_1 rows, turned into f16 rows
 //! (`kernels/wide.cu`, each value `d * q` rounded to f16) just before the GEMM. The GEMM's sums
 //! run in cuBLAS's order, not the quantised kernels', so a row of a wide pass is not bit for bit
-//! a one-row step's (its logits differ by about f16's rounding of the weights): greedy `tree`
-//! passes of fewer rows than [`wide_rows`] (every default budget) stay exact to `ar`, wider ones
-//! are exact to the same model up to that rounding. A prompt's prefill, a wide pass in every
-//! mode alike, takes this path too.
+//! a one-row step's (its logits differ by about f16's rounding of the weights). Which passes
+//! take it ([`takes_pass`]): by default those that read at most one row's logits (a prompt's
+//! pass, a drafter's or an MTP head's context pass), so that greedy speculation stays bit-exact
+//! to `ar` (the same prompt, split into the same passes, gives the same cache in every mode);
+//! verify passes only with `--wide-verify` ([`crate::model::decoder::Decoder::set_wide_verify`]).
 //!
-//! Memory: the copies take two bytes a weight (3.1 GB for the 1.5B target); they are made only
-//! where the GPU has that much free beside [`HEADROOM`], else the step keeps the quantised
-//! kernels for every pass.
+//! Memory: the copies take two bytes a weight (3.1 GB for the 1.5B target, the LM head's 0.47
+//! included, which only verify passes use); they are made only where the GPU has that much free
+//! beside [`HEADROOM`], else the step keeps the quantised kernels for every pass.
 
 /// Rows from which a pass's products go through cuBLAS when `TREESPEC_WIDE_ROWS` does not say:
 /// where they won on the H200 on both shapes measured (BENCHMARKS.md, section 27: at 32 rows a
-/// 1.5B pass 2.37 against 3.04 one-row steps, a Qwen3-8B-shaped one 2.17 against 5.20; at 16
-/// rows the quantised kernels still won on the 1.5B), and above the default tree budget, so that
-/// default `tree` stays bit-exact to `ar`.
+/// 1.5B pass 2.14 against 3.02 one-row steps, a Qwen3-8B-shaped one 2.11 against 5.21; at 16
+/// rows the quantised kernels still won on the 1.5B, on the 8B shape cuBLAS won from 8).
 pub const WIDE_ROWS_DEFAULT: usize = 32;
 
 /// Free GPU memory the copies must leave (beside what they take): the KV caches, a pass's
@@ -51,10 +51,10 @@ pub fn wide_rows() -> Option<usize> {
 }
 
 /// Whether a pass of `n` rows that reads `m` rows' logits goes through the copies, passes of at
-/// least `from` rows using them: a prompt's pass (at most one row's logits) always; a verify
-/// pass (every row's) only with `verify`, since the GEMM sums in its own order, so that by
-/// default greedy speculation stays bit-exact to `ar` while a prompt of any length is read at
-/// GEMM speed (the same prompt pass in every mode).
+/// least `from` rows using them: a pass that reads at most one row's logits (a prompt's, a
+/// drafter's or an MTP head's context pass) always; a verify pass (every row's) only with
+/// `verify`, since the GEMM sums in its own order: by default greedy speculation stays
+/// bit-exact to `ar` while a prompt of any length is read at GEMM speed.
 pub fn takes_pass(from: usize, verify: bool, n: usize, m: usize) -> bool {
     n >= from && (verify || m <= 1)
 }
@@ -81,7 +81,9 @@ mod cuda {
     use candle_core::quantized::{GgmlDType, QTensor};
     use candle_core::{Device, Storage, Tensor};
     use cudarc::cublas::{result as blas, sys as bsys, CudaBlas};
-    use cudarc::driver::{CudaFunction, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+    use cudarc::driver::{
+        CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+    };
     use std::collections::HashMap;
     use std::sync::Arc;
 
@@ -103,6 +105,29 @@ mod cuda {
         copies: HashMap<u64, (Arc<Tensor>, u64)>,
         /// Passes of at least this many rows use the copies.
         pub(crate) from: usize,
+        /// cuBLAS's workspace, its own for the handle's life ([`blas_with_workspace`]).
+        _workspace: CudaSlice<u8>,
+    }
+
+    /// cuBLAS's workspace: fixed, so that a GEMM captured in a CUDA graph runs the algorithm
+    /// an eager launch of the same shape runs (without one, cuBLAS picks workspace-free
+    /// algorithms while capturing, which sum in another order).
+    const WORKSPACE: usize = 32 << 20;
+
+    /// A cuBLAS handle on `stream` with a workspace of its own (returned, to be kept alive as
+    /// long as the handle).
+    fn blas_with_workspace(stream: &Arc<CudaStream>) -> Result<(CudaBlas, CudaSlice<u8>)> {
+        let blas = CudaBlas::new(stream.clone()).map_err(blas_err)?;
+        let workspace = stream.alloc_zeros::<u8>(WORKSPACE).map_err(driver)?;
+        let ptr = workspace.device_ptr(stream).0;
+        // SAFETY: the handle is alive and on `stream`; the buffer outlives it (both are kept
+        // together by the caller) and holds WORKSPACE bytes, 256-byte aligned (cudaMalloc).
+        unsafe {
+            bsys::cublasSetWorkspace_v2(*blas.handle(), ptr as *mut std::ffi::c_void, WORKSPACE)
+        }
+        .result()
+        .map_err(blas_err)?;
+        Ok((blas, workspace))
     }
 
     impl WideProducts {
@@ -153,8 +178,10 @@ mod cuda {
                     at += (part.elem_count() * 2) as u64;
                 }
             }
+            let (blas, workspace) = blas_with_workspace(&stream)?;
             Ok(Some(WideProducts {
-                blas: CudaBlas::new(stream.clone()).map_err(blas_err)?,
+                blas,
+                _workspace: workspace,
                 convert: convert_func(dev)?,
                 copies,
                 from,

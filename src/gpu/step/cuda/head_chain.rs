@@ -152,6 +152,8 @@ impl GpuStep {
         depth: usize,
         k: usize,
     ) -> Result<Vec<DepthTopK>> {
+        // A chain's passes never take the wide products (their graph keys do not say so).
+        self.wide_now = false;
         let Some(head) = &self.head else {
             return Err(Error::Device("the step has no MTP head stage".into()));
         };
