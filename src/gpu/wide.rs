@@ -67,7 +67,7 @@ pub fn copy_bytes(shapes: impl Iterator<Item = (usize, usize)>) -> usize {
 /// Whether copies of `bytes` fit a GPU with `free` bytes free: [`HEADROOM`] must stay free
 /// after them.
 pub fn copies_fit(bytes: usize, free: usize) -> bool {
-    bytes.saturating_add(HEADROOM) <= free
+    bytes.checked_add(HEADROOM).is_some_and(|need| need <= free)
 }
 
 #[cfg(feature = "cuda")]
