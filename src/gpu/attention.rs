@@ -28,6 +28,35 @@ pub fn supports(n_heads: usize, n_kv_heads: usize, head_dim: usize) -> bool {
         && n_heads.is_multiple_of(n_kv_heads)
 }
 
+/// The kernel that attends the chunks every row of a wide pass sees whole, for heads of `hd`
+/// (`attention_shared_mma_<hd>`, f16 MMA): `None` for other head sizes and in builds for GPUs
+/// older than sm_80 (where it is compiled empty).
+#[cfg(feature = "cuda")]
+pub(crate) fn shared_kernel(hd: usize) -> Option<String> {
+    let mma = crate::device::built_for().is_none_or(|c| c >= 80);
+    (mma && matches!(hd, 64 | 128)).then(|| format!("attention_shared_mma_{hd}"))
+}
+
+/// The shared-chunk kernel's launch for `n` rows and `shared` chunks: a block of four warps
+/// takes 64 (row, query head) pairs of one K/V head and one chunk.
+#[cfg(feature = "cuda")]
+pub(crate) fn shared_launch(
+    n: usize,
+    nh: usize,
+    nkv: usize,
+    shared: usize,
+) -> cudarc::driver::LaunchConfig {
+    cudarc::driver::LaunchConfig {
+        grid_dim: (
+            (n * (nh / nkv)).div_ceil(64) as u32,
+            nkv as u32,
+            shared as u32,
+        ),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 /// A pass's visibility, uploaded once for all its layers: the packed `[rows, width]` table on
 /// the device, and the lists on the host for the reference path.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -296,14 +325,9 @@ pub(super) fn selftest(
             "attention [{nh}/{nkv} heads x {hd}, {n} tree rows over {prefix}]: max error {err:.1e}, rows batch-invariant"
         ));
         // Wide passes: the prefix's whole chunks on tensor cores (f16 inputs), the rest as above.
-        // (f16 MMA: sm_80 on, in a build for it.)
         #[cfg(feature = "cuda")]
-        if let (Device::Cuda(dev), 64 | 128, true, true) = (
-            device,
-            hd,
-            prefix >= CHUNK,
-            crate::device::built_for().is_none_or(|c| c >= 80),
-        ) {
+        if let (Device::Cuda(dev), true) = (device, shared_kernel(hd).is_some() && prefix >= CHUNK)
+        {
             let got = cuda::attention(dev, &q, &k, &v, &KeyTable::new(&keys, device)?, true)?;
             let got = got.to_device(&Device::Cpu)?.to_vec2::<f32>()?;
             let err = max_abs_diff(&got, &want);
@@ -392,16 +416,13 @@ mod cuda {
             let scale = 1.0f32 / (hd as f32).sqrt();
             // Wide passes: the chunks every row sees whole on tensor cores (as the GPU step
             // runs them from `TREESPEC_WIDE_ROWS` rows).
-            let shared = match (wide, hd) {
-                (true, 64 | 128) => (table.keys.min_lead() / CHUNK).min(chunks),
-                _ => 0,
+            let kernel = shared_kernel(hd).filter(|_| wide);
+            let shared = match kernel {
+                Some(_) => (table.keys.min_lead() / CHUNK).min(chunks),
+                None => 0,
             };
-            if shared > 0 {
-                let f = dev.get_or_load_custom_func(
-                    &format!("attention_shared_mma_{hd}"),
-                    "treespec_attention",
-                    PTX,
-                )?;
+            if let (true, Some(name)) = (shared > 0, kernel) {
+                let f = dev.get_or_load_custom_func(&name, "treespec_attention", PTX)?;
                 let mut b = f.builder();
                 b.arg(&qv)
                     .arg(&kv)
@@ -413,18 +434,9 @@ mod cuda {
                     .arg(&kv_stride)
                     .arg(&chunks_i)
                     .arg(&scale);
-                let cfg = LaunchConfig {
-                    grid_dim: (
-                        (n * (nh / nkv)).div_ceil(64) as u32,
-                        nkv as u32,
-                        shared as u32,
-                    ),
-                    block_dim: (128, 1, 1),
-                    shared_mem_bytes: 0,
-                };
                 // SAFETY: every row sees cache rows 0..shared * CHUNK (below the smallest lead),
                 // hd is the kernel's, the partials as below.
-                unsafe { b.launch(cfg) }.map_err(driver)?;
+                unsafe { b.launch(shared_launch(n, nh, nkv, shared)) }.map_err(driver)?;
             }
             let first_i = shared as i32;
             let chunk_fn =

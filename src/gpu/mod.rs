@@ -129,6 +129,24 @@ impl Uniform {
     }
 }
 
+/// The device address of a contiguous tensor's first element, its elements of type `T` (f32,
+/// u32, f16, ...).
+#[cfg(feature = "cuda")]
+fn tensor_ptr<T: candle_core::cuda::CudaDType>(
+    t: &candle_core::Tensor,
+    stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+) -> std::result::Result<u64, String> {
+    use cudarc::driver::DevicePtr;
+    let t = t.contiguous().map_err(|e| e.to_string())?;
+    let (s, l) = t.storage_and_layout();
+    let candle_core::Storage::Cuda(s) = &*s else {
+        return Err("a tensor is not on the GPU".into());
+    };
+    let slice = s.as_cuda_slice::<T>().map_err(|e| e.to_string())?;
+    let (ptr, _guard) = slice.device_ptr(stream);
+    Ok(ptr + (l.start_offset() * std::mem::size_of::<T>()) as u64)
+}
+
 /// A kernel's f32 output buffer as a tensor of `shape` on its device (no copy).
 #[cfg(feature = "cuda")]
 fn tensor_from_slice(

@@ -336,6 +336,37 @@ pub(super) fn launch_mmtc_rows(
     Ok(())
 }
 
+/// `n` random activation rows of `cols` values quantised to Q8_1 as the kernels of
+/// `kernels/step.cu` do (d = amax / 127, half d, half sum, 32 int8), rows `yq` blocks apart
+/// (the blocks past `cols / 32` zero): the bytes, and the values they stand for (`q * d`).
+pub(crate) fn random_q8_1(
+    rng: &mut crate::gpu::Uniform,
+    n: usize,
+    cols: usize,
+    yq: usize,
+) -> (Vec<u8>, Vec<f32>) {
+    let mut bytes = vec![0u8; n * yq * Q8_BYTES];
+    let mut xq = vec![0f32; n * cols];
+    for c in 0..n {
+        for b in 0..cols / 32 {
+            let x: Vec<f32> = (0..32).map(|_| rng.next() * 4.0 - 2.0).collect();
+            let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let d = amax / 127.0;
+            let d16 = half::f16::from_f32(d);
+            let sum = half::f16::from_f32(x.iter().sum());
+            let blk = &mut bytes[(c * yq + b) * Q8_BYTES..][..Q8_BYTES];
+            blk[..2].copy_from_slice(&d16.to_le_bytes());
+            blk[2..4].copy_from_slice(&sum.to_le_bytes());
+            for (i, v) in x.iter().enumerate() {
+                let qv = if d == 0.0 { 0.0 } else { (v / d).round() };
+                blk[4 + i] = qv as i8 as u8;
+                xq[c * cols + b * 32 + i] = qv * d16.to_f32();
+            }
+        }
+    }
+    (bytes, xq)
+}
+
 /// The tensor-core product against a CPU reference on random Q4_K and Q6_K weights (the
 /// weights dequantised by candle, the activations quantised to Q8_1 here as the kernels of
 /// `kernels/step.cu` do), for row counts across the tile sizes, and batch invariance: every
@@ -366,26 +397,7 @@ pub(crate) fn selftest_products(
         let w_ptr = q.device_ptr()? as u64;
         let max_n = 67usize;
         let yq = cols / 32;
-        // Activations quantised to Q8_1 (d = amax / 127, half d, half sum, 32 int8).
-        let mut bytes = vec![0u8; max_n * yq * Q8_BYTES];
-        let mut xq = vec![0f32; max_n * cols];
-        for c in 0..max_n {
-            for b in 0..yq {
-                let x: Vec<f32> = (0..32).map(|_| rng.next() * 4.0 - 2.0).collect();
-                let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-                let d = amax / 127.0;
-                let d16 = half::f16::from_f32(d);
-                let sum = half::f16::from_f32(x.iter().sum());
-                let blk = &mut bytes[(c * yq + b) * Q8_BYTES..][..Q8_BYTES];
-                blk[..2].copy_from_slice(&d16.to_le_bytes());
-                blk[2..4].copy_from_slice(&sum.to_le_bytes());
-                for (i, v) in x.iter().enumerate() {
-                    let qv = if d == 0.0 { 0.0 } else { (v / d).round() };
-                    blk[4 + i] = qv as i8 as u8;
-                    xq[c * cols + b * 32 + i] = qv * d16.to_f32();
-                }
-            }
-        }
+        let (bytes, xq) = random_q8_1(rng, max_n, cols, yq);
         let y = stream.clone_htod(&bytes).map_err(driver)?;
         let y_ptr = y.device_ptr(&stream).0;
         let run = |n: usize, first: usize, kernel: Mmtc| -> Result<Vec<f32>> {

@@ -320,16 +320,9 @@ mod cuda {
     /// it the second-slowest kernel of a step).
     const NORM_THREADS: u32 = 1024;
 
-    /// The device address of a contiguous f32 (or u32) tensor's first element.
+    /// The device address of a contiguous f32 tensor's first element.
     fn tensor_ptr(t: &Tensor, stream: &Arc<CudaStream>) -> std::result::Result<u64, String> {
-        let t = t.contiguous().map_err(|e| e.to_string())?;
-        let (s, l) = t.storage_and_layout();
-        let Storage::Cuda(s) = &*s else {
-            return Err("a tensor is not on the GPU".into());
-        };
-        let slice = s.as_cuda_slice::<f32>().map_err(|e| e.to_string())?;
-        let (ptr, _guard) = slice.device_ptr(stream);
-        Ok(ptr + (l.start_offset() * 4) as u64)
+        crate::gpu::tensor_ptr::<f32>(t, stream)
     }
 
     struct Layer {
@@ -746,7 +739,8 @@ mod cuda {
                 .div_ceil(crate::gpu::attention::CHUNK)
                 .max(1)
                 .next_power_of_two();
-            let shared = match self.wide_pass(n, m) && self.f.att_shared.is_some() {
+            let wide = self.wide_pass(n, m);
+            let shared = match wide && self.f.att_shared.is_some() {
                 true => input.keys.min_lead() / crate::gpu::attention::CHUNK,
                 false => 0,
             };
@@ -794,7 +788,6 @@ mod cuda {
                 embed: input.inputs.is_none(),
                 chain: 0,
             };
-            let wide = self.wide_pass(n, m);
             self.wide_now = wide;
             let graphed = self.graphs_on
                 && n <= GRAPH_MAX_ROWS
@@ -887,6 +880,16 @@ mod cuda {
                 self.wide_verify = on;
                 self.graphs.clear();
             }
+        }
+
+        /// Whether the pass being launched (of `n` rows) multiplies `mats` through the wide
+        /// products: it goes wide ([`Self::wide_pass`]) and they have copies.
+        fn goes_wide<'a>(&self, n: usize, mats: impl Iterator<Item = &'a Mat>) -> bool {
+            self.wide_now
+                && self
+                    .wide
+                    .as_ref()
+                    .is_some_and(|w| w.takes(n, mats.map(|m| m.ptr)))
         }
 
         /// Whether a pass of `n` rows reading `m` rows' logits multiplies through the wide
@@ -1419,14 +1422,13 @@ mod cuda {
             let Some(first) = mats.first() else {
                 return Ok(());
             };
-            if let (true, Some(wide)) = (self.wide_now, &self.wide) {
-                let ptrs: Vec<u64> = mats.iter().map(|m| m.ptr).collect();
-                let half = self.bufs.as_ref().and_then(|b| b.half.as_ref());
-                if let (true, Some(half)) = (wide.takes(n, &ptrs), half) {
-                    let stack: Vec<_> = mats.iter().map(|m| (m.ptr, m.rows, m.cols)).collect();
-                    let half = half.device_ptr(&self.stream).0;
-                    return wide.product(&self.stream, &stack, y, half, dst, n);
-                }
+            let half = self.bufs.as_ref().and_then(|b| b.half.as_ref());
+            if let (true, Some(wide), Some(half)) =
+                (self.goes_wide(n, mats.iter().copied()), &self.wide, half)
+            {
+                let stack: Vec<_> = mats.iter().map(|m| (m.ptr, m.rows, m.cols)).collect();
+                let half = half.device_ptr(&self.stream).0;
+                return wide.product(&self.stream, &stack, y, half, dst, n);
             }
             let stack = Stack::of(mats)?;
             match self.tensor_core_kernel(first, n) {
@@ -1470,11 +1472,8 @@ mod cuda {
             // Through the wide products all of them go in one call (one conversion of the
             // input, one GEMM for the copies that lie back to back).
             let back_to_back = ws.windows(2).all(|w| w[1].1 == w[0].1 + w[0].0.rows);
-            let ptrs: Vec<u64> = ws.iter().map(|(m, _)| m.ptr).collect();
-            let wide = self.wide.as_ref().is_some_and(|w| w.takes(n, &ptrs));
-            if let (true, true, Some((_, first))) =
-                (self.wide_now && wide, back_to_back, ws.first())
-            {
+            let wide = self.goes_wide(n, ws.iter().map(|(m, _)| m));
+            if let (true, true, Some((_, first))) = (wide, back_to_back, ws.first()) {
                 let mats: Vec<&Mat> = ws.iter().map(|(m, _)| m).collect();
                 let at = dst + (first * 4) as u64;
                 return self.matmul(&mats, (y, yq), (at, dst_stride), n);
@@ -1549,12 +1548,7 @@ mod cuda {
                     .arg(&self.kv_stride)
                     .arg(&chunks_i)
                     .arg(&scale);
-                let pairs = n * (self.nh / self.nkv);
-                let cfg = LaunchConfig {
-                    grid_dim: (pairs.div_ceil(64) as u32, self.nkv as u32, shared as u32),
-                    block_dim: (128, 1, 1),
-                    shared_mem_bytes: 0,
-                };
+                let cfg = crate::gpu::attention::shared_launch(n, self.nh, self.nkv, shared);
                 // SAFETY: every row sees ranks 0..shared * CHUNK as cache rows 0.. (the caller
                 // took `shared` from the smallest lead); hd is the kernel's; part as below.
                 unsafe { b.launch(self.on(), cfg) }.map_err(driver)?;
@@ -1717,18 +1711,11 @@ mod cuda {
             att_combine: dev
                 .get_or_load_custom_func("attention_combine_f32", "treespec_attention", ATT_PTX)?
                 .into_cuda_function(),
-            // f16 MMA: sm_80 on, in a build for it (built for less, the kernel is empty).
-            att_shared: match (
-                tensor_cores && crate::device::built_for().is_none_or(|c| c >= 80),
-                head_dim,
-            ) {
-                (true, 64 | 128) => Some(
-                    dev.get_or_load_custom_func(
-                        &format!("attention_shared_mma_{head_dim}"),
-                        "treespec_attention",
-                        ATT_PTX,
-                    )?
-                    .into_cuda_function(),
+            // f16 MMA: on GPUs of sm_80 on (`tensor_cores`) in a build for them.
+            att_shared: match crate::gpu::attention::shared_kernel(head_dim) {
+                Some(name) if tensor_cores => Some(
+                    dev.get_or_load_custom_func(&name, "treespec_attention", ATT_PTX)?
+                        .into_cuda_function(),
                 ),
                 _ => None,
             },

@@ -79,7 +79,7 @@ mod cuda {
     use crate::error::{Error, Result};
     use crate::gpu::products::driver;
     use candle_core::quantized::{GgmlDType, QTensor};
-    use candle_core::{Device, Storage, Tensor};
+    use candle_core::{Device, Tensor};
     use cudarc::cublas::{result as blas, sys as bsys, CudaBlas};
     use cudarc::driver::{
         CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
@@ -172,7 +172,8 @@ mod cuda {
                     ));
                 }
                 let t = Arc::new(Tensor::cat(&parts, 0)?.contiguous()?);
-                let mut at = f16_ptr(&t, &stream)?;
+                let mut at =
+                    crate::gpu::tensor_ptr::<half::f16>(&t, &stream).map_err(Error::Device)?;
                 for ((ptr, _), part) in group.iter().zip(&parts) {
                     copies.insert(*ptr, (t.clone(), at));
                     at += (part.elem_count() * 2) as u64;
@@ -189,8 +190,8 @@ mod cuda {
         }
 
         /// Whether a pass of `n` rows over matrices at these addresses goes through the copies.
-        pub(crate) fn takes(&self, n: usize, mats: &[u64]) -> bool {
-            n >= self.from && mats.iter().all(|p| self.copies.contains_key(p))
+        pub(crate) fn takes(&self, n: usize, mut mats: impl Iterator<Item = u64>) -> bool {
+            n >= self.from && mats.all(|p| self.copies.contains_key(&p))
         }
 
         /// Bytes the copies take.
@@ -254,17 +255,6 @@ mod cuda {
         Ok(dev
             .get_or_load_custom_func("q8_1_to_f16", "treespec_wide", WIDE_PTX)?
             .into_cuda_function())
-    }
-
-    /// The device address of a contiguous f16 tensor's first element.
-    fn f16_ptr(t: &Tensor, stream: &Arc<CudaStream>) -> Result<u64> {
-        let (s, l) = t.storage_and_layout();
-        let Storage::Cuda(s) = &*s else {
-            return Err(Error::Device("an f16 copy is not on the GPU".into()));
-        };
-        let slice = s.as_cuda_slice::<half::f16>()?;
-        let (ptr, _guard) = slice.device_ptr(stream);
-        Ok(ptr + (l.start_offset() * 2) as u64)
     }
 
     /// `n` rows of `cols` values from Q8_1 blocks at `y` (rows `yq` blocks apart) to f16 rows
@@ -341,7 +331,6 @@ mod cuda {
         rng: &mut crate::gpu::Uniform,
         report: &mut Vec<String>,
     ) -> Result<()> {
-        use crate::gpu::products::Q8_BYTES;
         let stream = dev.cuda_stream();
         let device = Device::Cuda(dev.clone());
         let mut worst = 0f64;
@@ -368,26 +357,7 @@ mod cuda {
                 mats.iter().map(|(_, ptr, _)| (*ptr, rows, cols)).collect();
             let yq = cols / 32 + 2;
             for n in [1usize, 7, 64, 130] {
-                let mut bytes = vec![0u8; n * yq * Q8_BYTES];
-                let mut xq = vec![0f64; n * cols];
-                for c in 0..n {
-                    for b in 0..cols / 32 {
-                        let x: Vec<f32> = (0..32).map(|_| rng.next() * 4.0 - 2.0).collect();
-                        let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-                        let d16 = half::f16::from_f32(amax / 127.0);
-                        let blk = &mut bytes[(c * yq + b) * Q8_BYTES..][..Q8_BYTES];
-                        blk[..2].copy_from_slice(&d16.to_le_bytes());
-                        for (i, v) in x.iter().enumerate() {
-                            let qv = if amax == 0.0 {
-                                0.0
-                            } else {
-                                (v / d16.to_f32()).round().clamp(-127.0, 127.0)
-                            };
-                            blk[4 + i] = qv as i8 as u8;
-                            xq[c * cols + b * 32 + i] = qv as f64 * d16.to_f32() as f64;
-                        }
-                    }
-                }
+                let (bytes, xq) = crate::gpu::products::random_q8_1(rng, n, cols, yq);
                 let y = stream.clone_htod(&bytes).map_err(driver)?;
                 let half = stream.alloc_zeros::<u16>(n * cols).map_err(driver)?;
                 let out = stream.alloc_zeros::<f32>(n * 3 * rows).map_err(driver)?;
@@ -403,7 +373,7 @@ mod cuda {
                         for (r, wr) in deq.iter().enumerate() {
                             let (mut want, mut mag) = (0f64, 0f64);
                             for k in 0..cols {
-                                let p = wr[k] as f64 * xq[c * cols + k];
+                                let p = wr[k] as f64 * xq[c * cols + k] as f64;
                                 want += p;
                                 mag += p.abs();
                             }
