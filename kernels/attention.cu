@@ -79,9 +79,8 @@ extern "C" __global__ void attention_chunk_f32(
     const float *__restrict__ v,            // same layout as k
     const unsigned int *__restrict__ keys,  // [n, width]
     float *__restrict__ part,               // [n, nh, chunks, hd + 2]
-    int n, int nh, int nkv, int hd, long long kv_stride, int width, int chunks, float scale,
-    int first) {
-  const int chunk = blockIdx.x + first;  // chunks below `first`: attention_shared_mma's
+    int n, int nh, int nkv, int hd, long long kv_stride, int width, int chunks, float scale) {
+  const int chunk = blockIdx.x;
   const int h = blockIdx.y;
   const int i = blockIdx.z;
   const int tid = threadIdx.x;
@@ -176,29 +175,37 @@ extern "C" __global__ void attention_combine_f32(
     const unsigned int *__restrict__ keys,  // [n, width]
     float *__restrict__ out,                // [n, nh * hd]
     int n, int nh, int hd, int width, int chunks,
-    void *__restrict__ q8, int qblocks) {     // optional: out also as Q8_1 rows of qblocks
+    void *__restrict__ q8, int qblocks,  // optional: out also as Q8_1 rows of qblocks
+    int all,    // 1: every chunk holds a partial (attention_wide_mma's, by cache row; empty
+                // ones add nothing); 0: the row's first count / ATT_CHUNK, by rank
+    __half *__restrict__ f16) {  // optional: out also as f16 rows (a wide pass's next product)
   pdl_enter();
   const int h = blockIdx.x;
   const int i = blockIdx.y;
   const unsigned int *row = keys + (size_t)i * width;
   const int count = (int)(row[0] + row[1]);
-  const int used = (count + ATT_CHUNK - 1) / ATT_CHUNK;
+  const int used = all ? chunks : (count + ATT_CHUNK - 1) / ATT_CHUNK;
   const float *pr = part + ((size_t)i * nh + h) * chunks * (hd + 2);
+  // The loops unrolled so that several chunks' loads are in flight (the sums keep chunk order).
   float m = -INFINITY;
+#pragma unroll 8
   for (int c = 0; c < used; ++c) m = fmaxf(m, pr[(size_t)c * (hd + 2)]);
   float l = 0.f;
+#pragma unroll 8
   for (int c = 0; c < used; ++c) {
     const float *pc = pr + (size_t)c * (hd + 2);
     l += pc[1] * expf(pc[0] - m);
   }
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
     float acc = 0.f;
+#pragma unroll 8
     for (int c = 0; c < used; ++c) {
       const float *pc = pr + (size_t)c * (hd + 2);
       acc += pc[2 + d] * expf(pc[0] - m);
     }
     const float o = count > 0 ? acc / l : 0.f;
     out[(size_t)i * nh * hd + (size_t)h * hd + d] = o;
+    if (f16 != nullptr) f16[(size_t)i * nh * hd + (size_t)h * hd + d] = __float2half_rn(o);
     if (q8 != nullptr) {
       // hd is a multiple of 32 and the block has hd threads: each warp quantises its 32 values
       // into one block, as the stand-alone quantiser of mmvq.cu does.
@@ -217,19 +224,25 @@ extern "C" __global__ void attention_combine_f32(
 }
 
 // Wide passes (src/gpu/wide.rs: from TREESPEC_WIDE_ROWS rows, where batch invariance is given up
-// for speed): the chunks of ranks that every row of the pass sees whole (ranks below the smallest
-// `lead`: the committed prefix of a tree, the cached context of a prompt's block), for all rows and
-// the query heads of a K/V head at once on tensor cores, so that a chunk's keys and values are read
-// once per 64 (row, head) pairs instead of once per row and head. One block of four warps per
-// (64 pairs, K/V head, chunk); each warp takes 16 pairs (pair m: row m / group, head m % group of
-// the K/V head's group), the chunk's 128 keys in two halves of 64 staged in shared memory as f16
-// (values transposed), scores and value sums by `mma.sync` m16n8k16 (f16 in, f32 sums), the softmax
-// online across the halves. Writes the same partials (max, sum, acc[hd]) as attention_chunk_f32,
-// so attention_combine_f32 merges both kernels' chunks. Queries are scaled before their rounding
-// to f16. CPU reference: `gpu::attention::reference`, through `attention_wide` (selftest).
+// for speed): the whole pass on tensor cores, one block of WM_WARPS warps per (16 * WM_WARPS
+// (row, query head) pairs of one K/V head, chunk of 128 cache rows). Chunks here are cut by
+// cache row, not by rank: chunk c holds cache rows 128c..128c + 127, and each row's visibility of
+// them (rows below its lead, and its extras: a draft tree's ancestors, a prompt's causal block)
+// is a 128-bit mask built in shared memory from the key table, so one launch takes the committed
+// prefix, which every row sees whole, and the tree block under its ancestor masks alike. The
+// chunk's keys and values, in two halves of 64 staged in shared memory as f16, are read once per
+// block; rows that see none of a half skip it, blocks whose rows see none of the chunk write empty
+// partials. Each warp takes 16 pairs (pair m: row m / group, head m % group of the K/V head's
+// group); scores and value sums by `mma.sync` m16n8k16 (f16 in, f32 sums), the values' fragments
+// by `ldmatrix.trans`, the softmax online across the halves, masked scores at -inf. Queries are
+// scaled before their rounding to f16. Writes partials (max, sum, acc[hd]) per (row, head,
+// chunk) as attention_chunk_f32 does, an empty one as (-inf, 0, 0...), merged by
+// attention_combine_f32 over every chunk (`all`). CPU reference: `gpu::attention::reference`,
+// through `attention_wide` (selftest).
 
-#define SH_KEYS 64
-#define SH_PAD 8
+#define WM_KEYS 64
+#define WM_PAD 8
+#define WM_WORDS (ATT_CHUNK / 32)
 
 __device__ __forceinline__ unsigned int pack_half2(float a, float b) {
   const __half2 h = __floats2half2_rn(a, b);
@@ -247,31 +260,77 @@ __device__ __forceinline__ void mma_f16(float c[4], const unsigned int a[4], uns
 #endif
 }
 
-template <int HD>
-__device__ __forceinline__ void attention_shared_mma(const float *__restrict__ q,
-                                                     const float *__restrict__ k,
-                                                     const float *__restrict__ v,
-                                                     float *__restrict__ part, int n, int nh,
-                                                     int nkv, long long kv_stride, int chunks,
-                                                     float scale) {
+// Two 8x8 f16 matrices from shared memory, transposed: lanes 0-7 address matrix 0's rows, 8-15
+// matrix 1's; lane l gets (row 2(l % 4), 2(l % 4) + 1; column l / 4) of each.
+__device__ __forceinline__ void ldsm_x2_trans(unsigned int &r0, unsigned int &r1, const void *p) {
+#if __CUDA_ARCH__ >= 800
+  const unsigned int a = (unsigned int)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];"
+               : "=r"(r0), "=r"(r1)
+               : "r"(a));
+#endif
+}
+
+template <int HD, int WARPS>
+__device__ __forceinline__ void attention_wide_mma(
+    const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,
+    const unsigned int *__restrict__ keys, float *__restrict__ part, int n, int nh, int nkv,
+    long long kv_stride, int width, int chunks, float scale) {
 #if __CUDA_ARCH__ >= 800  // f16 mma.sync m16n8k16; the host loads this kernel only on sm_80 on
-  __shared__ __align__(16) __half ks[SH_KEYS][HD + SH_PAD];
-  __shared__ __align__(16) __half vt[HD][SH_KEYS + SH_PAD];
+  constexpr int PAIRS = 16 * WARPS;
+  __shared__ __align__(16) __half ks[WM_KEYS][HD + WM_PAD];
+  __shared__ __align__(16) __half vs[WM_KEYS][HD + WM_PAD];
+  __shared__ unsigned int mask[PAIRS][WM_WORDS];  // per row of the block (at most PAIRS rows)
+  __shared__ unsigned int any[WM_WORDS];          // cache rows some row of the block sees
   pdl_enter();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int group = nh / nkv, pairs = n * group;
-  const int kvh = blockIdx.y, chunk = blockIdx.z;
-  const int m0 = blockIdx.x * 64 + warp * 16;
+  const int kvh = blockIdx.y, chunk = blockIdx.z, base = chunk * ATT_CHUNK;
+  const int p0 = blockIdx.x * PAIRS, m0 = p0 + warp * 16;
+  const int i0 = p0 / group;
+  const int rows = (min(p0 + PAIRS, pairs) - 1) / group + 1 - i0;
   const float *kh = k + (size_t)kvh * kv_stride;
   const float *vh = v + (size_t)kvh * kv_stride;
 
-  // The warp's queries as A fragments: qa[s] covers dimensions 16s..16s + 15.
+  // Each row's mask of the chunk: cache rows below its lead, then its extras (ascending) that
+  // fall in the chunk, found by bisection.
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+    const unsigned int *row = keys + (size_t)(i0 + r) * width;
+    const int lead = (int)row[0], cnt = (int)row[1];
+#pragma unroll
+    for (int x = 0; x < WM_WORDS; ++x) {
+      const int nb = min(max(lead - (base + 32 * x), 0), 32);
+      mask[r][x] = nb == 32 ? 0xffffffffu : ((1u << nb) - 1u);
+    }
+    int lo = 0, hi = cnt;
+    while (lo < hi) {
+      const int mid = (lo + hi) >> 1;
+      if ((int)row[2 + mid] < base) lo = mid + 1; else hi = mid;
+    }
+    for (int e = lo; e < cnt; ++e) {
+      const int p = (int)row[2 + e] - base;
+      if (p >= ATT_CHUNK) break;
+      mask[r][p >> 5] |= 1u << (p & 31);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < WM_WORDS) {
+    unsigned int a = 0;
+    for (int r = 0; r < rows; ++r) a |= mask[r][threadIdx.x];
+    any[threadIdx.x] = a;
+  }
+  __syncthreads();
+
+  // This thread's two rows (g, g + 8 of the warp's 16 pairs): their masks and queries.
+  unsigned int mrow[2][WM_WORDS];
   unsigned int qa[HD / 16][4];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int m = m0 + g + 8 * r;
     const bool live = m < pairs;
-    const int i = live ? m / group : 0, h = kvh * group + (live ? m % group : 0);
+    const int i = live ? m / group : i0, h = kvh * group + (live ? m % group : 0);
+#pragma unroll
+    for (int x = 0; x < WM_WORDS; ++x) mrow[r][x] = live ? mask[i - i0][x] : 0u;
     const float *qr = q + ((size_t)h * n + i) * HD;
 #pragma unroll
     for (int s = 0; s < HD / 16; ++s) {
@@ -288,25 +347,44 @@ __device__ __forceinline__ void attention_shared_mma(const float *__restrict__ q
   for (int j = 0; j < HD / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
   float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.f, 0.f};
 
-  for (int hh = 0; hh < ATT_CHUNK / SH_KEYS; ++hh) {
-    const int base = chunk * ATT_CHUNK + hh * SH_KEYS;
+#pragma unroll
+  for (int hh = 0; hh < ATT_CHUNK / WM_KEYS; ++hh) {
+    if ((any[2 * hh] | any[2 * hh + 1]) == 0) continue;  // block-uniform
+    const int at = base + hh * WM_KEYS;
     __syncthreads();  // the previous half's readers are done
-    for (int idx = threadIdx.x; idx < SH_KEYS * HD / 4; idx += blockDim.x) {
-      const int key = idx / (HD / 4), d = (idx % (HD / 4)) * 4;
-      const float4 x = *reinterpret_cast<const float4 *>(kh + (size_t)(base + key) * HD + d);
-      const float4 y = *reinterpret_cast<const float4 *>(vh + (size_t)(base + key) * HD + d);
-      *reinterpret_cast<unsigned int *>(&ks[key][d]) = pack_half2(x.x, x.y);
-      *reinterpret_cast<unsigned int *>(&ks[key][d + 2]) = pack_half2(x.z, x.w);
-      vt[d][key] = __float2half_rn(y.x);
-      vt[d + 1][key] = __float2half_rn(y.y);
-      vt[d + 2][key] = __float2half_rn(y.z);
-      vt[d + 3][key] = __float2half_rn(y.w);
+    // Each thread's float4s of the half, UNROLL of keys and values in flight at a time.
+    constexpr int PER = WM_KEYS * HD / 4 / (32 * WARPS);
+    constexpr int UNROLL = PER < 4 ? PER : 4;
+#pragma unroll
+    for (int u0 = 0; u0 < PER; u0 += UNROLL) {
+      float4 x[UNROLL], y[UNROLL];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        const int idx = threadIdx.x + (u0 + u) * 32 * WARPS;
+        const int key = idx / (HD / 4), d = (idx % (HD / 4)) * 4;
+        const int kk = hh * WM_KEYS + key;
+        // Rows no row of the block sees stay zero: they may lie past what the cache holds.
+        x[u] = y[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if ((any[kk >> 5] >> (kk & 31)) & 1u) {
+          x[u] = __ldg(reinterpret_cast<const float4 *>(kh + (size_t)(at + key) * HD + d));
+          y[u] = __ldg(reinterpret_cast<const float4 *>(vh + (size_t)(at + key) * HD + d));
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        const int idx = threadIdx.x + (u0 + u) * 32 * WARPS;
+        const int key = idx / (HD / 4), d = (idx % (HD / 4)) * 4;
+        *reinterpret_cast<uint2 *>(&ks[key][d]) =
+            make_uint2(pack_half2(x[u].x, x[u].y), pack_half2(x[u].z, x[u].w));
+        *reinterpret_cast<uint2 *>(&vs[key][d]) =
+            make_uint2(pack_half2(y[u].x, y[u].y), pack_half2(y[u].z, y[u].w));
+      }
     }
     __syncthreads();
     // Scores of the 64 keys: tile j holds keys 8j..8j + 7.
-    float c[SH_KEYS / 8][4];
+    float c[WM_KEYS / 8][4];
 #pragma unroll
-    for (int j = 0; j < SH_KEYS / 8; ++j) {
+    for (int j = 0; j < WM_KEYS / 8; ++j) {
       c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
 #pragma unroll
       for (int s = 0; s < HD / 16; ++s) {
@@ -316,16 +394,26 @@ __device__ __forceinline__ void attention_shared_mma(const float *__restrict__ q
         mma_f16(c[j], qa[s], b0, b1);
       }
     }
-    // Online softmax: r = 0 is row g (c[.][0..1]), r = 1 row g + 8 (c[.][2..3]).
+    // Masks, then the online softmax: r = 0 is row g (c[.][0..1]), r = 1 row g + 8 (c[.][2..3]).
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int j = 0; j < WM_KEYS / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int kk = hh * WM_KEYS + 8 * j + 2 * t + e;
+          if (!((mrow[r][kk >> 5] >> (kk & 31)) & 1u)) c[j][2 * r + e] = -INFINITY;
+        }
+      }
       float ml = -INFINITY;
 #pragma unroll
-      for (int j = 0; j < SH_KEYS / 8; ++j) ml = fmaxf(ml, fmaxf(c[j][2 * r], c[j][2 * r + 1]));
+      for (int j = 0; j < WM_KEYS / 8; ++j) ml = fmaxf(ml, fmaxf(c[j][2 * r], c[j][2 * r + 1]));
       ml = fmaxf(ml, __shfl_xor_sync(0xffffffff, ml, 1));
       ml = fmaxf(ml, __shfl_xor_sync(0xffffffff, ml, 2));
       const float mnew = fmaxf(mx[r], ml);
-      const float alpha = expf(mx[r] - mnew);
+      // A row that has seen no key yet keeps zeros: exp(-inf - 0) = 0, never inf - inf.
+      const float msafe = mnew == -INFINITY ? 0.f : mnew;
+      const float alpha = expf(mx[r] - msafe);
       mx[r] = mnew;
 #pragma unroll
       for (int j = 0; j < HD / 8; ++j) {
@@ -334,26 +422,26 @@ __device__ __forceinline__ void attention_shared_mma(const float *__restrict__ q
       }
       float ls = 0.f;
 #pragma unroll
-      for (int j = 0; j < SH_KEYS / 8; ++j) {
-        c[j][2 * r] = expf(c[j][2 * r] - mnew);
-        c[j][2 * r + 1] = expf(c[j][2 * r + 1] - mnew);
+      for (int j = 0; j < WM_KEYS / 8; ++j) {
+        c[j][2 * r] = expf(c[j][2 * r] - msafe);
+        c[j][2 * r + 1] = expf(c[j][2 * r + 1] - msafe);
         ls += c[j][2 * r] + c[j][2 * r + 1];
       }
       ls += __shfl_xor_sync(0xffffffff, ls, 1);
       ls += __shfl_xor_sync(0xffffffff, ls, 2);
       sum[r] = sum[r] * alpha + ls;
     }
-    // Value sums: the probabilities as A fragments (keys 16s..16s + 15), values as B.
+    // Value sums: the probabilities as A fragments (keys 16s..16s + 15), values as B, fetched
+    // transposed from their rows (lane l addresses key 16s + l % 16).
 #pragma unroll
-    for (int s = 0; s < SH_KEYS / 16; ++s) {
+    for (int s = 0; s < WM_KEYS / 16; ++s) {
       const unsigned int pa[4] = {
           pack_half2(c[2 * s][0], c[2 * s][1]), pack_half2(c[2 * s][2], c[2 * s][3]),
           pack_half2(c[2 * s + 1][0], c[2 * s + 1][1]), pack_half2(c[2 * s + 1][2], c[2 * s + 1][3])};
 #pragma unroll
       for (int j = 0; j < HD / 8; ++j) {
-        const unsigned int b0 = *reinterpret_cast<const unsigned int *>(&vt[8 * j + g][16 * s + 2 * t]);
-        const unsigned int b1 =
-            *reinterpret_cast<const unsigned int *>(&vt[8 * j + g][16 * s + 8 + 2 * t]);
+        unsigned int b0, b1;
+        ldsm_x2_trans(b0, b1, &vs[16 * s + (lane & 15)][8 * j]);
         mma_f16(o[j], pa, b0, b1);
       }
     }
@@ -377,12 +465,13 @@ __device__ __forceinline__ void attention_shared_mma(const float *__restrict__ q
 #endif
 }
 
-#define SHARED_MMA(HD)                                                                          \
-  extern "C" __global__ void __launch_bounds__(128) attention_shared_mma_##HD(                  \
+#define WIDE_MMA(HD, WARPS)                                                                     \
+  extern "C" __global__ void __launch_bounds__(32 * WARPS) attention_wide_mma_##HD##_##WARPS(   \
       const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,     \
-      float *__restrict__ part, int n, int nh, int nkv, long long kv_stride, int chunks,         \
-      float scale) {                                                                            \
-    attention_shared_mma<HD>(q, k, v, part, n, nh, nkv, kv_stride, chunks, scale);             \
+      const unsigned int *__restrict__ keys, float *__restrict__ part, int n, int nh, int nkv,  \
+      long long kv_stride, int width, int chunks, float scale) {                                \
+    attention_wide_mma<HD, WARPS>(q, k, v, keys, part, n, nh, nkv, kv_stride, width, chunks,    \
+                                  scale);                                                       \
   }
-SHARED_MMA(64)
-SHARED_MMA(128)
+WIDE_MMA(64, 4)
+WIDE_MMA(128, 4)

@@ -75,11 +75,12 @@ __device__ __forceinline__ float block_sum(float v, float *scratch) {
 // Grid: n rows; block up to 1024 threads. Row r: x[r] += delta[r] (when delta is set, written back),
 // then q8[slot] = Q8_1(x[r] / rms(x[r]) * w) with slot = slots ? slots[r] : r (negative: skip):
 // `qblocks` blocks at q8 + slot * stride (stride > qblocks: one part of a wider row, an MTP head's
-// concatenated input).
+// concatenated input). With `f16` set (a wide pass's layers: src/gpu/wide.rs), the normed row also
+// as h halves at f16 + slot * h, the input of the cuBLAS product, which then needs no conversion.
 extern "C" __global__ void norm_q8(float *__restrict__ x, const float *__restrict__ delta,
                                    const float *__restrict__ w, const int *__restrict__ slots,
                                    block_q8_1_t *__restrict__ q8, int h, int qblocks, int stride,
-                                   float eps) {
+                                   float eps, __half *__restrict__ f16) {
   __shared__ float scratch[33];
   pdl_enter();
   const int r = blockIdx.x;
@@ -103,6 +104,7 @@ extern "C" __global__ void norm_q8(float *__restrict__ x, const float *__restric
     const int i = b * QK8_1 + lane;
     const float v = i < h ? xr[i] * inv * w[i] : 0.f;
     warp_quantize(v, out + b, lane);
+    if (f16 != nullptr && i < h) f16[(size_t)slot * h + i] = __float2half_rn(v);
   }
 }
 
@@ -169,9 +171,11 @@ extern "C" __global__ void qkv_rope(const float *__restrict__ proj, int stride,
 }
 
 // Grid: (n rows, ceil(qblocks / 8)); block STEP_THREADS (8 warps, one Q8_1 block each).
-// gu[r] = [gate (ffn) | up (ffn)] with row stride `stride`.
+// gu[r] = [gate (ffn) | up (ffn)] with row stride `stride`. With `f16` set, the row also as ffn
+// halves at f16 + r * ffn (as norm_q8).
 extern "C" __global__ void silu_mul_q8(const float *__restrict__ gu, int stride, int ffn,
-                                       block_q8_1_t *__restrict__ q8, int qblocks) {
+                                       block_q8_1_t *__restrict__ q8, int qblocks,
+                                       __half *__restrict__ f16) {
   pdl_enter();
   const int r = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -183,6 +187,7 @@ extern "C" __global__ void silu_mul_q8(const float *__restrict__ gu, int stride,
     const float g = gu[(size_t)r * stride + i];
     const float u = gu[(size_t)r * stride + ffn + i];
     v = g / (1.0f + expf(-g)) * u;
+    if (f16 != nullptr) f16[(size_t)r * ffn + i] = __float2half_rn(v);
   }
   warp_quantize(v, q8 + (size_t)r * qblocks + b, lane);
 }

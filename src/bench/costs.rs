@@ -35,6 +35,14 @@ fn median_ms(
     Ok(v[v.len() / 2])
 }
 
+/// The verify-pass sizes run once more inside a profiler range, for `ncu --profile-from-start
+/// off` (`TREESPEC_PROFILE_ROWS=64,256`; the developers' tool, not a user's option).
+fn profiled_rows() -> Vec<usize> {
+    std::env::var("TREESPEC_PROFILE_ROWS")
+        .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_default()
+}
+
 /// Time the passes speculative decoding is made of, after a `prefix`-token context: the target's
 /// decode step, its verification pass for blocks of `sizes` rows (tree mask, every row's logits
 /// and their argmax ids brought to the host, as greedy verification reads them), and the
@@ -97,6 +105,17 @@ pub fn measure_costs(
             },
             reps,
         )?;
+        if profiled_rows().contains(&n) {
+            crate::gpu::profiler_range(&device, || {
+                target.truncate(prefix);
+                target.forward(
+                    &Batch::causal(&block, prefix)
+                        .with_mask(mask.clone())
+                        .all_logits(),
+                )?;
+                Ok(())
+            })?;
+        }
         rows.push(CostRow {
             what: "target verify pass (rows + LM heads + argmax ids to the host)".into(),
             rows: n,

@@ -28,33 +28,49 @@ pub fn supports(n_heads: usize, n_kv_heads: usize, head_dim: usize) -> bool {
         && n_heads.is_multiple_of(n_kv_heads)
 }
 
-/// The kernel that attends the chunks every row of a wide pass sees whole, for heads of `hd`
-/// (`attention_shared_mma_<hd>`, f16 MMA): `None` for other head sizes and in builds for GPUs
-/// older than sm_80 (where it is compiled empty).
+/// Warps per block of the wide-pass kernel (16 (row, query head) pairs each): `WARPS` of the
+/// kernels `kernels/attention.cu` instantiates. Four measured a little faster than eight on the
+/// H200 (BENCHMARKS.md, section 29).
 #[cfg(feature = "cuda")]
-pub(crate) fn shared_kernel(hd: usize) -> Option<String> {
+const WIDE_WARPS: usize = 4;
+
+/// The kernel that attends a wide pass whole, prefix and block alike, on tensor cores, for heads
+/// of `hd` (`attention_wide_mma_<hd>_<warps>`, f16 MMA, chunks cut by cache row): `None` for
+/// other head sizes and in builds for GPUs older than sm_80 (where it is compiled empty).
+#[cfg(feature = "cuda")]
+pub(crate) fn wide_kernel(hd: usize) -> Option<String> {
     let mma = crate::device::built_for().is_none_or(|c| c >= 80);
-    (mma && matches!(hd, 64 | 128)).then(|| format!("attention_shared_mma_{hd}"))
+    (mma && matches!(hd, 64 | 128)).then(|| format!("attention_wide_mma_{hd}_{WIDE_WARPS}"))
 }
 
-/// The shared-chunk kernel's launch for `n` rows and `shared` chunks: a block of four warps
-/// takes 64 (row, query head) pairs of one K/V head and one chunk.
+/// The wide kernel's launch for `n` rows over `chunks` chunks of cache rows: a block takes
+/// 16 (row, query head) pairs a warp of one K/V head and one chunk.
 #[cfg(feature = "cuda")]
-pub(crate) fn shared_launch(
+pub(crate) fn wide_launch(
     n: usize,
     nh: usize,
     nkv: usize,
-    shared: usize,
+    chunks: usize,
 ) -> cudarc::driver::LaunchConfig {
+    let warps = WIDE_WARPS;
     cudarc::driver::LaunchConfig {
         grid_dim: (
-            (n * (nh / nkv)).div_ceil(64) as u32,
+            (n * (nh / nkv)).div_ceil(16 * warps) as u32,
             nkv as u32,
-            shared as u32,
+            chunks as u32,
         ),
-        block_dim: (128, 1, 1),
+        block_dim: (32 * warps as u32, 1, 1),
         shared_mem_bytes: 0,
     }
+}
+
+/// Chunks of cache rows a wide pass's partials cover: up to the highest cache row any row sees.
+pub fn wide_chunks(keys: &VisibleKeys) -> usize {
+    let reach = (0..keys.len())
+        .filter_map(|i| keys.last_key(i))
+        .max()
+        .map_or(0, |k| k + 1);
+    reach.div_ceil(CHUNK).max(1)
 }
 
 /// A pass's visibility, uploaded once for all its layers: the packed `[rows, width]` table on
@@ -324,24 +340,91 @@ pub(super) fn selftest(
         report.push(format!(
             "attention [{nh}/{nkv} heads x {hd}, {n} tree rows over {prefix}]: max error {err:.1e}, rows batch-invariant"
         ));
-        // Wide passes: the prefix's whole chunks on tensor cores (f16 inputs), the rest as above.
-        #[cfg(feature = "cuda")]
-        if let (Device::Cuda(dev), true) = (device, shared_kernel(hd).is_some() && prefix >= CHUNK)
-        {
-            let got = cuda::attention(dev, &q, &k, &v, &KeyTable::new(&keys, device)?, true)?;
+    }
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(dev) = device {
+        selftest_wide(dev, rng, report)?;
+    }
+    Ok(())
+}
+
+/// The wide-pass kernel (f16 tensor cores, chunks by cache row, visibility as masks) against
+/// [`reference`] on the blocks wide passes meet, over prefixes of no particular length: a
+/// prompt's causal block (from an empty cache too), a chain, a star, a random tree, a DDTree-like
+/// tree of several hundred nodes and a grown tree whose rows see listed rows of the cache (a
+/// past mask); head counts 9 to 32 over 2 to 8 K/V heads of 64 and 128.
+#[cfg(feature = "cuda")]
+fn selftest_wide(
+    dev: &candle_core::CudaDevice,
+    rng: &mut super::Uniform,
+    report: &mut Vec<String>,
+) -> Result<()> {
+    use crate::model::decoder::{BlockMask, PastMask};
+    let device = Device::Cuda(dev.clone());
+    let mut worst = 0f32;
+    let mut cases = 0;
+    for (nh, nkv, hd) in [
+        (12usize, 2usize, 128usize),
+        (9, 3, 64),
+        (14, 2, 64),
+        (32, 8, 128),
+    ] {
+        if wide_kernel(hd).is_none() {
+            continue;
+        }
+        for (shape, n, prefix) in [
+            ("causal", 70usize, 0usize),
+            ("causal", 33, 301),
+            ("chain", 40, 130),
+            ("star", 65, 7),
+            ("random", 97, 1000),
+            ("ddtree", 300, 257),
+            ("grown", 36, 200),
+        ] {
+            let mut past = None;
+            let parents: Vec<Option<usize>> = (0..n)
+                .map(|i| match (shape, i) {
+                    (_, 0) | ("star", _) => None,
+                    ("chain" | "causal", _) => Some(i - 1),
+                    ("ddtree", _) => Some((i - 1) / 2),
+                    _ => Some((rng.next() * i as f32) as usize % i),
+                })
+                .collect();
+            let mask = match shape {
+                "causal" => None,
+                _ => Some(BlockMask::from_parents(&parents)?),
+            };
+            if shape == "grown" {
+                // The last 150 cached rows hidden unless listed: each row sees a random few.
+                let start = prefix - 150;
+                let visible = (0..n)
+                    .map(|_| (start..prefix).filter(|_| rng.next() < 0.1).collect())
+                    .collect();
+                past = Some(PastMask { start, visible });
+            }
+            let keys = VisibleKeys::new(mask.as_ref(), past.as_ref(), n, prefix);
+            let len = prefix + n;
+            let mut rand =
+                |count: usize| -> Vec<f32> { (0..count).map(|_| rng.next() * 4.0 - 2.0).collect() };
+            let q = Tensor::from_vec(rand(nh * n * hd), (nh, n, hd), &device)?;
+            let k = Tensor::from_vec(rand(nkv * len * hd), (nkv, len, hd), &device)?;
+            let v = Tensor::from_vec(rand(nkv * len * hd), (nkv, len, hd), &device)?;
+            let got = cuda::attention(dev, &q, &k, &v, &KeyTable::new(&keys, &device)?, true)?;
             let got = got.to_device(&Device::Cpu)?.to_vec2::<f32>()?;
+            let want = reference(&q, &k, &v, &keys)?.to_vec2::<f32>()?;
             let err = max_abs_diff(&got, &want);
             if err > 2e-2 || err.is_nan() {
                 return Err(Error::Device(format!(
-                    "wide attention [{nh}/{nkv} heads x {hd}, {n} rows over {prefix}]: max error {err:e}"
+                    "wide attention [{nh}/{nkv} heads x {hd}, {shape} block of {n} rows over {prefix}]: max error {err:e}"
                 )));
             }
-            report.push(format!(
-                "wide attention (tensor cores over the prefix's {} whole chunks) [{nh}/{nkv} heads x {hd}, {n} tree rows over {prefix}]: max error {err:.1e}",
-                prefix / CHUNK
-            ));
+            worst = worst.max(err);
+            cases += 1;
         }
     }
+    report.push(format!(
+        "wide attention (tensor cores, masks by cache row) [{cases} blocks: causal, chain, star, random, DDTree-like and grown trees of 33-300 rows over 0-1000 cached rows; 9-32 heads over 2-8 K/V heads of 64 and 128]: max error {worst:.1e}"
+    ));
     Ok(())
 }
 
@@ -352,7 +435,8 @@ mod cuda {
     use cudarc::driver::{LaunchConfig, PushKernelArg};
 
     const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/attention.ptx"));
-    /// The combine kernel's optional Q8_1 output, unused here (the GPU decoder step uses it).
+    /// The combine kernel's optional Q8_1 and f16 outputs, unused here (the GPU decoder step
+    /// uses them).
     const NO_Q8: u64 = 0;
 
     fn driver(e: impl std::fmt::Debug) -> Error {
@@ -391,9 +475,6 @@ mod cuda {
         let kv_stride = k.stride()[0] as i64;
         let chunks = table.max_count.div_ceil(CHUNK).max(1);
         let stream = dev.cuda_stream();
-        let mut part = stream
-            .alloc_zeros::<f32>(n * nh * chunks * (hd + 2))
-            .map_err(driver)?;
         let mut out = stream.alloc_zeros::<f32>(n * nh * hd).map_err(driver)?;
         {
             let (qs, ql) = q.storage_and_layout();
@@ -412,60 +493,67 @@ mod cuda {
             let vv = vs.as_cuda_slice::<f32>()?.slice(vl.start_offset()..);
             let tv = ts.as_cuda_slice::<u32>()?.slice(tl.start_offset()..);
             let (n_i, nh_i, nkv_i, hd_i) = (n as i32, nh as i32, nkv as i32, hd as i32);
-            let (width_i, chunks_i) = (table.width as i32, chunks as i32);
+            let width_i = table.width as i32;
             let scale = 1.0f32 / (hd as f32).sqrt();
-            // Wide passes: the chunks every row sees whole on tensor cores (as the GPU step
-            // runs them from `TREESPEC_WIDE_ROWS` rows).
-            let kernel = shared_kernel(hd).filter(|_| wide);
-            let shared = match kernel {
-                Some(_) => (table.keys.min_lead() / CHUNK).min(chunks),
-                None => 0,
+            // Wide passes (as the GPU step runs them from `TREESPEC_WIDE_ROWS` rows): the whole
+            // pass on tensor cores, chunks by cache row; else chunks by rank, row by row.
+            let wide_name = wide_kernel(hd).filter(|_| wide);
+            let chunks = match wide_name {
+                Some(_) => wide_chunks(&table.keys),
+                None => chunks,
             };
-            if let (true, Some(name)) = (shared > 0, kernel) {
-                let f = dev.get_or_load_custom_func(&name, "treespec_attention", PTX)?;
+            let chunks_i = chunks as i32;
+            let mut part = stream
+                .alloc_zeros::<f32>(n * nh * chunks * (hd + 2))
+                .map_err(driver)?;
+            if let Some(name) = &wide_name {
+                let f = dev.get_or_load_custom_func(name, "treespec_attention", PTX)?;
                 let mut b = f.builder();
                 b.arg(&qv)
                     .arg(&kv)
                     .arg(&vv)
+                    .arg(&tv)
                     .arg(&mut part)
                     .arg(&n_i)
                     .arg(&nh_i)
                     .arg(&nkv_i)
                     .arg(&kv_stride)
+                    .arg(&width_i)
                     .arg(&chunks_i)
                     .arg(&scale);
-                // SAFETY: every row sees cache rows 0..shared * CHUNK (below the smallest lead),
-                // hd is the kernel's, the partials as below.
-                unsafe { b.launch(shared_launch(n, nh, nkv, shared)) }.map_err(driver)?;
+                // SAFETY: arguments in the kernel's order and types; every key listed is below
+                // the cache length (checked by the caller), hd is the kernel's, the partials
+                // sized [n, nh, chunks, hd + 2] with chunks covering the highest listed key.
+                unsafe { b.launch(wide_launch(n, nh, nkv, chunks)) }.map_err(driver)?;
+            } else {
+                let chunk_fn =
+                    dev.get_or_load_custom_func("attention_chunk_f32", "treespec_attention", PTX)?;
+                let mut b = chunk_fn.builder();
+                b.arg(&qv)
+                    .arg(&kv)
+                    .arg(&vv)
+                    .arg(&tv)
+                    .arg(&mut part)
+                    .arg(&n_i)
+                    .arg(&nh_i)
+                    .arg(&nkv_i)
+                    .arg(&hd_i)
+                    .arg(&kv_stride)
+                    .arg(&width_i)
+                    .arg(&chunks_i)
+                    .arg(&scale);
+                let cfg = LaunchConfig {
+                    grid_dim: (chunks as u32, nh as u32, n as u32),
+                    block_dim: (THREADS, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: arguments in the kernel's order and types; every key the table lists
+                // is below the cache length (checked by the caller), hd <= ATT_HD_MAX and a
+                // multiple of 32, nh a multiple of nkv (`supports`), the partials sized
+                // [n, nh, chunks, hd + 2] with chunks covering the longest list.
+                unsafe { b.launch(cfg) }.map_err(driver)?;
             }
-            let first_i = shared as i32;
-            let chunk_fn =
-                dev.get_or_load_custom_func("attention_chunk_f32", "treespec_attention", PTX)?;
-            let mut b = chunk_fn.builder();
-            b.arg(&qv)
-                .arg(&kv)
-                .arg(&vv)
-                .arg(&tv)
-                .arg(&mut part)
-                .arg(&n_i)
-                .arg(&nh_i)
-                .arg(&nkv_i)
-                .arg(&hd_i)
-                .arg(&kv_stride)
-                .arg(&width_i)
-                .arg(&chunks_i)
-                .arg(&scale)
-                .arg(&first_i);
-            let cfg = LaunchConfig {
-                grid_dim: ((chunks - shared).max(1) as u32, nh as u32, n as u32),
-                block_dim: (THREADS, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: arguments in the kernel's order and types; every key the table lists is
-            // below the cache length (checked by the caller), hd <= ATT_HD_MAX and a multiple of
-            // 32, nh a multiple of nkv (`supports`), the partials sized [n, nh, chunks, hd + 2]
-            // with chunks covering the longest list.
-            unsafe { b.launch(cfg) }.map_err(driver)?;
+            let all_i = wide_name.is_some() as i32;
             let combine_fn =
                 dev.get_or_load_custom_func("attention_combine_f32", "treespec_attention", PTX)?;
             let mut b = combine_fn.builder();
@@ -478,7 +566,9 @@ mod cuda {
                 .arg(&width_i)
                 .arg(&chunks_i)
                 .arg(&NO_Q8)
-                .arg(&0i32);
+                .arg(&0i32)
+                .arg(&all_i)
+                .arg(&NO_Q8);
             let cfg = LaunchConfig {
                 grid_dim: (nh as u32, n as u32, 1),
                 block_dim: (hd as u32, 1, 1),

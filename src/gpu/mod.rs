@@ -117,6 +117,22 @@ pub fn side_by_side(a: &candle_core::Device, b: &candle_core::Device) -> bool {
     a.is_cuda() && b.is_cuda() && !a.same_device(b)
 }
 
+/// Run `f` inside a CUDA profiler range on a GPU, so that `ncu --profile-from-start off` profiles
+/// that work alone (the developers' `TREESPEC_PROFILE_ROWS`, `bench --costs`); on the CPU, `f`.
+pub fn profiler_range<T>(device: &candle_core::Device, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    #[cfg(feature = "cuda")]
+    if device.is_cuda() {
+        device.synchronize()?;
+        let range = cudarc::driver::Profiler::new().map_err(|e| kernel_error("profiler", e))?;
+        let out = f();
+        device.synchronize()?;
+        drop(range);
+        return out;
+    }
+    let _ = device;
+    f()
+}
+
 /// A xorshift generator of uniform values in [0, 1) for the self-tests' inputs.
 pub(crate) struct Uniform(u64);
 

@@ -377,9 +377,9 @@ mod cuda {
         gather_rows: CudaFunction,
         att_chunk: CudaFunction,
         att_combine: CudaFunction,
-        /// `attention_shared_mma_<hd>` for the model's head size, where there is one (64, 128)
-        /// and the GPU has f16 MMA (sm_80).
-        att_shared: Option<CudaFunction>,
+        /// `attention_wide_mma_<hd>_<warps>` for the model's head size, where there is one (64,
+        /// 128) and the GPU has f16 MMA (sm_80): a wide pass's attention.
+        att_wide: Option<CudaFunction>,
         /// The dp4a products (`kernels/mmvq.cu`) by (format, kernel).
         mmvq: HashMap<(&'static str, Dp4a), CudaFunction>,
         /// The dp4a product of up to three stacked matrices in one launch (`mmvq_<tag>_<kernel>_
@@ -409,9 +409,6 @@ mod cuda {
         m: usize,
         width: usize,
         chunks: usize,
-        /// Leading attention chunks every row sees whole, run on tensor cores for all rows at
-        /// once (`attention_shared_mma`; wide passes only).
-        shared: usize,
         /// The layers whose hidden states the pass copies out, one bit each.
         hidden: u64,
         /// Whether the pass gathers its input rows from the embedding (else they are copied
@@ -735,15 +732,13 @@ mod cuda {
             // Key tables rounded up to a power of two wide, so that trees share graphs.
             let width = input.keys.width().next_power_of_two().max(2);
             let max_count = (0..n).map(|i| input.keys.count(i)).max().unwrap_or(0);
-            let chunks = max_count
-                .div_ceil(crate::gpu::attention::CHUNK)
-                .max(1)
-                .next_power_of_two();
             let wide = self.wide_pass(n, m);
-            let shared = match wide && self.f.att_shared.is_some() {
-                true => input.keys.min_lead() / crate::gpu::attention::CHUNK,
-                false => 0,
-            };
+            // Attention chunks: by rank on the batch-invariant path, by cache row on the wide one.
+            let chunks = match wide && self.f.att_wide.is_some() {
+                true => crate::gpu::attention::wide_chunks(input.keys),
+                false => max_count.div_ceil(crate::gpu::attention::CHUNK).max(1),
+            }
+            .next_power_of_two();
             let meta = Meta::new(n, width);
             let mut host = vec![0u32; meta.len];
             host[meta.ids..meta.ids + n].copy_from_slice(input.tokens);
@@ -783,7 +778,6 @@ mod cuda {
                 m,
                 width,
                 chunks,
-                shared,
                 hidden: bits.unwrap_or(0),
                 embed: input.inputs.is_none(),
                 chain: 0,
@@ -1155,17 +1149,16 @@ mod cuda {
             if key.embed {
                 self.embed(n, at.ids, x)?;
             }
-            let pending_hidden =
-                self.launch_layers(n, (key.chunks, key.shared), at, hidden_layers, hidden)?;
+            let pending_hidden = self.launch_layers(n, key.chunks, at, hidden_layers, hidden)?;
             // x += last down output; final norm of the logits rows into their slots.
-            self.norm_q8(n, x, proj, self.norm, at.out_slots, q8, self.h)?;
+            self.norm_q8(n, x, proj, self.norm, at.out_slots, (q8, 0), self.h)?;
             if let Some(prev) = pending_hidden {
                 self.copy_hidden(n, x, prev, hidden_layers, hidden)?;
             }
             if m > 0 {
                 self.matmul(
                     &[&self.lm_head],
-                    (q8, qblocks(self.h)),
+                    (q8, qblocks(self.h), false),
                     (logits, self.vocab),
                     m,
                 )?;
@@ -1201,7 +1194,7 @@ mod cuda {
         fn launch_layers(
             &self,
             n: usize,
-            chunks: (usize, usize),
+            chunks: usize,
             meta: MetaAt,
             hidden_layers: &[usize],
             hidden: &mut HiddenOut,
@@ -1214,15 +1207,22 @@ mod cuda {
             let (pos, slots, table) = (meta.pos, meta.slots, meta.table);
             let (h, nh, nkv, hd, ffn) = (self.h, self.nh, self.nkv, self.hd, self.ffn);
             let n_i = n as i32;
+            // A wide pass's products read f16 rows that the kernels before them write beside
+            // their Q8_1 rows, instead of converting those.
+            let f16 = match (self.wide_now, &b.half) {
+                (true, Some(half)) => half.device_ptr(s).0,
+                _ => 0,
+            };
+            let ready = f16 != 0;
             let mut pending_hidden: Option<usize> = None;
             for (li, l) in self.layers.iter().enumerate() {
                 // x += previous layer's down output (its residual), norm, quantise.
                 let delta = if li == 0 { 0u64 } else { proj };
-                self.norm_q8(n, x, delta, l.attn_norm, 0, q8, h)?;
+                self.norm_q8(n, x, delta, l.attn_norm, 0, (q8, f16), h)?;
                 if let Some(prev) = pending_hidden.take() {
                     self.copy_hidden(n, x, prev, hidden_layers, hidden)?;
                 }
-                self.matmul_stacked(&l.qkv, q8, qblocks(h), proj, self.qkv_width, n)?;
+                self.matmul_stacked(&l.qkv, (q8, qblocks(h), ready), proj, self.qkv_width, n)?;
                 let mut bld = Launch::new(&self.f.qkv_rope);
                 let (qkv_w, nh_i, nkv_i, hd_i) =
                     (self.qkv_width as i32, nh as i32, nkv as i32, hd as i32);
@@ -1255,15 +1255,20 @@ mod cuda {
                 unsafe { bld.launch(self.on(), cfg) }.map_err(driver)?;
                 // Attention, its output quantised for the output projection by the combine kernel.
                 let kv = (l.k_cache, l.v_cache);
-                self.attention(n, chunks, meta.width, q, kv, table, part, att, q8)?;
-                self.matmul(&[&l.o], (q8, qblocks(nh * hd)), (proj, h), n)?;
+                self.attention(n, chunks, meta.width, q, kv, table, part, att, (q8, f16))?;
+                self.matmul(&[&l.o], (q8, qblocks(nh * hd), ready), (proj, h), n)?;
                 // x += attention output; norm; quantise.
-                self.norm_q8(n, x, proj, l.ffn_norm, 0, q8, h)?;
-                self.matmul_stacked(&l.gate_up, q8, qblocks(h), proj, 2 * ffn, n)?;
+                self.norm_q8(n, x, proj, l.ffn_norm, 0, (q8, f16), h)?;
+                self.matmul_stacked(&l.gate_up, (q8, qblocks(h), ready), proj, 2 * ffn, n)?;
                 let qb = qblocks(ffn);
                 let mut bld = Launch::new(&self.f.silu_mul_q8);
                 let (stride, ffn_i, qb_i) = ((2 * ffn) as i32, ffn as i32, qb as i32);
-                bld.arg(&proj).arg(&stride).arg(&ffn_i).arg(&q8).arg(&qb_i);
+                bld.arg(&proj)
+                    .arg(&stride)
+                    .arg(&ffn_i)
+                    .arg(&q8)
+                    .arg(&qb_i)
+                    .arg(&f16);
                 let cfg = LaunchConfig {
                     grid_dim: (n as u32, qb.div_ceil(8) as u32, 1),
                     block_dim: (THREADS, 1, 1),
@@ -1271,7 +1276,7 @@ mod cuda {
                 };
                 // SAFETY: proj holds n rows of 2 x ffn, q8 n rows of qb blocks.
                 unsafe { bld.launch(self.on(), cfg) }.map_err(driver)?;
-                self.matmul(&[&l.down], (q8, qb), (proj, h), n)?;
+                self.matmul(&[&l.down], (q8, qb, ready), (proj, h), n)?;
                 if hidden_layers.contains(&li) {
                     pending_hidden = Some(li);
                 }
@@ -1366,11 +1371,11 @@ mod cuda {
             delta: u64,
             w: u64,
             slots: u64,
-            q8: u64,
+            (q8, f16): (u64, u64),
             h: usize,
         ) -> Result<()> {
             let qb = qblocks(h);
-            self.norm_q8_blocks(n, x, delta, w, slots, (q8, qb, qb), h)
+            self.norm_q8_blocks(n, x, delta, w, slots, (q8, qb, qb), h, f16)
         }
 
         /// [`Self::norm_q8`] into `qb` Q8_1 blocks of rows `stride` blocks apart (part of a
@@ -1385,6 +1390,7 @@ mod cuda {
             slots: u64,
             (q8, qb, stride): (u64, usize, usize),
             h: usize,
+            f16: u64,
         ) -> Result<()> {
             let mut b = Launch::new(&self.f.norm_q8);
             let (h_i, qb_i, stride_i) = (h as i32, qb as i32, stride as i32);
@@ -1396,7 +1402,8 @@ mod cuda {
                 .arg(&h_i)
                 .arg(&qb_i)
                 .arg(&stride_i)
-                .arg(&self.eps);
+                .arg(&self.eps)
+                .arg(&f16);
             let cfg = LaunchConfig {
                 grid_dim: (n as u32, 1, 1),
                 block_dim: (NORM_THREADS, 1, 1),
@@ -1415,7 +1422,7 @@ mod cuda {
         fn matmul(
             &self,
             mats: &[&Mat],
-            y: (u64, usize),
+            (y, yq, ready): (u64, usize, bool),
             dst: (u64, usize),
             n: usize,
         ) -> Result<()> {
@@ -1428,13 +1435,13 @@ mod cuda {
             {
                 let stack: Vec<_> = mats.iter().map(|m| (m.ptr, m.rows, m.cols)).collect();
                 let half = half.device_ptr(&self.stream).0;
-                return wide.product(&self.stream, &stack, y, half, dst, n);
+                return wide.product(&self.stream, &stack, (y, yq), (half, ready), dst, n);
             }
             let stack = Stack::of(mats)?;
             match self.tensor_core_kernel(first, n) {
                 Some(kernel) => {
                     let f = &self.f.mmtc[&(first.tag, kernel)];
-                    launch_mmtc(self.on(), f, &stack, kernel, y, dst, n)
+                    launch_mmtc(self.on(), f, &stack, kernel, (y, yq), dst, n)
                 }
                 None => {
                     let kernel = Dp4a::for_pass(first.tag, stack.rows, stack.cols, n);
@@ -1447,7 +1454,7 @@ mod cuda {
                         &funcs[&(first.tag, kernel)],
                         kernel,
                         &stack,
-                        y,
+                        (y, yq),
                         dst,
                         n,
                     )
@@ -1463,8 +1470,7 @@ mod cuda {
         fn matmul_stacked(
             &self,
             ws: &[(Mat, usize)],
-            y: u64,
-            yq: usize,
+            (y, yq, ready): (u64, usize, bool),
             dst: u64,
             dst_stride: usize,
             n: usize,
@@ -1476,7 +1482,7 @@ mod cuda {
             if let (true, true, Some((_, first))) = (wide, back_to_back, ws.first()) {
                 let mats: Vec<&Mat> = ws.iter().map(|(m, _)| m).collect();
                 let at = dst + (first * 4) as u64;
-                return self.matmul(&mats, (y, yq), (at, dst_stride), n);
+                return self.matmul(&mats, (y, yq, ready), (at, dst_stride), n);
             }
             let mut i = 0;
             while i < ws.len() {
@@ -1486,7 +1492,7 @@ mod cuda {
                 }
                 let at = dst + (ws[i].1 * 4) as u64;
                 let mats: Vec<&Mat> = ws[i..j].iter().map(|(m, _)| m).collect();
-                self.matmul(&mats, (y, yq), (at, dst_stride), n)?;
+                self.matmul(&mats, (y, yq, ready), (at, dst_stride), n)?;
                 i = j;
             }
             Ok(())
@@ -1522,61 +1528,63 @@ mod cuda {
         fn attention(
             &self,
             n: usize,
-            (chunks, shared): (usize, usize),
+            chunks: usize,
             width: usize,
             q: u64,
             (k, v): (u64, u64),
             table: u64,
             part: u64,
             out: u64,
-            q8: u64,
+            (q8, f16): (u64, u64),
         ) -> Result<()> {
             let (n_i, nh_i, nkv_i, hd_i) =
                 (n as i32, self.nh as i32, self.nkv as i32, self.hd as i32);
             let (width_i, chunks_i) = (width as i32, chunks as i32);
             let qb_i = qblocks(self.nh * self.hd) as i32;
             let scale = 1.0f32 / (self.hd as f32).sqrt();
-            if let (true, Some(f)) = (shared > 0, &self.f.att_shared) {
+            let wide = self.wide_now.then_some(self.f.att_wide.as_ref()).flatten();
+            if let Some(f) = wide {
                 let mut b = Launch::new(f);
                 b.arg(&q)
                     .arg(&k)
                     .arg(&v)
+                    .arg(&table)
                     .arg(&part)
                     .arg(&n_i)
                     .arg(&nh_i)
                     .arg(&nkv_i)
                     .arg(&self.kv_stride)
+                    .arg(&width_i)
                     .arg(&chunks_i)
                     .arg(&scale);
-                let cfg = crate::gpu::attention::shared_launch(n, self.nh, self.nkv, shared);
-                // SAFETY: every row sees ranks 0..shared * CHUNK as cache rows 0.. (the caller
-                // took `shared` from the smallest lead); hd is the kernel's; part as below.
+                let cfg = crate::gpu::attention::wide_launch(n, self.nh, self.nkv, chunks);
+                // SAFETY: hd is the kernel's; the chunks cover the highest cache row any row
+                // sees (`attention::wide_chunks`); part as below.
+                unsafe { b.launch(self.on(), cfg) }.map_err(driver)?;
+            } else {
+                let mut b = Launch::new(&self.f.att_chunk);
+                b.arg(&q)
+                    .arg(&k)
+                    .arg(&v)
+                    .arg(&table)
+                    .arg(&part)
+                    .arg(&n_i)
+                    .arg(&nh_i)
+                    .arg(&nkv_i)
+                    .arg(&hd_i)
+                    .arg(&self.kv_stride)
+                    .arg(&width_i)
+                    .arg(&chunks_i)
+                    .arg(&scale);
+                let cfg = LaunchConfig {
+                    grid_dim: (chunks as u32, self.nh as u32, n as u32),
+                    block_dim: (crate::gpu::attention::THREADS, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: as in gpu::attention; the chunk count covers every row's key list.
                 unsafe { b.launch(self.on(), cfg) }.map_err(driver)?;
             }
-            let first = shared.min(chunks);
-            let first_i = first as i32;
-            let mut b = Launch::new(&self.f.att_chunk);
-            b.arg(&q)
-                .arg(&k)
-                .arg(&v)
-                .arg(&table)
-                .arg(&part)
-                .arg(&n_i)
-                .arg(&nh_i)
-                .arg(&nkv_i)
-                .arg(&hd_i)
-                .arg(&self.kv_stride)
-                .arg(&width_i)
-                .arg(&chunks_i)
-                .arg(&scale)
-                .arg(&first_i);
-            let cfg = LaunchConfig {
-                grid_dim: ((chunks - first).max(1) as u32, self.nh as u32, n as u32),
-                block_dim: (crate::gpu::attention::THREADS, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: as in gpu::attention; the chunk count covers every row's key list.
-            unsafe { b.launch(self.on(), cfg) }.map_err(driver)?;
+            let all_i = wide.is_some() as i32;
             let mut b = Launch::new(&self.f.att_combine);
             b.arg(&part)
                 .arg(&table)
@@ -1587,7 +1595,9 @@ mod cuda {
                 .arg(&width_i)
                 .arg(&chunks_i)
                 .arg(&q8)
-                .arg(&qb_i);
+                .arg(&qb_i)
+                .arg(&all_i)
+                .arg(&f16);
             let cfg = LaunchConfig {
                 grid_dim: (self.nh as u32, n as u32, 1),
                 block_dim: (self.hd as u32, 1, 1),
@@ -1712,7 +1722,7 @@ mod cuda {
                 .get_or_load_custom_func("attention_combine_f32", "treespec_attention", ATT_PTX)?
                 .into_cuda_function(),
             // f16 MMA: on GPUs of sm_80 on (`tensor_cores`) in a build for them.
-            att_shared: match crate::gpu::attention::shared_kernel(head_dim) {
+            att_wide: match crate::gpu::attention::wide_kernel(head_dim) {
                 Some(name) if tensor_cores => Some(
                     dev.get_or_load_custom_func(&name, "treespec_attention", ATT_PTX)?
                         .into_cuda_function(),
@@ -1793,6 +1803,26 @@ pub fn check_model(
         if what == "GPU step" && same * 10 < n * 9 {
             return Err(Error::Device(format!(
                 "the GPU step disagrees with the CPU: {}",
+                report.join("; ")
+            )));
+        }
+    }
+    // The wide path (cuBLAS on f16 copies, attention on tensor cores: `gpu::wide`), where the
+    // step has copies and the prompt is wide enough: the same prompt as one verify-shaped pass.
+    if decoder.runtime().contains("cuBLAS")
+        && crate::gpu::wide::wide_rows().is_some_and(|from| n >= from)
+    {
+        decoder.set_wide_verify(true);
+        decoder.reset();
+        let wide = logits(decoder, 0, tokens);
+        decoder.set_wide_verify(false);
+        let (diff, row, median, same) = compare(&wide?, &want)?;
+        report.push(format!(
+            "wide pass (cuBLAS f16, tensor-core attention) vs the CPU, {n} prompt rows: max difference {diff:.3e} (row {row}), median row {median:.3e}, top token agrees on {same}/{n}"
+        ));
+        if same * 10 < n * 9 {
+            return Err(Error::Device(format!(
+                "the wide pass disagrees with the CPU: {}",
                 report.join("; ")
             )));
         }

@@ -206,20 +206,23 @@ mod cuda {
 
         /// `dst[c * dst_stride + off_j + r] = W_j[r] . y[c]` for the stacked matrices `mats`
         /// (`(address, rows, cols)`, output columns back to back) and the `n` Q8_1 activation
-        /// rows at `y` (`yq` blocks apart), through `half` (room for `n x cols` halves).
+        /// rows at `y` (`yq` blocks apart), through `half` (room for `n x cols` halves; with
+        /// `ready`, already holding the rows as f16, written by the kernel that wrote `y`).
         pub(crate) fn product(
             &self,
             stream: &Arc<CudaStream>,
             mats: &[(u64, usize, usize)],
             (y, yq): (u64, usize),
-            half: u64,
+            (half, ready): (u64, bool),
             (dst, dst_stride): (u64, usize),
             n: usize,
         ) -> Result<()> {
             let Some(&(_, _, cols)) = mats.first() else {
                 return Ok(());
             };
-            to_f16(stream, &self.convert, (y, yq), cols, half, n)?;
+            if !ready {
+                to_f16(stream, &self.convert, (y, yq), cols, half, n)?;
+            }
             // Runs of matrices whose copies lie back to back: one GEMM a run.
             let mut at = dst;
             let mut run: Option<(u64, usize)> = None; // (first row's copy, rows so far)
@@ -366,7 +369,14 @@ mod cuda {
                     half.device_ptr(&stream).0,
                     out.device_ptr(&stream).0,
                 );
-                wide.product(&stream, &stack, (y_ptr, yq), h_ptr, (o_ptr, 3 * rows), n)?;
+                wide.product(
+                    &stream,
+                    &stack,
+                    (y_ptr, yq),
+                    (h_ptr, false),
+                    (o_ptr, 3 * rows),
+                    n,
+                )?;
                 let got = stream.clone_dtoh(&out).map_err(driver)?;
                 for c in 0..n {
                     for (j, (deq, _, _)) in mats.iter().enumerate() {

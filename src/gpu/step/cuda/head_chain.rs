@@ -239,7 +239,6 @@ impl GpuStep {
             m: k,
             width: 2,
             chunks,
-            shared: 0,
             hidden: 0,
             embed: false,
             chain: depth,
@@ -324,11 +323,11 @@ impl GpuStep {
             // each row, the block over them, then the final norm of the last row's output.
             let at = self.meta_at(layout.cu, 0);
             self.embed(n, at.ids, proj)?;
-            self.norm_q8_blocks(n, x, 0, head.hidden_norm, 0, q8_at(g_at), h)?;
-            self.norm_q8_blocks(n, proj, 0, head.token_norm, 0, q8_at(e_at), h)?;
-            self.matmul(&[&head.input_proj], (q8, wide), (x, h), n)?;
-            self.launch_layers(n, (key.chunks, 0), at, &[], &mut none)?;
-            self.norm_q8(n, x, proj, self.norm, at.out_slots, q8, h)?;
+            self.norm_q8_blocks(n, x, 0, head.hidden_norm, 0, q8_at(g_at), h, 0)?;
+            self.norm_q8_blocks(n, proj, 0, head.token_norm, 0, q8_at(e_at), h, 0)?;
+            self.matmul(&[&head.input_proj], (q8, wide, false), (x, h), n)?;
+            self.launch_layers(n, key.chunks, at, &[], &mut none)?;
+            self.norm_q8(n, x, proj, self.norm, at.out_slots, (q8, 0), h)?;
         }
         for d in 0..key.chain {
             // The block for depth d + 1 (depth 1 reads the caller's row or the catch-up's).
@@ -353,18 +352,18 @@ impl GpuStep {
                 };
                 // SAFETY: `from` holds a row of h f32, the norms h f32 each, q8 the wide row.
                 unsafe { bld.launch(self.on(), cfg) }.map_err(driver)?;
-                self.norm_q8_blocks(1, proj, 0, head.token_norm, 0, q8_at(e_at), h)?;
-                self.matmul(&[&head.input_proj], (q8, wide), (x, h), 1)?;
-                self.launch_layers(1, (key.chunks, 0), at, &[], &mut none)?;
+                self.norm_q8_blocks(1, proj, 0, head.token_norm, 0, q8_at(e_at), h, 0)?;
+                self.matmul(&[&head.input_proj], (q8, wide, false), (x, h), 1)?;
+                self.launch_layers(1, key.chunks, at, &[], &mut none)?;
             }
             // y = x (+ the block's last output); its final norm through the LM head rows (the
             // catch-up's already normed).
             if d > 0 || n == 0 {
                 let delta = if d > 0 { proj } else { 0 };
-                self.norm_q8(1, x, delta, self.norm, 0, q8, h)?;
+                self.norm_q8(1, x, delta, self.norm, 0, (q8, 0), h)?;
             }
             let rows = head.lm_head.rows;
-            self.matmul(&[&head.lm_head], (q8, qblocks(h)), (logits, rows), 1)?;
+            self.matmul(&[&head.lm_head], (q8, qblocks(h), false), (logits, rows), 1)?;
             launch_top_k(s, &head.top_k, &cb.scratch, (logits, 1, rows), k, out_at(d))?;
             if d + 1 < key.chain {
                 let next = step_at(d + 1).ids;
