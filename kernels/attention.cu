@@ -194,6 +194,7 @@ extern "C" __global__ void attention_combine_f32(
 #pragma unroll 8
   for (int c = 0; c < used; ++c) {
     const float *pc = pr + (size_t)c * (hd + 2);
+    if (all && pc[1] == 0.f) continue;  // an empty chunk of a wide pass (never one by rank)
     l += pc[1] * expf(pc[0] - m);
   }
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
@@ -201,6 +202,7 @@ extern "C" __global__ void attention_combine_f32(
 #pragma unroll 8
     for (int c = 0; c < used; ++c) {
       const float *pc = pr + (size_t)c * (hd + 2);
+      if (all && pc[1] == 0.f) continue;
       acc += pc[2 + d] * expf(pc[0] - m);
     }
     const float o = count > 0 ? acc / l : 0.f;
@@ -229,10 +231,11 @@ extern "C" __global__ void attention_combine_f32(
 // cache row, not by rank: chunk c holds cache rows 128c..128c + 127, and each row's visibility of
 // them (rows below its lead, and its extras: a draft tree's ancestors, a prompt's causal block)
 // is a 128-bit mask built in shared memory from the key table, so one launch takes the committed
-// prefix, which every row sees whole, and the tree block under its ancestor masks alike. The
-// chunk's keys and values, in two halves of 64 staged in shared memory as f16, are read once per
-// block; rows that see none of a half skip it, blocks whose rows see none of the chunk write empty
-// partials. Each warp takes 16 pairs (pair m: row m / group, head m % group of the K/V head's
+// prefix, which every row sees whole, and the tree block under its ancestor masks alike. Keys and
+// values come from the cache's f16 shadow (written beside the f32 cache by qkv_rope), the chunk's
+// two halves of 64 rows copied to shared memory by cp.async, both in flight at once, once per
+// block; halves no row of the block sees are not read, blocks whose rows see none of the chunk
+// write empty partials. Each warp takes 16 pairs (pair m: row m / group, head m % group of the K/V head's
 // group); scores and value sums by `mma.sync` m16n8k16 (f16 in, f32 sums), the values' fragments
 // by `ldmatrix.trans`, the softmax online across the halves, masked scores at -inf. Queries are
 // scaled before their rounding to f16. Writes partials (max, sum, acc[hd]) per (row, head,
@@ -243,6 +246,7 @@ extern "C" __global__ void attention_combine_f32(
 #define WM_KEYS 64
 #define WM_PAD 8
 #define WM_WORDS (ATT_CHUNK / 32)
+#define WM_SPAN_MAX 4  // chunks a block may take in turn (gpu::attention::wide_span)
 
 __device__ __forceinline__ unsigned int pack_half2(float a, float b) {
   const __half2 h = __floats2half2_rn(a, b);
@@ -271,37 +275,54 @@ __device__ __forceinline__ void ldsm_x2_trans(unsigned int &r0, unsigned int &r1
 #endif
 }
 
+// 16 bytes from global to shared memory without passing through registers; zeros where !copy
+// (no bytes are read).
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool copy) {
+#if __CUDA_ARCH__ >= 800
+  const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
+               "r"(copy ? 16 : 0));
+#endif
+}
+
 template <int HD, int WARPS>
 __device__ __forceinline__ void attention_wide_mma(
-    const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,
+    const float *__restrict__ q, const __half *__restrict__ k, const __half *__restrict__ v,
     const unsigned int *__restrict__ keys, float *__restrict__ part, int n, int nh, int nkv,
-    long long kv_stride, int width, int chunks, float scale) {
+    long long kv_stride, int width, int chunks, int span, int slots, float scale) {
 #if __CUDA_ARCH__ >= 800  // f16 mma.sync m16n8k16; the host loads this kernel only on sm_80 on
   constexpr int PAIRS = 16 * WARPS;
-  __shared__ __align__(16) __half ks[WM_KEYS][HD + WM_PAD];
-  __shared__ __align__(16) __half vs[WM_KEYS][HD + WM_PAD];
-  __shared__ unsigned int mask[PAIRS][WM_WORDS];  // per row of the block (at most PAIRS rows)
-  __shared__ unsigned int any[WM_WORDS];          // cache rows some row of the block sees
+  // Two stages of WM_KEYS keys and values, [2 * WM_KEYS][HD + WM_PAD] each: wide_smem_bytes().
+  extern __shared__ __align__(16) unsigned char wm_smem[];
+  typedef __half Row[HD + WM_PAD];
+  Row *ks = reinterpret_cast<Row *>(wm_smem);
+  Row *vs = ks + 2 * WM_KEYS;
+  // Per row of the block (at most PAIRS rows), its mask of the span's cache rows; `any`: the
+  // rows some row of the block sees.
+  __shared__ unsigned int mask[PAIRS][WM_SPAN_MAX * WM_WORDS];
+  __shared__ unsigned int any[WM_SPAN_MAX * WM_WORDS];
   pdl_enter();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int group = nh / nkv, pairs = n * group;
-  const int kvh = blockIdx.y, chunk = blockIdx.z, base = chunk * ATT_CHUNK;
+  const int kvh = blockIdx.y, slot = blockIdx.z;
+  const int first = slot * span, count = min(span, chunks - first);  // chunks of the span
+  const int base = first * ATT_CHUNK, words = count * WM_WORDS;
   const int p0 = blockIdx.x * PAIRS, m0 = p0 + warp * 16;
   const int i0 = p0 / group;
   const int rows = (min(p0 + PAIRS, pairs) - 1) / group + 1 - i0;
-  const float *kh = k + (size_t)kvh * kv_stride;
-  const float *vh = v + (size_t)kvh * kv_stride;
+  const __half *kh = k + (size_t)kvh * kv_stride;
+  const __half *vh = v + (size_t)kvh * kv_stride;
 
-  // Each row's mask of the chunk: cache rows below its lead, then its extras (ascending) that
-  // fall in the chunk, found by bisection.
+  // Each row's mask of the span: cache rows below its lead, then its extras (ascending) that
+  // fall in the span, found by bisection (none to find where the span lies below the lead).
   for (int r = threadIdx.x; r < rows; r += blockDim.x) {
     const unsigned int *row = keys + (size_t)(i0 + r) * width;
     const int lead = (int)row[0], cnt = (int)row[1];
-#pragma unroll
-    for (int x = 0; x < WM_WORDS; ++x) {
+    for (int x = 0; x < words; ++x) {
       const int nb = min(max(lead - (base + 32 * x), 0), 32);
       mask[r][x] = nb == 32 ? 0xffffffffu : ((1u << nb) - 1u);
     }
+    if (cnt == 0 || base + count * ATT_CHUNK <= lead) continue;
     int lo = 0, hi = cnt;
     while (lo < hi) {
       const int mid = (lo + hi) >> 1;
@@ -309,35 +330,65 @@ __device__ __forceinline__ void attention_wide_mma(
     }
     for (int e = lo; e < cnt; ++e) {
       const int p = (int)row[2 + e] - base;
-      if (p >= ATT_CHUNK) break;
+      if (p >= count * ATT_CHUNK) break;
       mask[r][p >> 5] |= 1u << (p & 31);
     }
   }
   __syncthreads();
-  if (threadIdx.x < WM_WORDS) {
+  for (int x = threadIdx.x; x < words; x += blockDim.x) {
     unsigned int a = 0;
-    for (int r = 0; r < rows; ++r) a |= mask[r][threadIdx.x];
-    any[threadIdx.x] = a;
+    for (int r = 0; r < rows; ++r) a |= mask[r][x];
+    any[x] = a;
   }
   __syncthreads();
 
-  // This thread's two rows (g, g + 8 of the warp's 16 pairs): their masks and queries.
-  unsigned int mrow[2][WM_WORDS];
+  // The span's halves of WM_KEYS rows, in a two-stage pipeline: half h goes to stage h % 2 by
+  // cp.async (one commit group a half, empty for a half no row sees); rows no row of the block
+  // sees are zero-filled, not read (they may lie past what the cache holds).
+  const int halves = count * (ATT_CHUNK / WM_KEYS);
+  auto issue = [&](int hh) {
+    if ((any[2 * hh] | any[2 * hh + 1]) != 0) {
+      const int stage = (hh & 1) * WM_KEYS;
+      for (int idx = threadIdx.x; idx < WM_KEYS * HD / 8; idx += 32 * WARPS) {
+        const int key = idx / (HD / 8), d = (idx % (HD / 8)) * 8;
+        const int kk = hh * WM_KEYS + key;
+        const bool seen = (any[kk >> 5] >> (kk & 31)) & 1u;
+        const size_t at = seen ? (size_t)(base + kk) * HD + d : 0;
+        cp_async16(&ks[stage + key][d], kh + at, seen);
+        cp_async16(&vs[stage + key][d], vh + at, seen);
+      }
+    }
+    asm volatile("cp.async.commit_group;");
+  };
+  bool block_sees = false;
+  for (int x = 0; x < words; ++x) block_sees |= any[x] != 0;
+  if (block_sees) {
+    issue(0);
+    if (halves > 1) issue(1);
+  }
+
+  // This thread's two rows (g, g + 8 of the warp's 16 pairs), their queries (when the block
+  // sees any key) and whether they see any key of the span.
+  int il[2];
+  bool sees[2];
   unsigned int qa[HD / 16][4];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int m = m0 + g + 8 * r;
     const bool live = m < pairs;
     const int i = live ? m / group : i0, h = kvh * group + (live ? m % group : 0);
-#pragma unroll
-    for (int x = 0; x < WM_WORDS; ++x) mrow[r][x] = live ? mask[i - i0][x] : 0u;
+    il[r] = live ? i - i0 : -1;
+    sees[r] = false;
+    if (live)
+      for (int x = 0; x < words; ++x) sees[r] |= mask[il[r]][x] != 0;
     const float *qr = q + ((size_t)h * n + i) * HD;
 #pragma unroll
     for (int s = 0; s < HD / 16; ++s) {
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int d = 16 * s + 8 * c + 2 * t;
-        const float2 x = live ? *reinterpret_cast<const float2 *>(qr + d) : make_float2(0.f, 0.f);
+        const float2 x =
+            live && block_sees ? *reinterpret_cast<const float2 *>(qr + d) : make_float2(0.f, 0.f);
         qa[s][r + 2 * c] = pack_half2(x.x * scale, x.y * scale);
       }
     }
@@ -347,131 +398,120 @@ __device__ __forceinline__ void attention_wide_mma(
   for (int j = 0; j < HD / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
   float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.f, 0.f};
 
-#pragma unroll
-  for (int hh = 0; hh < ATT_CHUNK / WM_KEYS; ++hh) {
-    if ((any[2 * hh] | any[2 * hh + 1]) == 0) continue;  // block-uniform
-    const int at = base + hh * WM_KEYS;
-    __syncthreads();  // the previous half's readers are done
-    // Each thread's float4s of the half, UNROLL of keys and values in flight at a time.
-    constexpr int PER = WM_KEYS * HD / 4 / (32 * WARPS);
-    constexpr int UNROLL = PER < 4 ? PER : 4;
-#pragma unroll
-    for (int u0 = 0; u0 < PER; u0 += UNROLL) {
-      float4 x[UNROLL], y[UNROLL];
-#pragma unroll
-      for (int u = 0; u < UNROLL; ++u) {
-        const int idx = threadIdx.x + (u0 + u) * 32 * WARPS;
-        const int key = idx / (HD / 4), d = (idx % (HD / 4)) * 4;
-        const int kk = hh * WM_KEYS + key;
-        // Rows no row of the block sees stay zero: they may lie past what the cache holds.
-        x[u] = y[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-        if ((any[kk >> 5] >> (kk & 31)) & 1u) {
-          x[u] = __ldg(reinterpret_cast<const float4 *>(kh + (size_t)(at + key) * HD + d));
-          y[u] = __ldg(reinterpret_cast<const float4 *>(vh + (size_t)(at + key) * HD + d));
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < UNROLL; ++u) {
-        const int idx = threadIdx.x + (u0 + u) * 32 * WARPS;
-        const int key = idx / (HD / 4), d = (idx % (HD / 4)) * 4;
-        *reinterpret_cast<uint2 *>(&ks[key][d]) =
-            make_uint2(pack_half2(x[u].x, x[u].y), pack_half2(x[u].z, x[u].w));
-        *reinterpret_cast<uint2 *>(&vs[key][d]) =
-            make_uint2(pack_half2(y[u].x, y[u].y), pack_half2(y[u].z, y[u].w));
-      }
+  for (int hh = 0; block_sees && hh < halves; ++hh) {
+    // Half hh's copies landed (half hh + 1's may still be on their way).
+    if (hh + 1 < halves) {
+      asm volatile("cp.async.wait_group 1;");
+    } else {
+      asm volatile("cp.async.wait_group 0;");
     }
     __syncthreads();
-    // Scores of the 64 keys: tile j holds keys 8j..8j + 7.
-    float c[WM_KEYS / 8][4];
+    if ((any[2 * hh] | any[2 * hh + 1]) != 0) {  // block-uniform
+      const Row *kb = ks + (hh & 1) * WM_KEYS;
+      const Row *vb = vs + (hh & 1) * WM_KEYS;
+      unsigned int mrow[2][2];  // this half's 64 bits of each of the thread's rows
 #pragma unroll
-    for (int j = 0; j < WM_KEYS / 8; ++j) {
-      c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
-#pragma unroll
-      for (int s = 0; s < HD / 16; ++s) {
-        const unsigned int b0 = *reinterpret_cast<const unsigned int *>(&ks[8 * j + g][16 * s + 2 * t]);
-        const unsigned int b1 =
-            *reinterpret_cast<const unsigned int *>(&ks[8 * j + g][16 * s + 8 + 2 * t]);
-        mma_f16(c[j], qa[s], b0, b1);
+      for (int r = 0; r < 2; ++r) {
+        mrow[r][0] = il[r] >= 0 ? mask[il[r]][2 * hh] : 0u;
+        mrow[r][1] = il[r] >= 0 ? mask[il[r]][2 * hh + 1] : 0u;
       }
-    }
-    // Masks, then the online softmax: r = 0 is row g (c[.][0..1]), r = 1 row g + 8 (c[.][2..3]).
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
+      // Scores of the 64 keys: tile j holds keys 8j..8j + 7.
+      float c[WM_KEYS / 8][4];
 #pragma unroll
       for (int j = 0; j < WM_KEYS / 8; ++j) {
+        c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int kk = hh * WM_KEYS + 8 * j + 2 * t + e;
-          if (!((mrow[r][kk >> 5] >> (kk & 31)) & 1u)) c[j][2 * r + e] = -INFINITY;
+        for (int s = 0; s < HD / 16; ++s) {
+          const unsigned int b0 =
+              *reinterpret_cast<const unsigned int *>(&kb[8 * j + g][16 * s + 2 * t]);
+          const unsigned int b1 =
+              *reinterpret_cast<const unsigned int *>(&kb[8 * j + g][16 * s + 8 + 2 * t]);
+          mma_f16(c[j], qa[s], b0, b1);
         }
       }
-      float ml = -INFINITY;
+      // Masks, then the online softmax: r = 0 is row g (c[.][0..1]), r = 1 row g + 8.
 #pragma unroll
-      for (int j = 0; j < WM_KEYS / 8; ++j) ml = fmaxf(ml, fmaxf(c[j][2 * r], c[j][2 * r + 1]));
-      ml = fmaxf(ml, __shfl_xor_sync(0xffffffff, ml, 1));
-      ml = fmaxf(ml, __shfl_xor_sync(0xffffffff, ml, 2));
-      const float mnew = fmaxf(mx[r], ml);
-      // A row that has seen no key yet keeps zeros: exp(-inf - 0) = 0, never inf - inf.
-      const float msafe = mnew == -INFINITY ? 0.f : mnew;
-      const float alpha = expf(mx[r] - msafe);
-      mx[r] = mnew;
+      for (int r = 0; r < 2; ++r) {
 #pragma unroll
-      for (int j = 0; j < HD / 8; ++j) {
-        o[j][2 * r] *= alpha;
-        o[j][2 * r + 1] *= alpha;
+        for (int j = 0; j < WM_KEYS / 8; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int kk = 8 * j + 2 * t + e;
+            if (!((mrow[r][kk >> 5] >> (kk & 31)) & 1u)) c[j][2 * r + e] = -INFINITY;
+          }
+        }
+        float ml = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < WM_KEYS / 8; ++j) ml = fmaxf(ml, fmaxf(c[j][2 * r], c[j][2 * r + 1]));
+        ml = fmaxf(ml, __shfl_xor_sync(0xffffffff, ml, 1));
+        ml = fmaxf(ml, __shfl_xor_sync(0xffffffff, ml, 2));
+        const float mnew = fmaxf(mx[r], ml);
+        // A row that has seen no key yet keeps zeros: exp(-inf - 0) = 0, never inf - inf.
+        const float msafe = mnew == -INFINITY ? 0.f : mnew;
+        const float alpha = expf(mx[r] - msafe);
+        mx[r] = mnew;
+#pragma unroll
+        for (int j = 0; j < HD / 8; ++j) {
+          o[j][2 * r] *= alpha;
+          o[j][2 * r + 1] *= alpha;
+        }
+        float ls = 0.f;
+#pragma unroll
+        for (int j = 0; j < WM_KEYS / 8; ++j) {
+          c[j][2 * r] = expf(c[j][2 * r] - msafe);
+          c[j][2 * r + 1] = expf(c[j][2 * r + 1] - msafe);
+          ls += c[j][2 * r] + c[j][2 * r + 1];
+        }
+        ls += __shfl_xor_sync(0xffffffff, ls, 1);
+        ls += __shfl_xor_sync(0xffffffff, ls, 2);
+        sum[r] = sum[r] * alpha + ls;
       }
-      float ls = 0.f;
+      // Value sums: the probabilities as A fragments (keys 16s..16s + 15), values as B,
+      // fetched transposed from their rows (lane l addresses key 16s + l % 16).
 #pragma unroll
-      for (int j = 0; j < WM_KEYS / 8; ++j) {
-        c[j][2 * r] = expf(c[j][2 * r] - msafe);
-        c[j][2 * r + 1] = expf(c[j][2 * r + 1] - msafe);
-        ls += c[j][2 * r] + c[j][2 * r + 1];
+      for (int s = 0; s < WM_KEYS / 16; ++s) {
+        const unsigned int pa[4] = {pack_half2(c[2 * s][0], c[2 * s][1]),
+                                    pack_half2(c[2 * s][2], c[2 * s][3]),
+                                    pack_half2(c[2 * s + 1][0], c[2 * s + 1][1]),
+                                    pack_half2(c[2 * s + 1][2], c[2 * s + 1][3])};
+#pragma unroll
+        for (int j = 0; j < HD / 8; ++j) {
+          unsigned int b0, b1;
+          ldsm_x2_trans(b0, b1, &vb[16 * s + (lane & 15)][8 * j]);
+          mma_f16(o[j], pa, b0, b1);
+        }
       }
-      ls += __shfl_xor_sync(0xffffffff, ls, 1);
-      ls += __shfl_xor_sync(0xffffffff, ls, 2);
-      sum[r] = sum[r] * alpha + ls;
     }
-    // Value sums: the probabilities as A fragments (keys 16s..16s + 15), values as B, fetched
-    // transposed from their rows (lane l addresses key 16s + l % 16).
-#pragma unroll
-    for (int s = 0; s < WM_KEYS / 16; ++s) {
-      const unsigned int pa[4] = {
-          pack_half2(c[2 * s][0], c[2 * s][1]), pack_half2(c[2 * s][2], c[2 * s][3]),
-          pack_half2(c[2 * s + 1][0], c[2 * s + 1][1]), pack_half2(c[2 * s + 1][2], c[2 * s + 1][3])};
-#pragma unroll
-      for (int j = 0; j < HD / 8; ++j) {
-        unsigned int b0, b1;
-        ldsm_x2_trans(b0, b1, &vs[16 * s + (lane & 15)][8 * j]);
-        mma_f16(o[j], pa, b0, b1);
-      }
-    }
+    __syncthreads();  // every warp is done with stage hh % 2 before half hh + 2 refills it
+    if (hh + 2 < halves) issue(hh + 2);
   }
+  // The partials; a row that sees no key of the span writes only (-inf, 0), which the combine
+  // skips.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int m = m0 + g + 8 * r;
     if (m >= pairs) continue;
     const int i = m / group, h = kvh * group + m % group;
-    float *out = part + (((size_t)i * nh + h) * chunks + chunk) * (HD + 2);
+    float *out = part + (((size_t)i * nh + h) * slots + slot) * (HD + 2);
     if (t == 0) {
       out[0] = mx[r];
       out[1] = sum[r];
     }
+    if (!sees[r]) continue;
 #pragma unroll
-    for (int j = 0; j < HD / 8; ++j) {
-      out[2 + 8 * j + 2 * t] = o[j][2 * r];
-      out[2 + 8 * j + 2 * t + 1] = o[j][2 * r + 1];
-    }
+    for (int j = 0; j < HD / 8; ++j)
+      *reinterpret_cast<float2 *>(&out[2 + 8 * j + 2 * t]) = make_float2(o[j][2 * r], o[j][2 * r + 1]);
   }
 #endif
 }
 
 #define WIDE_MMA(HD, WARPS)                                                                     \
   extern "C" __global__ void __launch_bounds__(32 * WARPS) attention_wide_mma_##HD##_##WARPS(   \
-      const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,     \
+      const float *__restrict__ q, const __half *__restrict__ k, const __half *__restrict__ v,   \
       const unsigned int *__restrict__ keys, float *__restrict__ part, int n, int nh, int nkv,  \
-      long long kv_stride, int width, int chunks, float scale) {                                \
+      long long kv_stride, int width, int chunks, int span, int slots, float scale) {           \
     attention_wide_mma<HD, WARPS>(q, k, v, keys, part, n, nh, nkv, kv_stride, width, chunks,    \
-                                  scale);                                                       \
+                                  span, slots, scale);                                          \
   }
 WIDE_MMA(64, 4)
 WIDE_MMA(128, 4)

@@ -110,6 +110,7 @@ extern "C" __global__ void norm_q8(float *__restrict__ x, const float *__restric
 
 // Grid: (n rows, nh + 2 * nkv heads); block hd / 2 threads (one rotation pair each).
 // proj[r] = [q heads | k heads | v heads] (row stride `stride`); bias, q_norm, k_norm optional.
+// k16 / v16 (optional): the cache's f16 shadow (same layout), which wide passes' attention reads.
 extern "C" __global__ void qkv_rope(const float *__restrict__ proj, int stride,
                                     const float *__restrict__ bias,
                                     const float *__restrict__ q_norm,
@@ -120,7 +121,8 @@ extern "C" __global__ void qkv_rope(const float *__restrict__ proj, int stride,
                                     const unsigned int *__restrict__ slots,
                                     float *__restrict__ q_out, float *__restrict__ k_cache,
                                     float *__restrict__ v_cache, long long kv_stride, int n,
-                                    int nh, int nkv, int hd, float eps, int interleaved) {
+                                    int nh, int nkv, int hd, float eps, int interleaved,
+                                    __half *__restrict__ k16, __half *__restrict__ v16) {
   __shared__ float scratch[33];
   pdl_enter();
   const int r = blockIdx.x;
@@ -141,9 +143,13 @@ extern "C" __global__ void qkv_rope(const float *__restrict__ proj, int stride,
   const unsigned int slot = slots[r];
   if (!is_q && !is_k) {
     const int g = head - nh - nkv;
-    float *dst = v_cache + (size_t)g * kv_stride + (size_t)slot * hd;
-    dst[i0] = a;
-    dst[i1] = b;
+    const size_t at = (size_t)g * kv_stride + (size_t)slot * hd;
+    v_cache[at + i0] = a;
+    v_cache[at + i1] = b;
+    if (v16 != nullptr) {
+      v16[at + i0] = __float2half_rn(a);
+      v16[at + i1] = __float2half_rn(b);
+    }
     return;
   }
   const float *norm = is_q ? q_norm : k_norm;
@@ -164,32 +170,47 @@ extern "C" __global__ void qkv_rope(const float *__restrict__ proj, int stride,
     dst[i1] = rb;
   } else {
     const int g = head - nh;
-    float *dst = k_cache + (size_t)g * kv_stride + (size_t)slot * hd;
-    dst[i0] = ra;
-    dst[i1] = rb;
+    const size_t at = (size_t)g * kv_stride + (size_t)slot * hd;
+    k_cache[at + i0] = ra;
+    k_cache[at + i1] = rb;
+    if (k16 != nullptr) {
+      k16[at + i0] = __float2half_rn(ra);
+      k16[at + i1] = __float2half_rn(rb);
+    }
   }
 }
 
-// Grid: (n rows, ceil(qblocks / 8)); block STEP_THREADS (8 warps, one Q8_1 block each).
-// gu[r] = [gate (ffn) | up (ffn)] with row stride `stride`. With `f16` set, the row also as ffn
-// halves at f16 + r * ffn (as norm_q8).
+// Grid: (n rows, ceil(qblocks / (8 * SILU_BLOCKS))); block STEP_THREADS (8 warps, SILU_BLOCKS
+// Q8_1 blocks each, their loads issued together). gu[r] = [gate (ffn) | up (ffn)] with row
+// stride `stride`. With `f16` set, the row also as ffn halves at f16 + r * ffn (as norm_q8).
+#define SILU_BLOCKS 4
 extern "C" __global__ void silu_mul_q8(const float *__restrict__ gu, int stride, int ffn,
                                        block_q8_1_t *__restrict__ q8, int qblocks,
                                        __half *__restrict__ f16) {
   pdl_enter();
   const int r = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int b = blockIdx.y * (blockDim.x >> 5) + warp;
-  if (b >= qblocks) return;
-  const int i = b * QK8_1 + lane;
-  float v = 0.f;
-  if (i < ffn) {
-    const float g = gu[(size_t)r * stride + i];
-    const float u = gu[(size_t)r * stride + ffn + i];
-    v = g / (1.0f + expf(-g)) * u;
-    if (f16 != nullptr) f16[(size_t)r * ffn + i] = __float2half_rn(v);
+  const int b0 = (blockIdx.y * (blockDim.x >> 5) + warp) * SILU_BLOCKS;
+  float g[SILU_BLOCKS], u[SILU_BLOCKS];
+#pragma unroll
+  for (int k = 0; k < SILU_BLOCKS; ++k) {
+    const int i = (b0 + k) * QK8_1 + lane;
+    const bool in = b0 + k < qblocks && i < ffn;
+    g[k] = in ? gu[(size_t)r * stride + i] : 0.f;
+    u[k] = in ? gu[(size_t)r * stride + ffn + i] : 0.f;
   }
-  warp_quantize(v, q8 + (size_t)r * qblocks + b, lane);
+#pragma unroll
+  for (int k = 0; k < SILU_BLOCKS; ++k) {
+    const int b = b0 + k;
+    if (b >= qblocks) return;
+    const int i = b * QK8_1 + lane;
+    float v = 0.f;
+    if (i < ffn) {
+      v = g[k] / (1.0f + expf(-g[k])) * u[k];
+      if (f16 != nullptr) f16[(size_t)r * ffn + i] = __float2half_rn(v);
+    }
+    warp_quantize(v, q8 + (size_t)r * qblocks + b, lane);
+  }
 }
 
 // Grid: (n rows, ceil(h / STEP_THREADS)); x[r] = table[ids[r]].
@@ -238,5 +259,29 @@ extern "C" __global__ void next_token(const unsigned int *__restrict__ top,
   if (threadIdx.x == 0) {
     const unsigned int i = top[0];
     ids[0] = vocab != nullptr ? vocab[i] : i;
+  }
+}
+
+// K/V compaction after a tree's accepted path, every layer in one launch (src/gpu/step.rs,
+// `keep`). Grid: (layers, 2 (K, V), kv heads); block hd threads. caches: per layer the f32 K and V
+// caches and their f16 shadows (null where there are none), [layers][4] addresses. rows: `count`
+// offsets from `base`, ascending: row base + rows[i] moves to base + i. Each thread moves its own
+// column of every row in ascending order, so a row is read before any later move overwrites it
+// (rows[i] >= i, and later moves write only past i) and no two threads touch one element.
+extern "C" __global__ void kv_keep(const unsigned long long *__restrict__ caches,
+                                   const unsigned int *__restrict__ rows, int count, int base,
+                                   long long kv_stride, int hd) {
+  pdl_enter();
+  const int layer = blockIdx.x, which = blockIdx.y, g = blockIdx.z, d = threadIdx.x;
+  if (d >= hd) return;
+  const size_t head = (size_t)g * kv_stride;
+  float *f = reinterpret_cast<float *>(caches[layer * 4 + which]) + head;
+  __half *h = reinterpret_cast<__half *>(caches[layer * 4 + 2 + which]);
+  if (h != nullptr) h += head;
+  for (int i = 0; i < count; ++i) {
+    const size_t src = (size_t)(base + (int)rows[i]) * hd + d, dst = (size_t)(base + i) * hd + d;
+    if (src == dst) continue;
+    f[dst] = f[src];
+    if (h != nullptr) h[dst] = h[src];
   }
 }

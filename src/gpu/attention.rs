@@ -43,24 +43,64 @@ pub(crate) fn wide_kernel(hd: usize) -> Option<String> {
     (mma && matches!(hd, 64 | 128)).then(|| format!("attention_wide_mma_{hd}_{WIDE_WARPS}"))
 }
 
-/// The wide kernel's launch for `n` rows over `chunks` chunks of cache rows: a block takes
-/// 16 (row, query head) pairs a warp of one K/V head and one chunk.
+/// Dynamic shared memory of the wide kernel for heads of `hd`: both halves of a chunk's keys and
+/// values as f16 rows of `hd + 8` (`WM_KEYS`, `WM_PAD` in `kernels/attention.cu`).
+#[cfg(feature = "cuda")]
+fn wide_smem_bytes(hd: usize) -> u32 {
+    (2 * 2 * 64 * (hd + 8) * 2) as u32
+}
+
+/// Let the wide kernel `f` (for heads of `hd`) take its dynamic shared memory, past the 48 KiB a
+/// launch gets unasked; once, at load.
+#[cfg(feature = "cuda")]
+pub(crate) fn allow_wide_smem(
+    f: &cudarc::driver::CudaFunction,
+    hd: usize,
+) -> std::result::Result<(), cudarc::driver::DriverError> {
+    let attr =
+        cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+    f.set_attribute(attr, wide_smem_bytes(hd) as i32)
+}
+
+/// Chunks of cache rows one block of the wide kernel takes in turn (`WM_SPAN_MAX` in
+/// `kernels/attention.cu` at most), and so the partials a row gets: a pass of `n` rows over
+/// `chunks` chunks. Spans grow while the grid keeps [`WIDE_BLOCKS`] blocks or more, so that a pass
+/// of many rows over a long context reads its queries and writes its partials once a span, not
+/// once a chunk, and keeps a block's copies in flight while it computes; a short pass keeps every
+/// chunk its own block.
+#[cfg(feature = "cuda")]
+pub(crate) fn wide_span(n: usize, nh: usize, nkv: usize, chunks: usize) -> (usize, usize) {
+    let tiles = (n * (nh / nkv)).div_ceil(16 * WIDE_WARPS) * nkv;
+    let mut span = 1;
+    while span < 4 && tiles * chunks.div_ceil(2 * span) >= WIDE_BLOCKS {
+        span *= 2;
+    }
+    (span, chunks.div_ceil(span))
+}
+
+/// Blocks the wide kernel's grid keeps when it lengthens spans: three a multiprocessor of an
+/// H200 (132), what its shared memory holds at once.
+#[cfg(feature = "cuda")]
+const WIDE_BLOCKS: usize = 396;
+
+/// The wide kernel's launch for `n` rows of heads of `hd` in `slots` spans of chunks of cache
+/// rows ([`wide_span`]): a block takes 16 (row, query head) pairs a warp of one K/V head and one
+/// span.
 #[cfg(feature = "cuda")]
 pub(crate) fn wide_launch(
     n: usize,
-    nh: usize,
-    nkv: usize,
-    chunks: usize,
+    (nh, nkv, hd): (usize, usize, usize),
+    slots: usize,
 ) -> cudarc::driver::LaunchConfig {
     let warps = WIDE_WARPS;
     cudarc::driver::LaunchConfig {
         grid_dim: (
             (n * (nh / nkv)).div_ceil(16 * warps) as u32,
             nkv as u32,
-            chunks as u32,
+            slots as u32,
         ),
         block_dim: (32 * warps as u32, 1, 1),
-        shared_mem_bytes: 0,
+        shared_mem_bytes: wide_smem_bytes(hd),
     }
 }
 
@@ -124,7 +164,7 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, table: &KeyTable) -> Result
     }
     #[cfg(feature = "cuda")]
     if let Device::Cuda(dev) = q.device() {
-        return cuda::attention(dev, q, k, v, table, false);
+        return cuda::attention(dev, q, k, v, table, None);
     }
     host(q, k, v, &table.keys)
 }
@@ -409,21 +449,25 @@ fn selftest_wide(
             let q = Tensor::from_vec(rand(nh * n * hd), (nh, n, hd), &device)?;
             let k = Tensor::from_vec(rand(nkv * len * hd), (nkv, len, hd), &device)?;
             let v = Tensor::from_vec(rand(nkv * len * hd), (nkv, len, hd), &device)?;
-            let got = cuda::attention(dev, &q, &k, &v, &KeyTable::new(&keys, &device)?, true)?;
-            let got = got.to_device(&Device::Cpu)?.to_vec2::<f32>()?;
             let want = reference(&q, &k, &v, &keys)?.to_vec2::<f32>()?;
-            let err = max_abs_diff(&got, &want);
-            if err > 2e-2 || err.is_nan() {
-                return Err(Error::Device(format!(
-                    "wide attention [{nh}/{nkv} heads x {hd}, {shape} block of {n} rows over {prefix}]: max error {err:e}"
-                )));
+            let table = KeyTable::new(&keys, &device)?;
+            // Spans of one, two and four chunks a block, and the pass's own choice.
+            for span in [0usize, 1, 2, 4] {
+                let got = cuda::attention(dev, &q, &k, &v, &table, Some(span))?;
+                let got = got.to_device(&Device::Cpu)?.to_vec2::<f32>()?;
+                let err = max_abs_diff(&got, &want);
+                if err > 2e-2 || err.is_nan() {
+                    return Err(Error::Device(format!(
+                        "wide attention [{nh}/{nkv} heads x {hd}, {shape} block of {n} rows over {prefix}, span {span}]: max error {err:e}"
+                    )));
+                }
+                worst = worst.max(err);
             }
-            worst = worst.max(err);
             cases += 1;
         }
     }
     report.push(format!(
-        "wide attention (tensor cores, masks by cache row) [{cases} blocks: causal, chain, star, random, DDTree-like and grown trees of 33-300 rows over 0-1000 cached rows; 9-32 heads over 2-8 K/V heads of 64 and 128]: max error {worst:.1e}"
+        "wide attention (tensor cores, masks by cache row, f16 K/V) [{cases} blocks: causal, chain, star, random, DDTree-like and grown trees of 33-300 rows over 0-1000 cached rows; 9-32 heads over 2-8 K/V heads of 64 and 128; spans of 1, 2 and 4 chunks and the pass's own]: max error {worst:.1e}"
     ));
     Ok(())
 }
@@ -449,7 +493,9 @@ mod cuda {
         k: &Tensor,
         v: &Tensor,
         table: &KeyTable,
-        wide: bool,
+        // Wide (`Some`): through the wide kernel, with spans of this many chunks (0: the pass's
+        // own choice, `wide_span`).
+        wide: Option<usize>,
     ) -> Result<Tensor> {
         let q = q.to_dtype(DType::F32)?.contiguous()?;
         let (nh, n, hd) = q.dims3()?;
@@ -497,34 +543,62 @@ mod cuda {
             let scale = 1.0f32 / (hd as f32).sqrt();
             // Wide passes (as the GPU step runs them from `TREESPEC_WIDE_ROWS` rows): the whole
             // pass on tensor cores, chunks by cache row; else chunks by rank, row by row.
-            let wide_name = wide_kernel(hd).filter(|_| wide);
+            let wide_name = wide_kernel(hd).filter(|_| wide.is_some());
             let chunks = match wide_name {
                 Some(_) => wide_chunks(&table.keys),
                 None => chunks,
             };
             let chunks_i = chunks as i32;
+            // Wide: partials a span of chunks each.
+            let (span, slots) = match wide_name {
+                Some(_) => match wide {
+                    Some(forced @ 1..) => (forced, chunks.div_ceil(forced)),
+                    _ => wide_span(n, nh, nkv, chunks),
+                },
+                None => (1, chunks),
+            };
+            let (span_i, slots_i) = (span as i32, slots as i32);
             let mut part = stream
                 .alloc_zeros::<f32>(n * nh * chunks * (hd + 2))
                 .map_err(driver)?;
             if let Some(name) = &wide_name {
                 let f = dev.get_or_load_custom_func(name, "treespec_attention", PTX)?;
+                allow_wide_smem(&f, hd).map_err(driver)?;
+                // The kernel reads the cache's f16 shadow (the GPU step keeps one beside it).
+                let (k16, v16) = (k.to_dtype(DType::F16)?, v.to_dtype(DType::F16)?);
+                let (k16s, k16l) = k16.storage_and_layout();
+                let (v16s, v16l) = v16.storage_and_layout();
+                let (Storage::Cuda(k16s), Storage::Cuda(v16s)) = (&*k16s, &*v16s) else {
+                    return Err(Error::Device(
+                        "attention kernel: f16 K/V off the GPU".into(),
+                    ));
+                };
+                let kv16_stride = k16l.stride()[0] as i64; // contiguous: len * hd
+                let k16v = k16s
+                    .as_cuda_slice::<half::f16>()?
+                    .slice(k16l.start_offset()..);
+                let v16v = v16s
+                    .as_cuda_slice::<half::f16>()?
+                    .slice(v16l.start_offset()..);
                 let mut b = f.builder();
                 b.arg(&qv)
-                    .arg(&kv)
-                    .arg(&vv)
+                    .arg(&k16v)
+                    .arg(&v16v)
                     .arg(&tv)
                     .arg(&mut part)
                     .arg(&n_i)
                     .arg(&nh_i)
                     .arg(&nkv_i)
-                    .arg(&kv_stride)
+                    .arg(&kv16_stride)
                     .arg(&width_i)
                     .arg(&chunks_i)
+                    .arg(&span_i)
+                    .arg(&slots_i)
                     .arg(&scale);
                 // SAFETY: arguments in the kernel's order and types; every key listed is below
                 // the cache length (checked by the caller), hd is the kernel's, the partials
                 // sized [n, nh, chunks, hd + 2] with chunks covering the highest listed key.
-                unsafe { b.launch(wide_launch(n, nh, nkv, chunks)) }.map_err(driver)?;
+                unsafe { b.launch(wide_launch(n, (nh, nkv, hd), slots)) }.map_err(driver)?;
             } else {
                 let chunk_fn =
                     dev.get_or_load_custom_func("attention_chunk_f32", "treespec_attention", PTX)?;
@@ -564,7 +638,7 @@ mod cuda {
                 .arg(&nh_i)
                 .arg(&hd_i)
                 .arg(&width_i)
-                .arg(&chunks_i)
+                .arg(&slots_i)
                 .arg(&NO_Q8)
                 .arg(&0i32)
                 .arg(&all_i)

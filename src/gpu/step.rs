@@ -6,9 +6,9 @@
 //! without candle's allocation and layout work).
 //!
 //! Every kernel of the default path is batch-invariant (`kernels/step.cu`, `kernels/mmvq.cu`,
-//! `kernels/mmtc.cu`, `kernels/attention.cu`; not the wide passes' cuBLAS products and shared
-//! attention, [`crate::gpu::wide`], which take a prompt's passes of many rows, and verify passes
-//! only with `--wide-verify`): a row's values never depend on how many rows the pass holds, so a
+//! `kernels/mmtc.cu`, `kernels/attention.cu`; not the wide passes' cuBLAS products and
+//! tensor-core attention over the caches' f16 shadows, [`crate::gpu::wide`], which take a
+//! prompt's passes of many rows, and verify passes only with `--wide-verify`): a row's values never depend on how many rows the pass holds, so a
 //! verify pass of any size gives each row bit for bit what a one-row decoding step gives it, and
 //! the quantised products take all rows in one launch (chunks of four activation rows, or 8-row
 //! tensor-core tiles, along the grid) instead of one launch per four rows. A target's Q4_K /
@@ -232,6 +232,17 @@ impl GpuStep {
         false
     }
 
+    /// Unreachable: no step exists without CUDA.
+    pub fn keep(&mut self, _base: usize, _rows: &[usize]) -> Result<()> {
+        Err(Error::Device("no GPU step without CUDA".into()))
+    }
+
+    /// Nothing to mark without CUDA.
+    pub fn mark_shadow_stale(&mut self) {}
+
+    /// Nothing to mark without CUDA.
+    pub fn shadow_fresh(&mut self) {}
+
     /// The row count from which passes use cuBLAS products, the bytes of their weight copies
     /// and whether verify passes do too (CUDA builds only).
     pub fn wide_products(&self) -> Option<(usize, usize, bool)> {
@@ -338,6 +349,9 @@ mod cuda {
         down: Mat,
         k_cache: u64,
         v_cache: u64,
+        /// The caches' f16 shadows, which a wide pass's attention reads (0: none).
+        k16: u64,
+        v16: u64,
     }
 
     enum Embed {
@@ -375,6 +389,7 @@ mod cuda {
         qkv_rope: CudaFunction,
         silu_mul_q8: CudaFunction,
         gather_rows: CudaFunction,
+        kv_keep: CudaFunction,
         att_chunk: CudaFunction,
         att_combine: CudaFunction,
         /// `attention_wide_mma_<hd>_<warps>` for the model's head size, where there is one (64,
@@ -526,6 +541,15 @@ mod cuda {
         wide_verify: bool,
         /// The pass being launched goes through `wide` (set by `forward` for its launches).
         wide_now: bool,
+        /// The K/V caches' f16 shadows (K and V of each layer), kept beside them where the step
+        /// has wide products: written by every pass, compacted with the caches ([`Self::keep`]).
+        shadow: Vec<CudaSlice<u16>>,
+        /// Cache rows were written elsewhere (candle's ops) since the cache was last empty: the
+        /// shadows may be behind, and wide passes attend the f32 caches row by row.
+        shadow_stale: bool,
+        /// Per layer the K and V caches and their shadows, `[layers][4]` addresses, for the
+        /// compaction of all layers in one launch (`kv_keep`).
+        kv_table: CudaSlice<u64>,
         _keep: Vec<Tensor>,
     }
 
@@ -616,6 +640,8 @@ mod cuda {
                     down,
                     k_cache: 0,
                     v_cache: 0,
+                    k16: 0,
+                    v16: 0,
                 });
             }
             // The caches are written in place: their own storage, never a copy.
@@ -684,6 +710,31 @@ mod cuda {
                 }
                 None => None,
             };
+            // The caches' f16 shadows, for the wide passes' attention on tensor cores.
+            let mut shadow = vec![];
+            if wide.is_some() && f.att_wide.is_some() {
+                let size = cfg.n_kv_heads * capacity * hd;
+                let made: std::result::Result<Vec<_>, _> = (0..2 * layers.len())
+                    .map(|_| stream.alloc_zeros::<u16>(size))
+                    .collect();
+                match made {
+                    Ok(made) => {
+                        for (l, kv) in layers.iter_mut().zip(made.chunks(2)) {
+                            l.k16 = kv[0].device_ptr(&stream).0;
+                            l.v16 = kv[1].device_ptr(&stream).0;
+                        }
+                        shadow = made;
+                    }
+                    Err(e) => eprintln!(
+                        "treespec: no f16 copy of the K/V cache ({e:?}): wide passes attend row by row"
+                    ),
+                }
+            }
+            let table: Vec<u64> = layers
+                .iter()
+                .flat_map(|l| [l.k_cache, l.v_cache, l.k16, l.v16])
+                .collect();
+            let kv_table = stream.clone_htod(&table).map_err(|e| format!("{e:?}"))?;
             Ok(GpuStep {
                 dev: dev.clone(),
                 stream,
@@ -719,6 +770,9 @@ mod cuda {
                 wide,
                 wide_verify: false,
                 wide_now: false,
+                shadow,
+                shadow_stale: false,
+                kv_table,
                 _keep: keep,
             })
         }
@@ -734,7 +788,7 @@ mod cuda {
             let max_count = (0..n).map(|i| input.keys.count(i)).max().unwrap_or(0);
             let wide = self.wide_pass(n, m);
             // Attention chunks: by rank on the batch-invariant path, by cache row on the wide one.
-            let chunks = match wide && self.f.att_wide.is_some() {
+            let chunks = match wide && self.wide_attention() {
                 true => crate::gpu::attention::wide_chunks(input.keys),
                 false => max_count.div_ceil(crate::gpu::attention::CHUNK).max(1),
             }
@@ -876,6 +930,64 @@ mod cuda {
             }
         }
 
+        /// Of the cache rows from `base` on, keep those at offsets `rows` (strictly ascending),
+        /// moved to `base, base + 1, ...`: K and V of every layer and their f16 shadows, in one
+        /// launch (`kv_keep`) on candle's stream. The caller sets the caches' lengths.
+        pub fn keep(&mut self, base: usize, rows: &[usize]) -> Result<()> {
+            if rows.iter().enumerate().all(|(i, &r)| i == r) {
+                return Ok(()); // already in place
+            }
+            if rows.windows(2).any(|w| w[0] >= w[1]) {
+                return Err(Error::InvalidArgument("keep: rows must ascend".into()));
+            }
+            let idx = rows
+                .iter()
+                .map(|&r| u32::try_from(r))
+                .collect::<std::result::Result<Vec<u32>, _>>()
+                .map_err(|_| Error::InvalidArgument("keep: a row past any cache".into()))?;
+            let idx = self.stream.clone_htod(&idx).map_err(driver)?;
+            let idx_ptr = idx.device_ptr(&self.stream).0;
+            let table = self.kv_table.device_ptr(&self.stream).0;
+            let (count, base_i, hd_i) = (rows.len() as i32, base as i32, self.hd as i32);
+            let mut b = Launch::new(&self.f.kv_keep);
+            b.arg(&table)
+                .arg(&idx_ptr)
+                .arg(&count)
+                .arg(&base_i)
+                .arg(&self.kv_stride)
+                .arg(&hd_i);
+            let cfg = LaunchConfig {
+                grid_dim: (self.layers.len() as u32, 2, self.nkv as u32),
+                block_dim: (self.hd as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: the table holds every layer's caches (shadows or null); the rows ascend,
+            // so each thread's moves read before they overwrite; base + row lies inside the
+            // caches (the decoder checked it against the valid rows).
+            unsafe { b.launch(self.on(), cfg) }.map_err(driver)?;
+            // The index buffer is freed in stream order after the launch.
+            drop(idx);
+            Ok(())
+        }
+
+        /// Cache rows were written outside the step (candle's ops): until the cache is emptied
+        /// ([`Self::shadow_fresh`]), wide passes attend the f32 caches, as the shadows may be
+        /// behind. Captured graphs are dropped.
+        pub fn mark_shadow_stale(&mut self) {
+            if !self.shadow_stale && !self.shadow.is_empty() {
+                self.shadow_stale = true;
+                self.graphs.clear();
+            }
+        }
+
+        /// The cache was emptied: the shadows hold every row written from now on.
+        pub fn shadow_fresh(&mut self) {
+            if self.shadow_stale {
+                self.shadow_stale = false;
+                self.graphs.clear();
+            }
+        }
+
         /// Whether the pass being launched (of `n` rows) multiplies `mats` through the wide
         /// products: it goes wide ([`Self::wide_pass`]) and they have copies.
         fn goes_wide<'a>(&self, n: usize, mats: impl Iterator<Item = &'a Mat>) -> bool {
@@ -884,6 +996,12 @@ mod cuda {
                     .wide
                     .as_ref()
                     .is_some_and(|w| w.takes(n, mats.map(|m| m.ptr)))
+        }
+
+        /// Whether a wide pass's attention runs on tensor cores (`attention_wide_mma`, over the
+        /// caches' f16 shadows): the kernel loaded and the shadows there and current.
+        fn wide_attention(&self) -> bool {
+            self.f.att_wide.is_some() && !self.shadow.is_empty() && !self.shadow_stale
         }
 
         /// Whether a pass of `n` rows reading `m` rows' logits multiplies through the wide
@@ -1244,7 +1362,9 @@ mod cuda {
                     .arg(&nkv_i)
                     .arg(&hd_i)
                     .arg(&self.eps)
-                    .arg(&self.interleaved);
+                    .arg(&self.interleaved)
+                    .arg(&l.k16)
+                    .arg(&l.v16);
                 let cfg = LaunchConfig {
                     grid_dim: (n as u32, (nh + 2 * nkv) as u32, 1),
                     block_dim: ((hd / 2) as u32, 1, 1),
@@ -1254,7 +1374,7 @@ mod cuda {
                 // caches hold every slot (the caller checked the context), q holds nh x n x hd.
                 unsafe { bld.launch(self.on(), cfg) }.map_err(driver)?;
                 // Attention, its output quantised for the output projection by the combine kernel.
-                let kv = (l.k_cache, l.v_cache);
+                let kv = (l.k_cache, l.v_cache, l.k16, l.v16);
                 self.attention(n, chunks, meta.width, q, kv, table, part, att, (q8, f16))?;
                 self.matmul(&[&l.o], (q8, qblocks(nh * hd), ready), (proj, h), n)?;
                 // x += attention output; norm; quantise.
@@ -1270,7 +1390,8 @@ mod cuda {
                     .arg(&qb_i)
                     .arg(&f16);
                 let cfg = LaunchConfig {
-                    grid_dim: (n as u32, qb.div_ceil(8) as u32, 1),
+                    // 8 warps of SILU_BLOCKS (4) Q8_1 blocks each (`kernels/step.cu`).
+                    grid_dim: (n as u32, qb.div_ceil(8 * 4) as u32, 1),
                     block_dim: (THREADS, 1, 1),
                     shared_mem_bytes: 0,
                 };
@@ -1531,7 +1652,7 @@ mod cuda {
             chunks: usize,
             width: usize,
             q: u64,
-            (k, v): (u64, u64),
+            (k, v, k16, v16): (u64, u64, u64, u64),
             table: u64,
             part: u64,
             out: u64,
@@ -1542,12 +1663,20 @@ mod cuda {
             let (width_i, chunks_i) = (width as i32, chunks as i32);
             let qb_i = qblocks(self.nh * self.hd) as i32;
             let scale = 1.0f32 / (self.hd as f32).sqrt();
-            let wide = self.wide_now.then_some(self.f.att_wide.as_ref()).flatten();
+            let wide = (self.wide_now && self.wide_attention())
+                .then_some(self.f.att_wide.as_ref())
+                .flatten();
+            // Wide: one partial a span of chunks (`attention::wide_span`); else one a chunk.
+            let (span, slots) = match wide {
+                Some(_) => crate::gpu::attention::wide_span(n, self.nh, self.nkv, chunks),
+                None => (1, chunks),
+            };
+            let (span_i, slots_i) = (span as i32, slots as i32);
             if let Some(f) = wide {
                 let mut b = Launch::new(f);
                 b.arg(&q)
-                    .arg(&k)
-                    .arg(&v)
+                    .arg(&k16)
+                    .arg(&v16)
                     .arg(&table)
                     .arg(&part)
                     .arg(&n_i)
@@ -1556,10 +1685,14 @@ mod cuda {
                     .arg(&self.kv_stride)
                     .arg(&width_i)
                     .arg(&chunks_i)
+                    .arg(&span_i)
+                    .arg(&slots_i)
                     .arg(&scale);
-                let cfg = crate::gpu::attention::wide_launch(n, self.nh, self.nkv, chunks);
-                // SAFETY: hd is the kernel's; the chunks cover the highest cache row any row
-                // sees (`attention::wide_chunks`); part as below.
+                let cfg =
+                    crate::gpu::attention::wide_launch(n, (self.nh, self.nkv, self.hd), slots);
+                // SAFETY: hd is the kernel's; the shadows are laid out as the caches; the chunks
+                // cover the highest cache row any row sees (`attention::wide_chunks`); part as
+                // below.
                 unsafe { b.launch(self.on(), cfg) }.map_err(driver)?;
             } else {
                 let mut b = Launch::new(&self.f.att_chunk);
@@ -1593,7 +1726,7 @@ mod cuda {
                 .arg(&nh_i)
                 .arg(&hd_i)
                 .arg(&width_i)
-                .arg(&chunks_i)
+                .arg(&slots_i)
                 .arg(&q8)
                 .arg(&qb_i)
                 .arg(&all_i)
@@ -1723,12 +1856,17 @@ mod cuda {
                 .into_cuda_function(),
             // f16 MMA: on GPUs of sm_80 on (`tensor_cores`) in a build for them.
             att_wide: match crate::gpu::attention::wide_kernel(head_dim) {
-                Some(name) if tensor_cores => Some(
-                    dev.get_or_load_custom_func(&name, "treespec_attention", ATT_PTX)?
-                        .into_cuda_function(),
-                ),
+                Some(name) if tensor_cores => {
+                    let f = dev
+                        .get_or_load_custom_func(&name, "treespec_attention", ATT_PTX)?
+                        .into_cuda_function();
+                    crate::gpu::attention::allow_wide_smem(&f, head_dim)
+                        .map_err(|e| Error::Device(format!("{name}: {e:?}")))?;
+                    Some(f)
+                }
                 _ => None,
             },
+            kv_keep: step("kv_keep")?,
             mmvq,
             mmvq_stacked,
             mmtc,
@@ -1827,6 +1965,79 @@ pub fn check_model(
             )));
         }
     }
+    // Compaction in one launch (`kv_keep`): of a block of 8 rows after the prompt, rows 1, 4 and
+    // 6 kept. The caches then hold bit for bit the rows they held before, and a wide pass after
+    // them (which reads the f16 shadows, compacted in the same launch) agrees with the CPU
+    // decoder that kept the same rows.
+    let split = n - 8;
+    let kept = [1usize, 4, 6];
+    let host_rows = |d: &Decoder| -> Result<Vec<Vec<f32>>> {
+        let mut out = vec![];
+        for (k, v) in d.kv_views()? {
+            for t in [k, v] {
+                out.push(
+                    t.to_dtype(candle_core::DType::F32)?
+                        .flatten_all()?
+                        .to_vec1::<f32>()?,
+                );
+            }
+        }
+        Ok(out)
+    };
+    let mut moved = true;
+    for d in [&mut *decoder, &mut *cpu] {
+        d.reset();
+        d.forward(&Batch::causal(&tokens[..split], 0).with_logits_rows(vec![]))?;
+        d.forward(&Batch::causal(&tokens[split..], split).with_logits_rows(vec![]))?;
+        let before = host_rows(d)?;
+        d.keep(split, &kept)?;
+        let after = host_rows(d)?;
+        // Per cache, rows of [kv_heads * len] flattened: compare head by head.
+        let len = split + 8;
+        for (b, a) in before.iter().zip(&after) {
+            let hd = b.len() / len / d.config().n_kv_heads;
+            for g in 0..d.config().n_kv_heads {
+                let row = |t: &[f32], heads_len: usize, r: usize| {
+                    t[(g * heads_len + r) * hd..(g * heads_len + r + 1) * hd].to_vec()
+                };
+                let new_len = split + kept.len();
+                for r in 0..new_len {
+                    let src = if r < split {
+                        r
+                    } else {
+                        split + kept[r - split]
+                    };
+                    if row(a, new_len, r) != row(b, len, src) {
+                        moved = false;
+                    }
+                }
+            }
+        }
+    }
+    if !moved {
+        return Err(Error::Device(
+            "K/V compaction: the kept rows are not where they should be".into(),
+        ));
+    }
+    let mut line = "K/V compaction of every layer in one launch: kept rows in place".to_string();
+    let wide_rows = crate::gpu::wide::wide_rows().unwrap_or(usize::MAX);
+    if decoder.runtime().contains("cuBLAS") && wide_rows <= 64 {
+        let next: Vec<u32> = tokens.iter().cycle().take(64).copied().collect();
+        let from = split + kept.len();
+        let want = logits(cpu, from, &next)?;
+        decoder.set_wide_verify(true);
+        let got = logits(decoder, from, &next);
+        decoder.set_wide_verify(false);
+        let (diff, _, _, same) = compare(&got?, &want)?;
+        line += &format!(
+            "; a wide pass of 64 rows after them against the CPU: max difference {diff:.3e}, top token agrees on {same}/64"
+        );
+        if same * 10 < 64 * 9 {
+            return Err(Error::Device(format!("after a compaction, {line}")));
+        }
+    }
+    report.push(line);
+    cpu.reset();
     // Invariance: the last rows in one pass (one chunk of four rows with a tail; chunks plus a
     // tail; five chunks), replayed from a graph and launched eagerly, against one-row steps; the
     // pass also copies out two layers' hidden states (as a verify pass for a drafter that reads

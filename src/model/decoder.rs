@@ -311,6 +311,10 @@ impl Decoder {
             match GpuStep::new(&self.step_weights(), &self.device) {
                 Ok(mut step) => {
                     step.set_wide_verify(self.wide_verify);
+                    // Rows cached before the step existed are not in its shadows.
+                    if self.caches.first().is_some_and(|c| !c.is_empty()) {
+                        step.mark_shadow_stale();
+                    }
                     let runtime = step_runtime(&mut step, self.high_priority, self.tensor_cores);
                     self.step = Some(step);
                     runtime
@@ -434,6 +438,9 @@ impl Decoder {
         for c in &mut self.caches {
             c.truncate(len);
         }
+        if let (0, Some(step)) = (len, self.step.as_mut()) {
+            step.shadow_fresh();
+        }
     }
 
     /// Forget the whole sequence.
@@ -444,6 +451,17 @@ impl Decoder {
     /// Of the rows from `base` on (the last block), keep those at offsets `rows`, moved to sit
     /// right after `base`.
     pub fn keep(&mut self, base: usize, rows: &[usize]) -> Result<()> {
+        // The GPU step moves every layer's rows (and their f16 shadows) in one launch.
+        if let Some(step) = self.step.as_mut() {
+            for c in &self.caches {
+                c.check_keep(base, rows)?;
+            }
+            step.keep(base, rows)?;
+            for c in &mut self.caches {
+                c.kept(base, rows.len());
+            }
+            return Ok(());
+        }
         // One gather index for every layer (one small copy to the device, not one a layer).
         let idx = KvCache::keep_index(base, rows, &self.device)?;
         for c in &mut self.caches {
@@ -595,6 +613,10 @@ impl Decoder {
             return Ok(ForwardOutput { logits, hidden });
         }
 
+        // K/V rows written here, not by the step: its f16 shadows fall behind.
+        if let Some(step) = self.step.as_mut() {
+            step.mark_shadow_stale();
+        }
         let pos = Tensor::from_vec(
             batch
                 .positions

@@ -120,14 +120,9 @@ impl KvCache {
         Ok(Some(Tensor::from_vec(idx, rows.len(), device)?))
     }
 
-    /// [`Self::keep`] with the gather index from [`Self::keep_index`] for the same `base` and
-    /// `rows`.
-    pub fn keep_indexed(
-        &mut self,
-        base: usize,
-        rows: &[usize],
-        idx: Option<&Tensor>,
-    ) -> Result<()> {
+    /// Whether [`Self::keep`] of `rows` from `base` can run: `base` within the valid rows, every
+    /// row inside the block after it.
+    pub fn check_keep(&self, base: usize, rows: &[usize]) -> Result<()> {
         if base > self.len {
             return Err(Error::InvalidArgument(format!(
                 "keep: base {base} is past the {} valid rows",
@@ -140,6 +135,24 @@ impl KvCache {
                 "keep: row {bad} is outside the block of {block} rows"
             )));
         }
+        Ok(())
+    }
+
+    /// Count `count` rows after `base` as valid, after a keep done in place by another hand
+    /// (the GPU step's one-launch compaction), checked first with [`Self::check_keep`].
+    pub(crate) fn kept(&mut self, base: usize, count: usize) {
+        self.len = base + count;
+    }
+
+    /// [`Self::keep`] with the gather index from [`Self::keep_index`] for the same `base` and
+    /// `rows`.
+    pub fn keep_indexed(
+        &mut self,
+        base: usize,
+        rows: &[usize],
+        idx: Option<&Tensor>,
+    ) -> Result<()> {
+        self.check_keep(base, rows)?;
         if let Some(idx) = idx {
             let k = self.k.index_select(idx, 1)?;
             let v = self.v.index_select(idx, 1)?;
