@@ -146,6 +146,16 @@ fn tune(_device: &Device) -> Result<()> {
     Ok(())
 }
 
+/// The GPU's name as its driver gives it (`None` on the CPU or where the driver cannot say).
+pub fn gpu_name(device: &Device) -> Option<String> {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(dev) = device {
+        return dev.cuda_stream().context().name().ok();
+    }
+    let _ = device;
+    None
+}
+
 /// A short description of the device for status lines.
 pub fn describe(device: &Device) -> String {
     match device {

@@ -348,6 +348,11 @@ struct BenchArgs {
     /// With --costs, the context (tokens already in the cache) every pass is timed after.
     #[arg(long, default_value_t = 256, requires = "costs")]
     cost_prefix: usize,
+    /// With --costs, time verify passes of 4 to 64 rows through the quantised kernels and through
+    /// cuBLAS on this GPU, and record for this GPU and the target's shape the row count from
+    /// which cuBLAS wins (in the cache directory; read at every later load).
+    #[arg(long, requires = "costs")]
+    calibrate: bool,
     /// Only time the GPU's quantised products (dp4a against tensor cores) on the shapes of
     /// Qwen2.5-1.5B's matrices with random weights, and exit (needs a CUDA build and device).
     #[arg(long)]
@@ -563,12 +568,6 @@ fn run_costs(a: &BenchArgs) -> anyhow::Result<()> {
     }
     let opts = a.runtime.load_options()?;
     let mut t = load::load_model(&a.target, &opts)?;
-    // As a drafter runs (`load::load_drafter`): its products on dp4a unless told otherwise.
-    let as_drafter = LoadOptions {
-        tensor_cores: treespec::gpu::step::tensor_cores_for(true),
-        ..opts.clone()
-    };
-    let mut d = load::load_model(&a.drafter, &as_drafter)?;
     let prefix = a.cost_prefix;
     if prefix == 0 || prefix >= t.decoder.context() {
         anyhow::bail!(
@@ -576,6 +575,15 @@ fn run_costs(a: &BenchArgs) -> anyhow::Result<()> {
             t.decoder.context()
         );
     }
+    if a.calibrate {
+        return calibrate_wide(&mut t, &a.runtime.device, prefix);
+    }
+    // As a drafter runs (`load::load_drafter`): its products on dp4a unless told otherwise.
+    let as_drafter = LoadOptions {
+        tensor_cores: treespec::gpu::step::tensor_cores_for(true),
+        ..opts.clone()
+    };
+    let mut d = load::load_model(&a.drafter, &as_drafter)?;
     let rows = bench::measure_costs(
         &mut t.decoder,
         Some(&mut d.decoder),
@@ -593,6 +601,64 @@ fn run_costs(a: &BenchArgs) -> anyhow::Result<()> {
     println!("{}", bench::costs_markdown(&rows));
     if let Some(path) = &a.json {
         std::fs::write(path, serde_json::to_string_pretty(&rows)?)?;
+    }
+    Ok(())
+}
+
+/// `bench --costs --calibrate`: verify passes of 4 to 64 rows timed through the quantised kernels
+/// and through cuBLAS after `prefix` tokens, the crossover chosen from them recorded for this GPU
+/// and the target's shape (`gpu::crossover`).
+fn calibrate_wide(
+    t: &mut treespec::model::LoadedModel,
+    device: &str,
+    prefix: usize,
+) -> anyhow::Result<()> {
+    use treespec::gpu::crossover;
+    let dev = t.decoder.device().clone();
+    let Some(gpu) = treespec::device::gpu_name(&dev) else {
+        anyhow::bail!("--calibrate: {device} is not a GPU");
+    };
+    if !t.decoder.set_wide_from(usize::MAX) {
+        anyhow::bail!(
+            "--calibrate: {} has no cuBLAS products on this GPU (TREESPEC_WIDE_ROWS=0, no room for              the f16 copies, or a calibration found they never win: TREESPEC_WIDE_ROWS=1 measures again)",
+            t.name
+        );
+    }
+    let sizes = [4usize, 8, 16, 32, 64];
+    // Verify-shaped passes (every row's logits), as `--wide-verify` sends them.
+    t.decoder.set_wide_verify(true);
+    let quantised = bench::measure_costs(&mut t.decoder, None, prefix, &sizes, 7)?;
+    t.decoder.set_wide_from(1);
+    let wide = bench::measure_costs(&mut t.decoder, None, prefix, &sizes, 7)?;
+    t.decoder.set_wide_verify(false);
+    let ms = |rows: &[bench::CostRow], n: usize| {
+        rows.iter()
+            .skip(1) // the decode step
+            .find(|r| r.rows == n)
+            .map(|r| r.ms)
+    };
+    let table: Vec<(usize, f64, f64)> = sizes
+        .iter()
+        .filter_map(|&n| Some((n, ms(&quantised, n)?, ms(&wide, n)?)))
+        .collect();
+    let cal = crossover::Calibration::of(table);
+    let key = crossover::key(&gpu, t.decoder.config());
+    let path = crossover::path();
+    crossover::record_in(&path, &key, &cal)?;
+    println!(
+        "{} on {gpu}, verify passes after {prefix} tokens:\n",
+        t.name
+    );
+    println!("| rows | quantised kernels, ms | cuBLAS, ms |\n| ---: | ---: | ---: |");
+    for (n, q, w) in &cal.table {
+        println!("| {n} | {q:.2} | {w:.2} |");
+    }
+    match cal.from {
+        Some(from) => println!("\ncuBLAS from {from} rows, recorded in {}", path.display()),
+        None => println!(
+            "\ncuBLAS lost at every size: recorded (no f16 copies from now on) in {}",
+            path.display()
+        ),
     }
     Ok(())
 }

@@ -5,9 +5,11 @@
 //! - [`attention`] (`attention`): batch-invariant grouped-query attention over per-row key lists.
 //! - [`step`] (`step`, `attention`): the decoder's forward pass, whose quantised products
 //!   (`products`, CUDA builds) run on dp4a (`mmvq`) or tensor cores (`mmtc`, Q4_K and Q6_K),
-//!   and, for passes of many rows, through cuBLAS on f16 copies of the weights ([`wide`]).
+//!   and, for passes of many rows, through cuBLAS on f16 copies of the weights ([`wide`]), from
+//!   a row count measured per GPU and model shape ([`crossover`]).
 
 pub mod attention;
+pub mod crossover;
 #[cfg(feature = "cuda")]
 pub(crate) mod launch;
 #[cfg(feature = "cuda")]

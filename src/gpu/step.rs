@@ -182,6 +182,19 @@ pub fn tensor_cores_for(drafter: bool) -> bool {
     }
 }
 
+/// A step's wide products ([`crate::gpu::wide`]), for its runtime line and its callers.
+#[derive(Debug, Clone, Copy)]
+pub struct WideInfo {
+    /// Rows from which passes go through them.
+    pub from: usize,
+    /// Bytes of their f16 copies.
+    pub bytes: usize,
+    /// Whether verify passes go through them too (`--wide-verify`).
+    pub verify: bool,
+    /// Where `from` came from.
+    pub source: crate::gpu::wide::WideSource,
+}
+
 /// Without CUDA there is no step: [`GpuStep::new`] always declines.
 #[cfg(not(feature = "cuda"))]
 pub struct GpuStep;
@@ -245,8 +258,13 @@ impl GpuStep {
 
     /// The row count from which passes use cuBLAS products, the bytes of their weight copies
     /// and whether verify passes do too (CUDA builds only).
-    pub fn wide_products(&self) -> Option<(usize, usize, bool)> {
+    pub fn wide_products(&self) -> Option<WideInfo> {
         None
+    }
+
+    /// Nothing to set without CUDA.
+    pub fn set_wide_from(&mut self, _from: usize) -> bool {
+        false
     }
 
     /// Nothing to set without CUDA.
@@ -539,6 +557,8 @@ mod cuda {
         wide: Option<WideProducts>,
         /// Verify passes go through `wide` too ([`GpuStep::set_wide_verify`]).
         wide_verify: bool,
+        /// Where `wide`'s crossover came from.
+        wide_source: crate::gpu::wide::WideSource,
         /// The pass being launched goes through `wide` (set by `forward` for its launches).
         wide_now: bool,
         /// The K/V caches' f16 shadows (K and V of each layer), kept beside them where the step
@@ -686,7 +706,9 @@ mod cuda {
             let f = load_funcs(dev, &layers, &lm_head, &embed, major >= 8, hd)
                 .map_err(|e| e.to_string())?;
             let pdl = LaunchOn::new(&stream).pdl;
-            let wide = match crate::gpu::wide::wide_rows() {
+            let gpu = stream.context().name().unwrap_or_else(|_| "GPU".into());
+            let (wide_from, wide_source) = crate::gpu::wide::wide_rows_for(&gpu, cfg);
+            let wide = match wide_from {
                 Some(from) => {
                     // The matrices that share an input copied back to back: one GEMM each.
                     fn group<'a>(ms: &[&'a Mat]) -> Vec<(u64, &'a Arc<QTensor>)> {
@@ -769,6 +791,7 @@ mod cuda {
                 head: None,
                 wide,
                 wide_verify: false,
+                wide_source,
                 wide_now: false,
                 shadow,
                 shadow_stale: false,
@@ -913,10 +936,27 @@ mod cuda {
         /// The row count from which passes multiply through cuBLAS with f16 copies of the
         /// weights ([`crate::gpu::wide`]), the bytes the copies take, and whether verify passes
         /// do too; `None` where they are off or did not fit.
-        pub fn wide_products(&self) -> Option<(usize, usize, bool)> {
-            self.wide
-                .as_ref()
-                .map(|w| (w.from, w.bytes(), self.wide_verify))
+        pub fn wide_products(&self) -> Option<WideInfo> {
+            self.wide.as_ref().map(|w| WideInfo {
+                from: w.from,
+                bytes: w.bytes(),
+                verify: self.wide_verify,
+                source: self.wide_source,
+            })
+        }
+
+        /// Send passes of `from` rows and more through the wide products (a calibration's
+        /// measurements: `bench --costs --calibrate`); false where the step has none. Captured
+        /// graphs are dropped.
+        pub fn set_wide_from(&mut self, from: usize) -> bool {
+            match self.wide.as_mut() {
+                Some(w) => {
+                    w.from = from;
+                    self.graphs.clear();
+                    true
+                }
+                None => false,
+            }
         }
 
         /// Let verify passes (those reading more than one row's logits) of many rows through
@@ -1860,9 +1900,15 @@ mod cuda {
                     let f = dev
                         .get_or_load_custom_func(&name, "treespec_attention", ATT_PTX)?
                         .into_cuda_function();
-                    crate::gpu::attention::allow_wide_smem(&f, head_dim)
-                        .map_err(|e| Error::Device(format!("{name}: {e:?}")))?;
-                    Some(f)
+                    // Without its shared memory the kernel cannot run: wide passes then attend
+                    // row by row, the rest of the step unchanged.
+                    match crate::gpu::attention::allow_wide_smem(&f, head_dim) {
+                        Ok(()) => Some(f),
+                        Err(e) => {
+                            eprintln!("treespec: {name} cannot have its shared memory ({e:?})");
+                            None
+                        }
+                    }
                 }
                 _ => None,
             },
@@ -1947,9 +1993,7 @@ pub fn check_model(
     }
     // The wide path (cuBLAS on f16 copies, attention on tensor cores: `gpu::wide`), where the
     // step has copies and the prompt is wide enough: the same prompt as one verify-shaped pass.
-    if decoder.runtime().contains("cuBLAS")
-        && crate::gpu::wide::wide_rows().is_some_and(|from| n >= from)
-    {
+    if decoder.runtime().contains("cuBLAS") && decoder.wide_from().is_some_and(|from| n >= from) {
         decoder.set_wide_verify(true);
         decoder.reset();
         let wide = logits(decoder, 0, tokens);
@@ -2020,7 +2064,7 @@ pub fn check_model(
         ));
     }
     let mut line = "K/V compaction of every layer in one launch: kept rows in place".to_string();
-    let wide_rows = crate::gpu::wide::wide_rows().unwrap_or(usize::MAX);
+    let wide_rows = decoder.wide_from().unwrap_or(usize::MAX);
     if decoder.runtime().contains("cuBLAS") && wide_rows <= 64 {
         let next: Vec<u32> = tokens.iter().cycle().take(64).copied().collect();
         let from = split + kept.len();

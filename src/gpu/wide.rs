@@ -19,7 +19,8 @@
 //! included, which only verify passes use); they are made only where the GPU has that much free
 //! beside [`HEADROOM`], else the step keeps the quantised kernels for every pass.
 
-/// Rows from which a pass's products go through cuBLAS when `TREESPEC_WIDE_ROWS` does not say:
+/// Rows from which a pass's products go through cuBLAS when neither `TREESPEC_WIDE_ROWS` nor a
+/// calibration of this GPU and shape ([`crate::gpu::crossover`]) says:
 /// where they won on the H200 on both shapes measured (BENCHMARKS.md, section 27: at 32 rows a
 /// 1.5B pass 2.14 against 3.02 one-row steps, a Qwen3-8B-shaped one 2.11 against 5.21; at 16
 /// rows the quantised kernels still won on the 1.5B, on the 8B shape cuBLAS won from 8).
@@ -29,25 +30,59 @@ pub const WIDE_ROWS_DEFAULT: usize = 32;
 /// logits and candle's pool grow after the step is built.
 pub const HEADROOM: usize = 4 << 30;
 
-/// The row count from which passes use the cuBLAS products: `TREESPEC_WIDE_ROWS` (`0`: never),
-/// else [`WIDE_ROWS_DEFAULT`]. `None`: never.
-pub fn wide_rows() -> Option<usize> {
-    static ROWS: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+/// `TREESPEC_WIDE_ROWS` as set: `Some(Some(n))` from `n` rows, `Some(None)` never (`0`), `None`
+/// unset (a value that is not a number reads as unset, with a line).
+fn env_rows() -> Option<Option<usize>> {
+    static ROWS: std::sync::OnceLock<Option<Option<usize>>> = std::sync::OnceLock::new();
     *ROWS.get_or_init(|| {
-        let from = match std::env::var("TREESPEC_WIDE_ROWS") {
-            Ok(v) => match v.trim().parse::<usize>() {
-                Ok(n) => n,
-                Err(_) => {
-                    eprintln!(
-                        "treespec: TREESPEC_WIDE_ROWS={v} is not a number of rows; using {WIDE_ROWS_DEFAULT}"
-                    );
-                    WIDE_ROWS_DEFAULT
-                }
-            },
-            Err(_) => WIDE_ROWS_DEFAULT,
-        };
-        (from > 0).then_some(from)
+        let v = std::env::var("TREESPEC_WIDE_ROWS").ok()?;
+        match v.trim().parse::<usize>() {
+            Ok(n) => Some((n > 0).then_some(n)),
+            Err(_) => {
+                eprintln!("treespec: TREESPEC_WIDE_ROWS={v} is not a number of rows; ignored");
+                None
+            }
+        }
     })
+}
+
+/// Where a step's crossover came from, for its runtime line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WideSource {
+    /// `TREESPEC_WIDE_ROWS`.
+    Env,
+    /// Measured on this GPU for this shape (`bench --costs --calibrate`, [`crate::gpu::crossover`]).
+    Measured,
+    /// [`WIDE_ROWS_DEFAULT`].
+    Default,
+}
+
+impl std::fmt::Display for WideSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WideSource::Env => "TREESPEC_WIDE_ROWS",
+            WideSource::Measured => "measured here",
+            WideSource::Default => "default",
+        })
+    }
+}
+
+/// The row count from which passes use the cuBLAS products for a model shaped `cfg` on the GPU
+/// named `gpu`: `TREESPEC_WIDE_ROWS` (`0`: never), else the crossover `bench --costs
+/// --calibrate` recorded for them (none where cuBLAS lost at every size measured), else
+/// [`WIDE_ROWS_DEFAULT`]. `None`: never.
+pub fn wide_rows_for(
+    gpu: &str,
+    cfg: &crate::model::config::ModelConfig,
+) -> (Option<usize>, WideSource) {
+    if let Some(rows) = env_rows() {
+        return (rows, WideSource::Env);
+    }
+    let key = crate::gpu::crossover::key(gpu, cfg);
+    match crate::gpu::crossover::recorded_in(&crate::gpu::crossover::path(), &key) {
+        Some(cal) => (cal.from, WideSource::Measured),
+        None => (Some(WIDE_ROWS_DEFAULT), WideSource::Default),
+    }
 }
 
 /// Whether a pass of `n` rows that reads `m` rows' logits goes through the copies, passes of at

@@ -203,11 +203,12 @@ fn step_runtime(step: &mut GpuStep, high_priority: bool, tensor_cores: bool) -> 
     if step.dependent_launches() {
         products.push_str(", dependent launches");
     }
-    if let Some((from, bytes, verify)) = step.wide_products() {
-        let gb = bytes as f64 / 1e9;
-        let passes = if verify { "passes" } else { "prompt passes" };
+    if let Some(w) = step.wide_products() {
+        let gb = w.bytes as f64 / 1e9;
+        let passes = if w.verify { "passes" } else { "prompt passes" };
         products.push_str(&format!(
-            ", cuBLAS f16 for {passes} of {from}+ rows ({gb:.1} GB of copies)"
+            ", cuBLAS f16 for {passes} of {}+ rows ({}; {gb:.1} GB of copies)",
+            w.from, w.source
         ));
     }
     match high_priority.then(|| step.set_high_priority()) {
@@ -356,6 +357,17 @@ impl Decoder {
         }
     }
 
+    /// Rows from which this decoder's GPU passes go through cuBLAS (`None`: no wide products).
+    pub fn wide_from(&self) -> Option<usize> {
+        self.step.as_ref()?.wide_products().map(|w| w.from)
+    }
+
+    /// Send passes of `from` rows and more through cuBLAS, for a calibration (`bench --costs
+    /// --calibrate`); false where the decoder has no wide products.
+    pub fn set_wide_from(&mut self, from: usize) -> bool {
+        self.step.as_mut().is_some_and(|s| s.set_wide_from(from))
+    }
+
     /// Let the GPU step replay passes from CUDA graphs (the default) or launch them eagerly.
     pub fn set_cuda_graphs(&mut self, on: bool) {
         if let Some(step) = self.step.as_mut() {
@@ -448,8 +460,9 @@ impl Decoder {
         self.truncate(0);
     }
 
-    /// Of the rows from `base` on (the last block), keep those at offsets `rows`, moved to sit
-    /// right after `base`.
+    /// Of the rows from `base` on (the last block), keep those at offsets `rows` (ascending, as a
+    /// tree's accepted path and a grown tree's rows come: the GPU step's compaction in one launch
+    /// refuses any other order), moved to sit right after `base`.
     pub fn keep(&mut self, base: usize, rows: &[usize]) -> Result<()> {
         // The GPU step moves every layer's rows (and their f16 shadows) in one launch.
         if let Some(step) = self.step.as_mut() {
