@@ -1236,11 +1236,15 @@ mod cuda {
             hidden: usize,
         ) -> Result<()> {
             let rows = n.div_ceil(4) * 4;
+            // Buffers made before the crossover moved down (`set_wide_from`) may lack the f16
+            // rows a wide pass of their size needs.
+            let wants_half = |rows: usize| self.wide.as_ref().is_some_and(|w| rows >= w.from);
             if let Some(b) = &self.bufs {
                 if b.rows >= rows
                     && b.chunks >= chunks
                     && b.meta_len >= meta_len
                     && b.hidden.len() >= hidden
+                    && (b.half.is_some() || !wants_half(b.rows))
                 {
                     return Ok(());
                 }
@@ -1277,7 +1281,7 @@ mod cuda {
                 hidden: (0..hidden)
                     .map(|_| alloc(rows.min(GRAPH_MAX_ROWS) * self.h))
                     .collect::<Result<_>>()?,
-                half: match self.wide.as_ref().is_some_and(|w| rows >= w.from) {
+                half: match wants_half(rows) {
                     true => Some(s.alloc_zeros::<u16>(rows * qb * 32).map_err(driver)?),
                     false => None,
                 },
