@@ -31,7 +31,7 @@ pub fn supports(n_heads: usize, n_kv_heads: usize, head_dim: usize) -> bool {
 /// Warps per block of the wide-pass kernel (16 (row, query head) pairs each): `WARPS` of the
 /// kernels `kernels/attention.cu` instantiates. Four measured a little faster than eight on the
 /// H200 (BENCHMARKS.md, section 29).
-#[cfg(feature = "cuda")]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 const WIDE_WARPS: usize = 4;
 
 /// The kernel that attends a wide pass whole, prefix and block alike, on tensor cores, for heads
@@ -68,7 +68,7 @@ pub(crate) fn allow_wide_smem(
 /// of many rows over a long context reads its queries and writes its partials once a span, not
 /// once a chunk, and keeps a block's copies in flight while it computes; a short pass keeps every
 /// chunk its own block.
-#[cfg(feature = "cuda")]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) fn wide_span(n: usize, nh: usize, nkv: usize, chunks: usize) -> (usize, usize) {
     let tiles = (n * (nh / nkv)).div_ceil(16 * WIDE_WARPS) * nkv;
     let mut span = 1;
@@ -80,7 +80,7 @@ pub(crate) fn wide_span(n: usize, nh: usize, nkv: usize, chunks: usize) -> (usiz
 
 /// Blocks the wide kernel's grid keeps when it lengthens spans: three a multiprocessor of an
 /// H200 (132), what its shared memory holds at once.
-#[cfg(feature = "cuda")]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 const WIDE_BLOCKS: usize = 396;
 
 /// The wide kernel's launch for `n` rows of heads of `hd` in `slots` spans of chunks of cache
@@ -694,6 +694,28 @@ mod tests {
         let mut report = vec![];
         selftest(&Device::Cpu, &mut crate::gpu::Uniform(3), &mut report).unwrap();
         assert_eq!(report.len(), 5);
+    }
+
+    /// Spans stay within the kernel's `WM_SPAN_MAX` (4) and cover every chunk; a short pass keeps a
+    /// block a chunk, a long one over a long context takes four.
+    #[test]
+    fn wide_spans_cover_every_chunk_and_grow_only_with_the_grid() {
+        for (nh, nkv) in [(12usize, 2usize), (32, 8), (9, 3), (4, 4)] {
+            for n in [1usize, 32, 64, 256, 1024, 3861] {
+                for chunks in [1usize, 2, 4, 8, 16, 32, 64, 256] {
+                    let (span, slots) = wide_span(n, nh, nkv, chunks);
+                    assert!(
+                        [1, 2, 4].contains(&span),
+                        "{n} rows, {chunks} chunks: span {span}"
+                    );
+                    assert_eq!(slots, chunks.div_ceil(span));
+                    assert!(slots * span >= chunks && (slots - 1) * span < chunks);
+                }
+            }
+        }
+        assert_eq!(wide_span(32, 12, 2, 4), (1, 4));
+        assert_eq!(wide_span(256, 12, 2, 64).0, 4);
+        assert_eq!(wide_span(1024, 12, 2, 16).0, 4);
     }
 
     #[test]
