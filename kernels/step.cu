@@ -108,6 +108,17 @@ extern "C" __global__ void norm_q8(float *__restrict__ x, const float *__restric
   }
 }
 
+// A K or V pair (a, b) at elements i0, i1 of the cache row at `at`, and in its f16 shadow if any.
+__device__ __forceinline__ void store_kv(float *__restrict__ cache, __half *__restrict__ shadow,
+                                         size_t at, int i0, int i1, float a, float b) {
+  cache[at + i0] = a;
+  cache[at + i1] = b;
+  if (shadow != nullptr) {
+    shadow[at + i0] = __float2half_rn(a);
+    shadow[at + i1] = __float2half_rn(b);
+  }
+}
+
 // Grid: (n rows, nh + 2 * nkv heads); block hd / 2 threads (one rotation pair each).
 // proj[r] = [q heads | k heads | v heads] (row stride `stride`); bias, q_norm, k_norm optional.
 // k16 / v16 (optional): the cache's f16 shadow (same layout), which wide passes' attention reads.
@@ -143,13 +154,7 @@ extern "C" __global__ void qkv_rope(const float *__restrict__ proj, int stride,
   const unsigned int slot = slots[r];
   if (!is_q && !is_k) {
     const int g = head - nh - nkv;
-    const size_t at = (size_t)g * kv_stride + (size_t)slot * hd;
-    v_cache[at + i0] = a;
-    v_cache[at + i1] = b;
-    if (v16 != nullptr) {
-      v16[at + i0] = __float2half_rn(a);
-      v16[at + i1] = __float2half_rn(b);
-    }
+    store_kv(v_cache, v16, (size_t)g * kv_stride + (size_t)slot * hd, i0, i1, a, b);
     return;
   }
   const float *norm = is_q ? q_norm : k_norm;
@@ -170,13 +175,7 @@ extern "C" __global__ void qkv_rope(const float *__restrict__ proj, int stride,
     dst[i1] = rb;
   } else {
     const int g = head - nh;
-    const size_t at = (size_t)g * kv_stride + (size_t)slot * hd;
-    k_cache[at + i0] = ra;
-    k_cache[at + i1] = rb;
-    if (k16 != nullptr) {
-      k16[at + i0] = __float2half_rn(ra);
-      k16[at + i1] = __float2half_rn(rb);
-    }
+    store_kv(k_cache, k16, (size_t)g * kv_stride + (size_t)slot * hd, i0, i1, ra, rb);
   }
 }
 
