@@ -8,10 +8,11 @@
 //! Every kernel of the default path is batch-invariant (`kernels/step.cu`, `kernels/mmvq.cu`,
 //! `kernels/mmtc.cu`, `kernels/attention.cu`; not the wide passes' cuBLAS products and
 //! tensor-core attention over the caches' f16 shadows, [`crate::gpu::wide`], which take a
-//! prompt's passes of many rows, and verify passes only with `--wide-verify`): a row's values never depend on how many rows the pass holds, so a
-//! verify pass of any size gives each row bit for bit what a one-row decoding step gives it, and
-//! the quantised products take all rows in one launch (chunks of four activation rows, or 8-row
-//! tensor-core tiles, along the grid) instead of one launch per four rows. A target's Q4_K /
+//! prompt's passes of many rows, and verify passes only with `--wide-verify`): a row's values
+//! never depend on how many rows the pass holds, so a verify pass of any size gives each row bit
+//! for bit what a one-row decoding step gives it, and the quantised products take all rows in
+//! one launch (chunks of four activation rows, or 8-row tensor-core tiles, along the grid)
+//! instead of one launch per four rows. A target's Q4_K /
 //! Q6_K products run on tensor cores for passes of several rows and on a one-row kernel that
 //! sums in the same order ([`tensor_cores_for`]); the rest on dp4a. q/k/v and gate/up run
 //! stacked in one launch where they share a format and kernel. On sm_90 and later (with a build
@@ -974,8 +975,8 @@ mod cuda {
         /// moved to `base, base + 1, ...`: K and V of every layer and their f16 shadows, in one
         /// launch (`kv_keep`) on candle's stream. The caller sets the caches' lengths.
         pub fn keep(&mut self, base: usize, rows: &[usize]) -> Result<()> {
-            if rows.iter().enumerate().all(|(i, &r)| i == r) {
-                return Ok(()); // already in place
+            if crate::model::kv_cache::KvCache::in_place(rows) {
+                return Ok(());
             }
             if rows.windows(2).any(|w| w[0] >= w[1]) {
                 return Err(Error::InvalidArgument("keep: rows must ascend".into()));

@@ -102,11 +102,16 @@ impl KvCache {
         self.keep_indexed(base, rows, idx.as_ref())
     }
 
+    /// Whether a keep of the offsets `rows` moves nothing (they are 0, 1, 2, ...).
+    pub fn in_place(rows: &[usize]) -> bool {
+        rows.iter().enumerate().all(|(i, &r)| i == r)
+    }
+
     /// The cache positions [`Self::keep`] gathers (`base + r` for each offset `r`), as a tensor
     /// on `device`; `None` where the rows kept are already in place (`rows` is 0, 1, 2, ...).
     /// Built once, it serves every layer's cache ([`Self::keep_indexed`]).
     pub fn keep_index(base: usize, rows: &[usize], device: &Device) -> Result<Option<Tensor>> {
-        if rows.iter().enumerate().all(|(i, &r)| i == r) {
+        if Self::in_place(rows) {
             return Ok(None);
         }
         let position = |r: usize| {

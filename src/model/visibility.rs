@@ -143,12 +143,6 @@ impl VisibleKeys {
         extra.last().copied().or(lead.checked_sub(1))
     }
 
-    /// The smallest lead of any row: cache rows `0..min_lead()` are seen by every row, in rank
-    /// order (0 with no rows).
-    pub fn min_lead(&self) -> usize {
-        self.rows.iter().map(|(lead, _)| *lead).min().unwrap_or(0)
-    }
-
     /// Width of a packed row: lead, extra count, and the longest extra list.
     pub fn width(&self) -> usize {
         2 + self.rows.iter().map(|(_, e)| e.len()).max().unwrap_or(0)
@@ -232,10 +226,6 @@ mod tests {
         );
         assert_eq!(v.keys(1).collect::<Vec<_>>(), (0..12).collect::<Vec<_>>());
         assert_eq!(v.width(), 4);
-        // Every node sees the prefix and the root in a line: the part wide passes share.
-        assert_eq!(v.min_lead(), 11);
-        assert_eq!(VisibleKeys::causal(5, 300).min_lead(), 301);
-        assert_eq!(VisibleKeys::causal(0, 300).min_lead(), 0);
     }
 
     #[test]
