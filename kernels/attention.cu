@@ -173,7 +173,7 @@ extern "C" __global__ void attention_chunk_f32(
 extern "C" __global__ void attention_combine_f32(
     const float *__restrict__ part,         // [n, nh, chunks, hd + 2]
     const unsigned int *__restrict__ keys,  // [n, width]
-    float *__restrict__ out,                // [n, nh * hd]
+    float *__restrict__ out,                // [n, nh * hd]; null: only the rows below
     int n, int nh, int hd, int width, int chunks,
     void *__restrict__ q8, int qblocks,  // optional: out also as Q8_1 rows of qblocks
     int all,    // 1: every chunk holds a partial (attention_wide_mma's, by cache row; empty
@@ -206,7 +206,7 @@ extern "C" __global__ void attention_combine_f32(
       acc += pc[2 + d] * expf(pc[0] - m);
     }
     const float o = count > 0 ? acc / l : 0.f;
-    out[(size_t)i * nh * hd + (size_t)h * hd + d] = o;
+    if (out != nullptr) out[(size_t)i * nh * hd + (size_t)h * hd + d] = o;
     if (f16 != nullptr) f16[(size_t)i * nh * hd + (size_t)h * hd + d] = __float2half_rn(o);
     if (q8 != nullptr) {
       // hd is a multiple of 32 and the block has hd threads: each warp quantises its 32 values

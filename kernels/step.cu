@@ -76,7 +76,8 @@ __device__ __forceinline__ float block_sum(float v, float *scratch) {
 // then q8[slot] = Q8_1(x[r] / rms(x[r]) * w) with slot = slots ? slots[r] : r (negative: skip):
 // `qblocks` blocks at q8 + slot * stride (stride > qblocks: one part of a wider row, an MTP head's
 // concatenated input). With `f16` set (a wide pass's layers: src/gpu/wide.rs), the normed row also
-// as h halves at f16 + slot * h, the input of the cuBLAS product, which then needs no conversion.
+// as h halves at f16 + slot * h, the input of the cuBLAS product, which then needs no conversion;
+// then q8 may be null (the product reads only the halves).
 extern "C" __global__ void norm_q8(float *__restrict__ x, const float *__restrict__ delta,
                                    const float *__restrict__ w, const int *__restrict__ slots,
                                    block_q8_1_t *__restrict__ q8, int h, int qblocks, int stride,
@@ -99,11 +100,10 @@ extern "C" __global__ void norm_q8(float *__restrict__ x, const float *__restric
   if (slot < 0) return;
   const float inv = rsqrtf(total / (float)h + eps);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  block_q8_1_t *out = q8 + (size_t)slot * stride;
   for (int b = warp; b < qblocks; b += warps) {
     const int i = b * QK8_1 + lane;
     const float v = i < h ? xr[i] * inv * w[i] : 0.f;
-    warp_quantize(v, out + b, lane);
+    if (q8 != nullptr) warp_quantize(v, q8 + (size_t)slot * stride + b, lane);
     if (f16 != nullptr && i < h) f16[(size_t)slot * h + i] = __float2half_rn(v);
   }
 }
@@ -181,11 +181,14 @@ extern "C" __global__ void qkv_rope(const float *__restrict__ proj, int stride,
 
 // Grid: (n rows, ceil(qblocks / (8 * SILU_BLOCKS))); block STEP_THREADS (8 warps, SILU_BLOCKS
 // Q8_1 blocks each, their loads issued together). gu[r] = [gate (ffn) | up (ffn)] with row
-// stride `stride`. With `f16` set, the row also as ffn halves at f16 + r * ffn (as norm_q8).
+// stride `stride`. With `f16` set, the row also as ffn halves at f16 + r * ffn (as norm_q8), and
+// q8 may be null. With `gu16` set (a wide pass, whose gate/up product wrote halves), gate and up
+// are read from it instead of gu, same layout in halves.
 #define SILU_BLOCKS 4
 extern "C" __global__ void silu_mul_q8(const float *__restrict__ gu, int stride, int ffn,
                                        block_q8_1_t *__restrict__ q8, int qblocks,
-                                       __half *__restrict__ f16) {
+                                       __half *__restrict__ f16,
+                                       const __half *__restrict__ gu16) {
   pdl_enter();
   const int r = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -195,8 +198,14 @@ extern "C" __global__ void silu_mul_q8(const float *__restrict__ gu, int stride,
   for (int k = 0; k < SILU_BLOCKS; ++k) {
     const int i = (b0 + k) * QK8_1 + lane;
     const bool in = b0 + k < qblocks && i < ffn;
-    g[k] = in ? gu[(size_t)r * stride + i] : 0.f;
-    u[k] = in ? gu[(size_t)r * stride + ffn + i] : 0.f;
+    const size_t at = (size_t)r * stride + i;
+    if (gu16 != nullptr) {
+      g[k] = in ? __half2float(gu16[at]) : 0.f;
+      u[k] = in ? __half2float(gu16[at + ffn]) : 0.f;
+    } else {
+      g[k] = in ? gu[at] : 0.f;
+      u[k] = in ? gu[at + ffn] : 0.f;
+    }
   }
 #pragma unroll
   for (int k = 0; k < SILU_BLOCKS; ++k) {
@@ -208,7 +217,7 @@ extern "C" __global__ void silu_mul_q8(const float *__restrict__ gu, int stride,
       v = g[k] / (1.0f + expf(-g[k])) * u[k];
       if (f16 != nullptr) f16[(size_t)r * ffn + i] = __float2half_rn(v);
     }
-    warp_quantize(v, q8 + (size_t)r * qblocks + b, lane);
+    if (q8 != nullptr) warp_quantize(v, q8 + (size_t)r * qblocks + b, lane);
   }
 }
 

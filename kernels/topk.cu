@@ -235,3 +235,168 @@ extern "C" __global__ void row_argmax_f32(const float *__restrict__ logits, int 
   tree_best(sv, si, tid, ARGMAX_THREADS);
   if (tid == 0) out[row] = si[0] < cols ? (unsigned int)si[0] : 0u;
 }
+
+// Per-row top-k for k above TOPK_MAX (a DDTree's K = B per depth, up to the whole row): one block
+// of SELECT_THREADS per row finds the k-th largest value by a radix select on order-preserving
+// keys (three passes of 11, 11 and 10 bits, histograms in shared memory), then writes the k
+// winners in index order (those above the threshold, then the lowest-index ones equal to it):
+// out[row] = k ids, k values (f32 bits), the logsumexp (f32 bits, summed in f64 as above). The
+// host sorts each row's k winners (larger value, then lower index) and subtracts the logsumexp
+// (src/gpu/topk.rs), which is the order and arithmetic of the CPU reference.
+#define SELECT_THREADS 1024
+#define SELECT_BINS 2048
+
+__device__ __forceinline__ unsigned int order_key(float v) {
+  if (v != v) v = -INFINITY;  // NaN ranks with -inf
+  const unsigned int u = __float_as_uint(v);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Exclusive prefix sum of one int per thread over the block, in thread order; every thread gets
+// its offset and the total (scratch: SELECT_THREADS / 32 + 1 ints).
+__device__ __forceinline__ int block_exclusive_scan(int v, int *scratch, int *total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int x = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffff, x, o, 32);
+    if (lane >= o) x += y;
+  }
+  if (lane == 31) scratch[warp] = x;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int run = 0;
+    for (int w = 0; w < SELECT_THREADS / 32; ++w) {
+      const int t = scratch[w];
+      scratch[w] = run;
+      run += t;
+    }
+    scratch[SELECT_THREADS / 32] = run;
+  }
+  __syncthreads();
+  const int off = scratch[warp] + x - v;
+  *total = scratch[SELECT_THREADS / 32];
+  __syncthreads();
+  return off;
+}
+
+extern "C" __global__ void row_select_f32(const float *__restrict__ logits, int cols, int k,
+                                          unsigned int *__restrict__ out) {
+  __shared__ unsigned int hist[SELECT_BINS];
+  __shared__ float s_f[SELECT_THREADS];
+  __shared__ double s_d[SELECT_THREADS];
+  __shared__ int scan[SELECT_THREADS / 32 + 1];
+  __shared__ unsigned int s_bin;
+  __shared__ int s_want;
+  const int row = blockIdx.x;
+  const int tid = threadIdx.x;
+  const float *x = logits + (size_t)row * cols;
+
+  // The logsumexp: the row's maximum, then sum(exp(x - max)) in f64, both by fixed trees.
+  float m = -INFINITY;
+  for (int j = tid; j < cols; j += SELECT_THREADS) {
+    const float v = x[j];
+    if (v == v) m = fmaxf(m, v);
+  }
+  s_f[tid] = m;
+  __syncthreads();
+  for (int w = SELECT_THREADS / 2; w > 0; w >>= 1) {
+    if (tid < w) s_f[tid] = fmaxf(s_f[tid], s_f[tid + w]);
+    __syncthreads();
+  }
+  const float mx = s_f[0];
+  double acc = 0.0;
+  if (mx > -INFINITY) {
+    for (int j = tid; j < cols; j += SELECT_THREADS) {
+      const float v = x[j];
+      if (v == v) acc += exp((double)v - (double)mx);
+    }
+  }
+  s_d[tid] = acc;
+  __syncthreads();
+  for (int w = SELECT_THREADS / 2; w > 0; w >>= 1) {
+    if (tid < w) s_d[tid] += s_d[tid + w];
+    __syncthreads();
+  }
+  const float lse = (float)((double)mx + log(s_d[0]));
+
+  // Radix select: the k-th largest key, digit by digit from the top.
+  unsigned int prefix = 0, pmask = 0;
+  int want = k;  // rank (from 1) of the k-th largest among the keys matching prefix
+  const int shifts[3] = {21, 10, 0};
+  const int widths[3] = {11, 11, 10};
+  for (int pass = 0; pass < 3; ++pass) {
+    const int shift = shifts[pass];
+    const unsigned int bins = 1u << widths[pass];
+    for (unsigned int b = tid; b < bins; b += SELECT_THREADS) hist[b] = 0;
+    __syncthreads();
+    for (int j = tid; j < cols; j += SELECT_THREADS) {
+      const unsigned int key = order_key(x[j]);
+      if ((key & pmask) == prefix) atomicAdd(&hist[(key >> shift) & (bins - 1)], 1u);
+    }
+    __syncthreads();
+    // Warp 0 finds the bin holding the want-th largest: each lane sums its run of bins from
+    // the top, a suffix scan over the lanes, then the lane holding the boundary walks its run.
+    if (tid < 32) {
+      const unsigned int per = bins / 32;
+      const unsigned int hi = bins - (unsigned int)tid * per;  // lane 0: the top run
+      unsigned int sum = 0;
+      for (unsigned int b = hi - per; b < hi; ++b) sum += hist[b];
+      unsigned int incl = sum;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const unsigned int y = __shfl_up_sync(0xffffffff, incl, o, 32);
+        if (tid >= o) incl += y;
+      }
+      const unsigned int before = incl - sum;  // keys in the runs above this lane's
+      if (before < (unsigned int)want && (unsigned int)want <= incl) {
+        unsigned int run = before;
+        for (unsigned int b = hi; b-- > hi - per;) {
+          if (run + hist[b] >= (unsigned int)want) {
+            s_bin = b;
+            s_want = want - (int)run;
+            break;
+          }
+          run += hist[b];
+        }
+      }
+    }
+    __syncthreads();
+    prefix |= s_bin << shift;
+    pmask |= (bins - 1) << shift;
+    want = s_want;
+    __syncthreads();
+  }
+  const unsigned int thr = prefix;
+  const int take_eq = want;  // keys equal to the threshold to take, lowest index first
+
+  // The winners in index order: each thread a contiguous segment of the row.
+  const int seg = (cols + SELECT_THREADS - 1) / SELECT_THREADS;
+  const int lo = min(cols, tid * seg), hi = min(cols, lo + seg);
+  int gt = 0, eq = 0;
+  for (int j = lo; j < hi; ++j) {
+    const unsigned int key = order_key(x[j]);
+    gt += key > thr;
+    eq += key == thr;
+  }
+  int gt_total, eq_total;
+  int gt_at = block_exclusive_scan(gt, scan, &gt_total);
+  int eq_at = block_exclusive_scan(eq, scan, &eq_total);
+  unsigned int *o = out + (size_t)row * (2 * k + 1);
+  for (int j = lo; j < hi; ++j) {
+    const float v = x[j];
+    const unsigned int key = order_key(v);
+    int slot = -1;
+    if (key > thr) {
+      slot = gt_at++;
+    } else if (key == thr) {
+      if (eq_at < take_eq) slot = gt_total + eq_at;
+      ++eq_at;
+    }
+    if (slot >= 0) {
+      o[slot] = (unsigned int)j;
+      o[k + slot] = __float_as_uint(v == v ? v : -INFINITY);
+    }
+  }
+  if (tid == 0) o[2 * k] = __float_as_uint(lse);
+}

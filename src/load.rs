@@ -72,23 +72,11 @@ pub fn load_drafter(
             return Ok(Box::new(MtpDrafter::new(head, cfg, head_name())));
         }
     }
-    let path = model_path(spec)?;
-    if let ModelFiles::Checkpoint(dir) = source::resolve(&path)? {
-        let cfg_path = dir.join("config.json");
-        let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::io(&cfg_path, e))?;
-        let config: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| Error::BadCheckpoint {
-                path: cfg_path.clone(),
-                reason: format!("config.json is not valid JSON: {e}"),
-            })?;
-        if crate::draft::dflash::is_dflash_config(&config) {
-            on_target();
-            let context = target.decoder.context();
-            let mut d = DFlashDrafter::load_dir(&dir, &opts.device, context, !opts.exact)?;
-            d.set_name(ModelFiles::Checkpoint(dir).display_name());
-            return Ok(Box::new(d));
-        }
+    if let Some(dir) = dflash_dir(spec)? {
+        on_target();
+        return Ok(Box::new(load_dflash(&dir, target, opts)?));
     }
+    let path = model_path(spec)?;
     // Its own GPU, or its own stream of the target's: it drafts while the target verifies.
     let device = match &opts.drafter_device {
         Some(device) => device.clone(),
@@ -106,6 +94,35 @@ pub fn load_drafter(
         d.decoder.set_high_priority();
     }
     Ok(Box::new(CausalDrafter::new(d.decoder, d.name)))
+}
+
+/// The checkpoint directory `spec` names when it holds a DFlash drafter (recognised by its
+/// `config.json`), else `None`.
+pub fn dflash_dir(spec: &str) -> Result<Option<std::path::PathBuf>> {
+    let path = model_path(spec)?;
+    let ModelFiles::Checkpoint(dir) = source::resolve(&path)? else {
+        return Ok(None);
+    };
+    let cfg_path = dir.join("config.json");
+    let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::io(&cfg_path, e))?;
+    let config: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| Error::BadCheckpoint {
+            path: cfg_path.clone(),
+            reason: format!("config.json is not valid JSON: {e}"),
+        })?;
+    Ok(crate::draft::dflash::is_dflash_config(&config).then_some(dir))
+}
+
+/// The DFlash drafter in `dir` for `target`, on the target's device.
+pub fn load_dflash(
+    dir: &std::path::Path,
+    target: &LoadedModel,
+    opts: &LoadOptions,
+) -> Result<DFlashDrafter> {
+    let context = target.decoder.context();
+    let mut d = DFlashDrafter::load_dir(dir, &opts.device, context, !opts.exact)?;
+    d.set_name(ModelFiles::Checkpoint(dir.to_path_buf()).display_name());
+    Ok(d)
 }
 
 /// The text side of the target: what turns messages into ids and ids into text.

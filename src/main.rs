@@ -6,6 +6,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use treespec::bench::{self, BenchConfig};
+use treespec::draft::Drafter;
 use treespec::engine::{Engine, Mode, Settings, DEFAULT_BUDGET, DEFAULT_DEPTH, DEFAULT_GAMMA};
 use treespec::generate::generate;
 use treespec::load::{self, TextSide};
@@ -157,12 +158,16 @@ struct SynthArgs {
     /// The shape: qwen2.5-1.5b, qwen2.5-0.5b or qwen3-8b.
     #[arg(long)]
     shape: String,
-    /// The GGUF file to write.
+    /// The GGUF file to write (with --dflash: the directory).
     #[arg(long)]
     out: PathBuf,
     /// Seed of the random bytes.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Write a DFlash drafter for a target of this shape instead (shaped like z-lab's: five
+    /// Qwen3 layers of the target's width, blocks of 16; bf16 safetensors in a directory).
+    #[arg(long)]
+    dflash: bool,
 }
 
 #[derive(Args)]
@@ -195,9 +200,10 @@ struct RuntimeArgs {
     /// Dequantise every weight to f32 (slow; for exact comparisons between modes).
     #[arg(long)]
     exact: bool,
-    /// On a GPU, verify passes of 32+ rows (big trees) through cuBLAS on f16 copies of the
-    /// weights: several times faster, but exact to `ar` only up to f16's rounding (a prompt's
-    /// passes take this path either way; TREESPEC_WIDE_ROWS sets the rows, 0 turns it off).
+    /// On a GPU, verify passes of 16+ rows (big trees; a calibration's crossover where `bench
+    /// --costs --calibrate` measured one) through cuBLAS on f16 copies of the weights: several
+    /// times faster, but exact to `ar` only up to f16's rounding (a prompt's passes take this
+    /// path either way; TREESPEC_WIDE_ROWS sets the rows, 0 turns it off).
     #[arg(long)]
     wide_verify: bool,
 }
@@ -433,8 +439,8 @@ struct ChatArgs {
     /// Dequantise every weight to f32.
     #[arg(long)]
     exact: bool,
-    /// On a GPU, verify big trees (32+ rows) through cuBLAS: faster, exact to `ar` only up to
-    /// f16's rounding.
+    /// On a GPU, verify big trees (16+ rows, or the calibrated crossover) through cuBLAS:
+    /// faster, exact to `ar` only up to f16's rounding.
     #[arg(long)]
     wide_verify: bool,
     /// Show the interface with a scripted engine and no model.
@@ -578,6 +584,9 @@ fn run_costs(a: &BenchArgs) -> anyhow::Result<()> {
     if a.calibrate {
         return calibrate_wide(&mut t, &a.runtime.device, prefix);
     }
+    if let Some(dir) = load::dflash_dir(&a.drafter)? {
+        return dflash_costs(a, &mut t, &dir, &opts);
+    }
     // As a drafter runs (`load::load_drafter`): its products on dp4a unless told otherwise.
     let as_drafter = LoadOptions {
         tensor_cores: treespec::gpu::step::tensor_cores_for(true),
@@ -605,6 +614,42 @@ fn run_costs(a: &BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `bench --costs` with a DFlash drafter: the target's decode step and verify passes, then a
+/// DDTree round's pieces with that drafter (`bench::measure_dflash_costs`).
+fn dflash_costs(
+    a: &BenchArgs,
+    t: &mut treespec::model::LoadedModel,
+    dir: &std::path::Path,
+    opts: &LoadOptions,
+) -> anyhow::Result<()> {
+    let mut d = load::load_dflash(dir, t, opts)?;
+    let prefix = a.cost_prefix;
+    let mut rows = bench::measure_costs(&mut t.decoder, None, prefix, &a.cost_rows, 7)?;
+    let step = rows.first().map_or(1.0, |r| r.ms);
+    rows.extend(bench::measure_dflash_costs(
+        &mut t.decoder,
+        &mut d,
+        prefix,
+        &a.cost_rows,
+        (step, 7),
+    )?);
+    println!(
+        "target {} ({}), DFlash drafter {} ({} layers, blocks of {}), device {}, context {prefix} tokens, rounds committing {} positions\n",
+        t.name,
+        t.decoder.runtime(),
+        d.name(),
+        d.config().model.n_layers,
+        d.config().block_size,
+        a.runtime.device,
+        bench::ROUND_COMMITS
+    );
+    println!("{}", bench::costs_markdown(&rows));
+    if let Some(path) = &a.json {
+        std::fs::write(path, serde_json::to_string_pretty(&rows)?)?;
+    }
+    Ok(())
+}
+
 /// `bench --costs --calibrate`: verify passes of 4 to 64 rows timed through the quantised kernels
 /// and through cuBLAS after `prefix` tokens, the crossover chosen from them recorded for this GPU
 /// and the target's shape (`gpu::crossover`).
@@ -620,7 +665,7 @@ fn calibrate_wide(
     };
     if !t.decoder.set_wide_from(usize::MAX) {
         anyhow::bail!(
-            "--calibrate: {} has no cuBLAS products on this GPU (TREESPEC_WIDE_ROWS=0, no room for              the f16 copies, or a calibration found they never win: TREESPEC_WIDE_ROWS=1 measures again)",
+            "--calibrate: {} has no cuBLAS products on this GPU (TREESPEC_WIDE_ROWS=0, no room for the f16 copies, or a calibration found they never win: TREESPEC_WIDE_ROWS=1 measures again)",
             t.name
         );
     }
@@ -973,6 +1018,18 @@ fn main() -> ExitCode {
 
 fn run_synth(a: SynthArgs) -> anyhow::Result<()> {
     let shape = treespec::synth::shape(&a.shape)?;
+    if a.dflash {
+        treespec::synth::write_dflash(&shape, &a.out, a.seed)?;
+        println!(
+            "wrote {} (a random DFlash drafter for a {} target: {} layers of hidden {}, blocks of {}; for timing only)",
+            a.out.display(),
+            shape.name,
+            treespec::synth::DFLASH_LAYERS,
+            shape.hidden,
+            treespec::synth::DFLASH_BLOCK
+        );
+        return Ok(());
+    }
     treespec::synth::write(&shape, &a.out, a.seed)?;
     println!(
         "wrote {} (random {}-shaped weights: {} layers, hidden {}, vocabulary {}; for timing only)",

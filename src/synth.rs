@@ -310,3 +310,84 @@ pub fn write(shape: &Shape, path: &Path, seed: u64) -> Result<()> {
     md.extend(tokenizer_metadata(&tokens, 256..specials, 257));
     crate::model::weights::write_gguf(path, &md, &tensors)
 }
+
+/// Decoder layers of a synthetic DFlash drafter: z-lab's Qwen3 drafters have five.
+pub const DFLASH_LAYERS: usize = 5;
+
+/// Block size of a synthetic DFlash drafter (z-lab's `-b16` checkpoints).
+pub const DFLASH_BLOCK: usize = 16;
+
+/// Write a random-weight DFlash drafter for a target of `shape` into the directory `dir`
+/// (`config.json` and `model.safetensors`, z-lab's layout and bf16 weights): [`DFLASH_LAYERS`]
+/// Qwen3 layers of the target's width, heads and MLP, blocks of [`DFLASH_BLOCK`], reading the
+/// target layers the reference picks for it (`default_target_layer_ids`), the last id of the
+/// vocabulary as the mask token. For timing a drafter pass of the paper's setting; it drafts
+/// noise.
+pub fn write_dflash(shape: &Shape, dir: &Path, seed: u64) -> Result<()> {
+    let (h, hd, ffn) = (shape.hidden, shape.head_dim, shape.ffn);
+    let (q_out, kv_out) = (shape.heads * hd, shape.kv_heads * hd);
+    let taps = crate::draft::dflash::default_target_layer_ids(shape.layers, DFLASH_LAYERS);
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let config = serde_json::json!({
+        "architectures": ["DFlashDraftModel"],
+        "model_type": "qwen3",
+        "vocab_size": shape.vocab,
+        "hidden_size": h,
+        "intermediate_size": ffn,
+        "num_hidden_layers": DFLASH_LAYERS,
+        "num_attention_heads": shape.heads,
+        "num_key_value_heads": shape.kv_heads,
+        "head_dim": hd,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1_000_000.0,
+        "max_position_embeddings": 32_768,
+        "tie_word_embeddings": false,
+        "attention_bias": false,
+        "block_size": DFLASH_BLOCK,
+        "num_target_layers": shape.layers,
+        "dflash_config": {
+            "target_layer_ids": taps,
+            "mask_token_id": shape.vocab - 1
+        }
+    });
+    let config_path = dir.join("config.json");
+    std::fs::write(&config_path, config.to_string()).map_err(|e| Error::io(&config_path, e))?;
+    let mut rng = Rng(seed | 1);
+    let cpu = Device::Cpu;
+    // Matrices of about 1/sqrt(cols), norm weights about 1.
+    let mut tensor = |dims: &[usize], scale: f32, centre: f32| {
+        let n: usize = dims.iter().product();
+        let values: Vec<half::bf16> = (0..n)
+            .map(|_| {
+                let u = (rng.next() >> 40) as f32 / (1u64 << 24) as f32;
+                half::bf16::from_f32(centre + scale * (2.0 * u - 1.0))
+            })
+            .collect();
+        candle_core::Tensor::from_vec(values, dims, &cpu)
+    };
+    let w = |cols: usize| 1.0 / (cols as f32).sqrt();
+    let mut m = std::collections::HashMap::new();
+    m.insert(
+        "fc.weight".into(),
+        tensor(&[h, h * taps.len()], w(h * taps.len()), 0.0)?,
+    );
+    m.insert("hidden_norm.weight".into(), tensor(&[h], 0.05, 1.0)?);
+    m.insert("norm.weight".into(), tensor(&[h], 0.05, 1.0)?);
+    for i in 0..DFLASH_LAYERS {
+        let p = |s: &str| format!("layers.{i}.{s}.weight");
+        m.insert(p("input_layernorm"), tensor(&[h], 0.05, 1.0)?);
+        m.insert(p("post_attention_layernorm"), tensor(&[h], 0.05, 1.0)?);
+        m.insert(p("self_attn.q_proj"), tensor(&[q_out, h], w(h), 0.0)?);
+        m.insert(p("self_attn.k_proj"), tensor(&[kv_out, h], w(h), 0.0)?);
+        m.insert(p("self_attn.v_proj"), tensor(&[kv_out, h], w(h), 0.0)?);
+        m.insert(p("self_attn.o_proj"), tensor(&[h, q_out], w(q_out), 0.0)?);
+        m.insert(p("self_attn.q_norm"), tensor(&[hd], 0.05, 1.0)?);
+        m.insert(p("self_attn.k_norm"), tensor(&[hd], 0.05, 1.0)?);
+        m.insert(p("mlp.gate_proj"), tensor(&[ffn, h], w(h), 0.0)?);
+        m.insert(p("mlp.up_proj"), tensor(&[ffn, h], w(h), 0.0)?);
+        m.insert(p("mlp.down_proj"), tensor(&[h, ffn], w(ffn), 0.0)?);
+    }
+    let path = dir.join("model.safetensors");
+    candle_core::safetensors::save(&m, &path)?;
+    Ok(())
+}

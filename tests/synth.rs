@@ -93,3 +93,36 @@ fn unknown_shapes_are_refused_with_the_known_ones() {
     );
     assert_eq!(synth::shape("qwen2.5-1.5b").unwrap().layers, 28);
 }
+
+#[test]
+fn a_synthetic_dflash_drafter_loads_and_a_round_is_timed_piece_by_piece() {
+    let dir = tempfile::tempdir().unwrap();
+    let shape = tiny(Family::Qwen3, false);
+    let target_path = dir.path().join("t.gguf");
+    synth::write(&shape, &target_path, 3).unwrap();
+    let drafter_dir = dir.path().join("dflash");
+    synth::write_dflash(&shape, &drafter_dir, 3).unwrap();
+    let opts = LoadOptions {
+        context: 256,
+        ..LoadOptions::default()
+    };
+    let mut t = treespec::model::load(target_path.to_str().unwrap(), &opts).unwrap();
+    let found = treespec::load::dflash_dir(drafter_dir.to_str().unwrap()).unwrap();
+    assert_eq!(found.as_deref(), Some(drafter_dir.as_path()));
+    let mut d = treespec::load::load_dflash(&drafter_dir, &t, &opts).unwrap();
+    let cfg = d.config().clone();
+    assert_eq!(cfg.model.n_layers, synth::DFLASH_LAYERS);
+    assert_eq!(cfg.block_size, synth::DFLASH_BLOCK);
+    assert_eq!(cfg.target_layer_ids.len(), synth::DFLASH_LAYERS);
+    assert!(cfg.target_layer_ids.iter().all(|&l| l < shape.layers));
+    let rows = treespec::bench::measure_dflash_costs(&mut t.decoder, &mut d, 16, &[1, 8], (1.0, 1))
+        .unwrap();
+    // The drafter pass, then five rows for the tree of 8 (a tree of one row has no nodes).
+    assert_eq!(rows.len(), 6, "{rows:?}");
+    assert_eq!(rows[0].rows, synth::DFLASH_BLOCK);
+    assert!(rows.iter().all(|r| r.ms.is_finite() && r.ms >= 0.0));
+    let sum: f64 = rows[..5].iter().map(|r| r.ms).sum();
+    assert!((rows[5].ms - sum).abs() < 1e-9, "{rows:?}");
+    // A deep tree: its accepted path holds ROUND_COMMITS nodes or the whole depth.
+    assert!(rows[4].what.contains("-node path"), "{}", rows[4].what);
+}

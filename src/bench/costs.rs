@@ -172,6 +172,190 @@ pub fn measure_costs(
     Ok(rows)
 }
 
+/// Positions a DDTree round commits in [`measure_dflash_costs`] (their features are the drafter's
+/// new context each round): the paper's tau of 10.7 on Qwen3-8B, rounded.
+pub const ROUND_COMMITS: usize = 11;
+
+/// Factor on the drafter's logits before the top-K in [`measure_dflash_costs`].
+const SHARPEN: f64 = 30.0;
+
+/// Time a DDTree round with a DFlash drafter after a `prefix`-token context, piece by piece, for
+/// trees of `sizes` rows (the root and B = rows - 1 nodes): the drafter's pass (the features of
+/// [`ROUND_COMMITS`] new positions, a block, the target's LM head on its rows), the per-depth top-K
+/// (K = B) to the host, the DDTree build, the target's verify pass with the drafter's feature
+/// layers copied out, and the walk with the K/V compaction of a path of up to [`ROUND_COMMITS`]
+/// nodes; then the round's sum. The tree is built from the drafter's logits times [`SHARPEN`], so
+/// that it is deep. `step` is the target's decode step in ms ([`measure_costs`]), which the
+/// rows are relative to. The drafter's features are random: its timing does not depend on them.
+pub fn measure_dflash_costs(
+    target: &mut crate::model::decoder::Decoder,
+    drafter: &mut crate::draft::DFlashDrafter,
+    prefix: usize,
+    sizes: &[usize],
+    (step, reps): (f64, usize),
+) -> Result<Vec<CostRow>> {
+    use crate::draft::Drafter;
+    use crate::model::decoder::{argmax_rows, Batch};
+    let cfg = target.config().clone();
+    let vocab = cfg.vocab_size as u32;
+    let device = target.device().clone();
+    let taps = drafter.config().target_layer_ids.clone();
+    let feature = |rows: usize| -> Result<candle_core::Tensor> {
+        Ok(candle_core::Tensor::randn(
+            0f32,
+            1.0,
+            (rows, taps.len() * cfg.hidden),
+            &device,
+        )?)
+    };
+    let toks: Vec<u32> = (0..prefix as u32)
+        .map(|i| (i * 7919 + 13) % vocab)
+        .collect();
+    target.reset();
+    target.forward(&Batch::causal(&toks, 0).with_logits_rows(vec![]))?;
+    drafter.truncate(0);
+    drafter.add_features(feature(prefix)?)?;
+    drafter.draft(11, target)?;
+    let new = feature(ROUND_COMMITS)?;
+    let row = |what: String, rows: usize, ms: f64| CostRow {
+        what,
+        rows,
+        ms,
+        relative: ms / step,
+    };
+    let block_rows = drafter.config().block_size;
+    let draft_ms = median_ms(
+        &device,
+        || {
+            drafter.truncate(prefix);
+            drafter.add_features(new.clone())?;
+            drafter.draft(11, target)?;
+            Ok(())
+        },
+        reps,
+    )?;
+    if std::env::var_os("TREESPEC_PROFILE_DRAFT").is_some() {
+        // One more drafter pass inside a profiler range (as TREESPEC_PROFILE_ROWS for verify
+        // passes).
+        crate::gpu::profiler_range(&device, || {
+            drafter.truncate(prefix);
+            drafter.add_features(new.clone())?;
+            drafter.draft(11, target)?;
+            Ok(())
+        })?;
+    }
+    let mut rows = vec![row(
+        format!("DFlash drafter pass ({ROUND_COMMITS} new positions' features, block, LM heads)"),
+        block_rows,
+        draft_ms,
+    )];
+    drafter.truncate(prefix);
+    drafter.add_features(new.clone())?;
+    // A random drafter's distributions are flat, which makes a star of depth 1; sharpened, they
+    // make a tree as deep as a confident drafter's, whose accepted path is long.
+    let block = (drafter.draft(11, target)? * SHARPEN)?;
+    let context = target.context();
+    for &n in sizes.iter().filter(|&&n| n >= 2 && prefix + n <= context) {
+        let budget = n - 1;
+        let k = budget.min(vocab as usize);
+        let mut depths = vec![];
+        let top_ms = median_ms(
+            &device,
+            || {
+                depths = crate::gpu::row_top_k(&block, k)?;
+                Ok(())
+            },
+            reps,
+        )?;
+        let mut tree = crate::tree::DraftTree::root(11);
+        let build_ms = host_median_ms(
+            || tree = crate::tree::builder::build_ddtree(&depths, budget, 11),
+            reps,
+        );
+        let mask = tree.mask();
+        let verify = Batch::causal(&tree.tokens, prefix)
+            .with_positions(tree.positions(prefix))
+            .with_mask(mask)
+            .with_hidden_layers(taps.clone())
+            .all_logits();
+        let verify_ms = median_ms(
+            &device,
+            || {
+                target.truncate(prefix);
+                let out = target.forward(&verify)?;
+                if let Some(l) = &out.logits {
+                    argmax_rows(l)?;
+                }
+                Ok(())
+            },
+            reps,
+        )?;
+        // The walk along the tree's deepest path, up to ROUND_COMMITS nodes, then its K/V kept.
+        let deepest = (0..tree.len()).max_by_key(|&i| tree.depths[i]).unwrap_or(0);
+        let mut path = tree.path_to(deepest);
+        path.truncate(ROUND_COMMITS);
+        let mut commit = vec![];
+        for _ in 0..reps {
+            target.truncate(prefix);
+            target.forward(&verify)?;
+            device.synchronize()?;
+            let t = std::time::Instant::now();
+            let (accepted, _) = crate::tree::walk::walk(&tree, |node| {
+                path.iter()
+                    .position(|&p| p == node)
+                    .and_then(|i| path.get(i + 1))
+                    .map_or(0, |&c| tree.tokens[c])
+            });
+            target.keep(prefix, &accepted)?;
+            device.synchronize()?;
+            commit.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        commit.sort_by(f64::total_cmp);
+        let commit_ms = commit[commit.len() / 2];
+        let what = |s: &str| format!("{s} (B = {budget}, depth {})", tree.max_depth());
+        rows.push(row(
+            what("per-depth top-K to the host, K = B"),
+            block_rows - 1,
+            top_ms,
+        ));
+        rows.push(row(what("DDTree build on the host"), n, build_ms));
+        rows.push(row(
+            what("target verify pass with the drafter's feature layers"),
+            n,
+            verify_ms,
+        ));
+        rows.push(row(
+            what(&format!(
+                "walk + K/V compaction of a {}-node path",
+                path.len()
+            )),
+            path.len(),
+            commit_ms,
+        ));
+        rows.push(row(
+            what("round: the drafter pass and the four above"),
+            n,
+            draft_ms + top_ms + build_ms + verify_ms + commit_ms,
+        ));
+    }
+    target.reset();
+    drafter.truncate(0);
+    Ok(rows)
+}
+
+/// Median wall time of host-only work `f` in ms.
+fn host_median_ms(mut f: impl FnMut(), reps: usize) -> f64 {
+    let mut v: Vec<f64> = (0..reps.max(1))
+        .map(|_| {
+            let t = std::time::Instant::now();
+            f();
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 /// The cost table as Markdown.
 pub fn costs_markdown(rows: &[CostRow]) -> String {
     let mut s = String::from(
@@ -179,7 +363,7 @@ pub fn costs_markdown(rows: &[CostRow]) -> String {
     );
     for r in rows {
         s.push_str(&format!(
-            "| {} | {} | {:.1} | {:.2} |\n",
+            "| {} | {} | {:.2} | {:.2} |\n",
             r.what, r.rows, r.ms, r.relative
         ));
     }

@@ -11,7 +11,7 @@ mod costs;
 mod prompts;
 mod variant;
 
-pub use costs::{costs_markdown, measure_costs, CostRow};
+pub use costs::{costs_markdown, measure_costs, measure_dflash_costs, CostRow, ROUND_COMMITS};
 pub use prompts::{bundled_prompts, load_prompts, BenchPrompt, PromptSet, BUNDLED};
 pub use variant::Variant;
 

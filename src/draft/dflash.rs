@@ -173,9 +173,10 @@ impl DFlashDrafter {
     }
 
     /// Load from a config file and safetensors files (z-lab layout, with or without a `model.`
-    /// prefix on tensor names). With `quantize` on the CPU, the projection weights are quantised
-    /// to Q8_0 (the checkpoints are bf16; a drafter only proposes, so its rounding cannot change
-    /// what is emitted, and on a memory-bound CPU it runs several times faster).
+    /// prefix on tensor names). With `quantize`, the projection weights are quantised to Q8_0 on
+    /// the CPU and kept in bf16 on a GPU (the checkpoints are bf16; a drafter only proposes, so
+    /// its rounding cannot change what is emitted, and a pass reads half or a quarter of the
+    /// bytes of f32).
     pub fn load(
         config: &Path,
         weights: &[PathBuf],
@@ -188,8 +189,11 @@ impl DFlashDrafter {
             path: config.to_path_buf(),
             reason: e.to_string(),
         })?;
-        let mut store =
-            WeightStore::safetensors(weights, device)?.quantize_dense(quantize && device.is_cpu());
+        // A drafter only proposes, so its rounding cannot change what is emitted: quantised
+        // on the CPU, bf16 on a GPU (z-lab's checkpoints are bf16).
+        let mut store = WeightStore::safetensors(weights, device)?
+            .quantize_dense(quantize && device.is_cpu())
+            .keep_half_matrices(quantize);
         let m = &cfg.model;
         let h = m.hidden;
         let layers = (0..m.n_layers)
@@ -408,7 +412,7 @@ impl DFlashDrafter {
         self.pending_rows = 0;
         let rows = h.narrow(0, 1, bs - 1)?;
         let rows = candle_nn::ops::rms_norm(&rows, &self.norm, eps)?;
-        target.lm_head(&rows)
+        target.draft_lm_head(&rows)
     }
 }
 

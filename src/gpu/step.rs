@@ -268,6 +268,11 @@ impl GpuStep {
         false
     }
 
+    /// No f16 copy of the LM head without CUDA.
+    pub fn lm_head_copy(&self, _normed: &Tensor) -> Result<Option<Tensor>> {
+        Ok(None)
+    }
+
     /// Nothing to set without CUDA.
     pub fn set_wide_verify(&mut self, _on: bool) {}
 
@@ -329,7 +334,7 @@ mod cuda {
         capture, driver, launch_mmtc, launch_mmvq, mmtc_func, mmtc_kernel, mmvq_func, qblocks,
         replay_micros, Dp4a, Mmtc, Stack, Q8_BYTES,
     };
-    use crate::gpu::wide::WideProducts;
+    use crate::gpu::wide::{Out, WideProducts};
     use crate::model::config::RopeStyle;
     use crate::model::weights::Embedding;
     use candle_core::Storage;
@@ -946,6 +951,38 @@ mod cuda {
             })
         }
 
+        /// Logits of `normed` (`[m, h]` f32 rows, already through the final norm) from the f16
+        /// copy of the LM head (one cuBLAS GEMM: a drafter's block of rows, which need not be
+        /// bit-exact); `None` where the step has no copy of it.
+        pub fn lm_head_copy(&self, normed: &Tensor) -> Result<Option<Tensor>> {
+            let lm = &self.lm_head;
+            let Some(wide) = self.wide.as_ref().filter(|w| w.has(lm.ptr)) else {
+                return Ok(None);
+            };
+            let (m, h) = normed.dims2()?;
+            if h != lm.cols || m == 0 {
+                return Err(Error::InvalidArgument(format!(
+                    "LM head of rows of {}: input [{m}, {h}]",
+                    lm.cols
+                )));
+            }
+            let x16 = normed.to_dtype(candle_core::DType::F16)?.contiguous()?;
+            let x =
+                crate::gpu::tensor_ptr::<half::f16>(&x16, &self.stream).map_err(Error::Device)?;
+            let mut out = self
+                .stream
+                .alloc_zeros::<f32>(m * lm.rows)
+                .map_err(driver)?;
+            let dst = (out.device_ptr_mut(&self.stream).0, lm.rows);
+            let stack = [(lm.ptr, lm.rows, lm.cols)];
+            wide.product(&self.stream, &stack, (0, 0), (x, true), dst, m, Out::Set)?;
+            Ok(Some(crate::gpu::tensor_from_slice(
+                &self.dev,
+                out,
+                (m, lm.rows),
+            )))
+        }
+
         /// Send passes of `from` rows and more through the wide products (a calibration's
         /// measurements: `bench --costs --calibrate`); false where the step has none. Captured
         /// graphs are dropped.
@@ -1303,25 +1340,25 @@ mod cuda {
         ) -> Result<()> {
             let (n, m) = (key.n, key.m);
             let b = self.bufs.as_ref().expect("ensured");
-            let (x, proj) = (
-                b.x.device_ptr(&self.stream).0,
-                b.proj.device_ptr(&self.stream).0,
-            );
+            let x = b.x.device_ptr(&self.stream).0;
             let q8 = b.q8.device_ptr(&self.stream).0;
             let at = self.meta_at(meta, 0);
             if key.embed {
                 self.embed(n, at.ids, x)?;
             }
-            let pending_hidden = self.launch_layers(n, key.chunks, at, hidden_layers, hidden)?;
-            // x += last down output; final norm of the logits rows into their slots.
-            self.norm_q8(n, x, proj, self.norm, at.out_slots, (q8, 0), self.h)?;
+            let (pending_hidden, delta) =
+                self.launch_layers(n, key.chunks, at, hidden_layers, hidden)?;
+            // x += last down output (unless its product added it); final norm of the logits rows
+            // into their slots, as f16 rows too where the LM head goes wide.
+            let (q8, f16) = self.norm_out(m, std::iter::once(&self.lm_head), q8);
+            self.norm_q8(n, x, delta, self.norm, at.out_slots, (q8, f16), self.h)?;
             if let Some(prev) = pending_hidden {
                 self.copy_hidden(n, x, prev, hidden_layers, hidden)?;
             }
             if m > 0 {
                 self.matmul(
                     &[&self.lm_head],
-                    (q8, qblocks(self.h), false),
+                    (q8, qblocks(self.h), f16 != 0),
                     (logits, self.vocab),
                     m,
                 )?;
@@ -1351,9 +1388,10 @@ mod cuda {
         }
 
         /// Every layer of a pass of `n` rows whose inputs are in `x` (`chunks` attention
-        /// chunks, per-pass values at `meta`): the last layer's down output is left in `proj`,
-        /// not yet added to `x`. Returns the last layer if its hidden state is wanted (copied
-        /// out once the residual is added).
+        /// chunks, per-pass values at `meta`). Returns the last layer if its hidden state is
+        /// wanted (copied out once the residual is added), and what the final norm adds to `x`:
+        /// the last layer's down output left in `proj`, or nothing (0) where its product added
+        /// it to `x` itself (a wide pass).
         fn launch_layers(
             &self,
             n: usize,
@@ -1361,7 +1399,7 @@ mod cuda {
             meta: MetaAt,
             hidden_layers: &[usize],
             hidden: &mut HiddenOut,
-        ) -> Result<Option<usize>> {
+        ) -> Result<(Option<usize>, u64)> {
             let b = self.bufs.as_ref().expect("ensured");
             let s = &self.stream;
             let p = |x: &CudaSlice<f32>| x.device_ptr(s).0;
@@ -1378,14 +1416,25 @@ mod cuda {
             };
             let ready = f16 != 0;
             let mut pending_hidden: Option<usize> = None;
+            // What the next norm adds to x: the previous product's output, or nothing where
+            // that product added into x itself.
+            let mut delta = 0u64;
             for (li, l) in self.layers.iter().enumerate() {
-                // x += previous layer's down output (its residual), norm, quantise.
-                let delta = if li == 0 { 0u64 } else { proj };
-                self.norm_q8(n, x, delta, l.attn_norm, 0, (q8, f16), h)?;
+                // x += previous layer's down output (its residual), norm, quantise (Q8_1 rows
+                // only where the product reading them does not go wide).
+                let qkv_mats = l.qkv.iter().map(|(m, _)| m);
+                let (q8_in, f16_in) = self.norm_out(n, qkv_mats, q8);
+                self.norm_q8(n, x, delta, l.attn_norm, 0, (q8_in, f16_in), h)?;
                 if let Some(prev) = pending_hidden.take() {
                     self.copy_hidden(n, x, prev, hidden_layers, hidden)?;
                 }
-                self.matmul_stacked(&l.qkv, (q8, qblocks(h), ready), proj, self.qkv_width, n)?;
+                self.matmul_stacked(
+                    &l.qkv,
+                    (q8, qblocks(h), ready),
+                    (proj, self.qkv_width),
+                    n,
+                    Out::Set,
+                )?;
                 let mut bld = Launch::new(&self.f.qkv_rope);
                 let (qkv_w, nh_i, nkv_i, hd_i) =
                     (self.qkv_width as i32, nh as i32, nkv as i32, hd as i32);
@@ -1418,36 +1467,85 @@ mod cuda {
                 // SAFETY: arguments in the kernel's order; proj holds n rows of qkv_width, the
                 // caches hold every slot (the caller checked the context), q holds nh x n x hd.
                 unsafe { bld.launch(self.on(), cfg) }.map_err(driver)?;
-                // Attention, its output quantised for the output projection by the combine kernel.
+                // Attention, its output quantised for the output projection by the combine
+                // kernel (in a wide pass: f16 rows only).
                 let kv = (l.k_cache, l.v_cache, l.k16, l.v16);
-                self.attention(n, chunks, meta.width, q, kv, table, part, att, (q8, f16))?;
-                self.matmul(&[&l.o], (q8, qblocks(nh * hd), ready), (proj, h), n)?;
+                let (q8_in, f16_in) = self.norm_out(n, std::iter::once(&l.o), q8);
+                let att_out = if q8_in == 0 { 0 } else { att };
+                let outs = (att_out, q8_in, f16_in);
+                self.attention(n, chunks, meta.width, q, kv, table, part, outs)?;
+                delta = self.residual(&l.o, (q8, qblocks(nh * hd), ready), (x, proj), n)?;
                 // x += attention output; norm; quantise.
-                self.norm_q8(n, x, proj, l.ffn_norm, 0, (q8, f16), h)?;
-                self.matmul_stacked(&l.gate_up, (q8, qblocks(h), ready), proj, 2 * ffn, n)?;
+                let (q8_in, f16_in) = self.norm_out(n, l.gate_up.iter().map(|(m, _)| m), q8);
+                self.norm_q8(n, x, delta, l.ffn_norm, 0, (q8_in, f16_in), h)?;
+                // Through cuBLAS, gate and up come back as f16 rows (half the bytes to read).
+                let gu = self.matmul_stacked(
+                    &l.gate_up,
+                    (q8, qblocks(h), ready),
+                    (proj, 2 * ffn),
+                    n,
+                    Out::Half,
+                )?;
+                let gu16 = if gu == Out::Half { proj } else { 0 };
+                let (q8_in, f16_in) = self.norm_out(n, std::iter::once(&l.down), q8);
                 let qb = qblocks(ffn);
                 let mut bld = Launch::new(&self.f.silu_mul_q8);
                 let (stride, ffn_i, qb_i) = ((2 * ffn) as i32, ffn as i32, qb as i32);
                 bld.arg(&proj)
                     .arg(&stride)
                     .arg(&ffn_i)
-                    .arg(&q8)
+                    .arg(&q8_in)
                     .arg(&qb_i)
-                    .arg(&f16);
+                    .arg(&f16_in)
+                    .arg(&gu16);
                 let cfg = LaunchConfig {
                     // 8 warps of SILU_BLOCKS (4) Q8_1 blocks each (`kernels/step.cu`).
                     grid_dim: (n as u32, qb.div_ceil(8 * 4) as u32, 1),
                     block_dim: (THREADS, 1, 1),
                     shared_mem_bytes: 0,
                 };
-                // SAFETY: proj holds n rows of 2 x ffn, q8 n rows of qb blocks.
+                // SAFETY: proj holds n rows of 2 x ffn (floats, or halves from the wide
+                // product), q8 n rows of qb blocks.
                 unsafe { bld.launch(self.on(), cfg) }.map_err(driver)?;
-                self.matmul(&[&l.down], (q8, qb, ready), (proj, h), n)?;
+                delta = self.residual(&l.down, (q8, qb, ready), (x, proj), n)?;
                 if hidden_layers.contains(&li) {
                     pending_hidden = Some(li);
                 }
             }
-            Ok(pending_hidden)
+            Ok((pending_hidden, delta))
+        }
+
+        /// The rows a kernel writes for a product over `mats` in a pass of `n` rows: `(q8, 0)`,
+        /// or in a wide pass whose product takes them `(0, f16)`, f16 rows only (the product
+        /// reads nothing else).
+        fn norm_out<'a>(
+            &self,
+            n: usize,
+            mats: impl Iterator<Item = &'a Mat>,
+            q8: u64,
+        ) -> (u64, u64) {
+            let half = self.bufs.as_ref().and_then(|b| b.half.as_ref());
+            match half {
+                Some(half) if self.goes_wide(n, mats) => (0, half.device_ptr(&self.stream).0),
+                _ => (q8, 0),
+            }
+        }
+
+        /// The residual branch's product `W . y` for the `n` rows at `y`: added to `x` by the
+        /// GEMM itself where it goes wide (returns 0: nothing left to add), else written to
+        /// `proj` for the next norm to add (returns `proj`).
+        fn residual(
+            &self,
+            w: &Mat,
+            y: (u64, usize, bool),
+            (x, proj): (u64, u64),
+            n: usize,
+        ) -> Result<u64> {
+            if self.wide_product(&[w], y, (x, self.h), n, Out::Add)? {
+                return Ok(0);
+            }
+            self.matmul(&[w], y, (proj, self.h), n)?;
+            Ok(proj)
         }
 
         /// Copy the `n x h` hidden states at `x` (layer `layer`'s output) to every slot of
@@ -1595,13 +1693,8 @@ mod cuda {
             let Some(first) = mats.first() else {
                 return Ok(());
             };
-            let half = self.bufs.as_ref().and_then(|b| b.half.as_ref());
-            if let (true, Some(wide), Some(half)) =
-                (self.goes_wide(n, mats.iter().copied()), &self.wide, half)
-            {
-                let stack: Vec<_> = mats.iter().map(|m| (m.ptr, m.rows, m.cols)).collect();
-                let half = half.device_ptr(&self.stream).0;
-                return wide.product(&self.stream, &stack, (y, yq), (half, ready), dst, n);
+            if self.wide_product(mats, (y, yq, ready), dst, n, Out::Set)? {
+                return Ok(());
             }
             let stack = Stack::of(mats)?;
             match self.tensor_core_kernel(first, n) {
@@ -1628,27 +1721,51 @@ mod cuda {
             }
         }
 
+        /// [`Self::matmul`] through the wide products (cuBLAS) where the pass goes wide for
+        /// `mats`, written as `out` says: `Ok(false)` (nothing done) where it does not.
+        fn wide_product(
+            &self,
+            mats: &[&Mat],
+            (y, yq, ready): (u64, usize, bool),
+            dst: (u64, usize),
+            n: usize,
+            out: Out,
+        ) -> Result<bool> {
+            let half = self.bufs.as_ref().and_then(|b| b.half.as_ref());
+            let (true, Some(wide), Some(half)) =
+                (self.goes_wide(n, mats.iter().copied()), &self.wide, half)
+            else {
+                return Ok(false);
+            };
+            let stack: Vec<_> = mats.iter().map(|m| (m.ptr, m.rows, m.cols)).collect();
+            let half = half.device_ptr(&self.stream).0;
+            wide.product(&self.stream, &stack, (y, yq), (half, ready), dst, n, out)?;
+            Ok(true)
+        }
+
         /// [`Self::matmul`] of matrices that share their input (q, k and v; gate and up), each
         /// `(weight, first output column)`: runs of up to three that one launch takes
         /// ([`Self::stacks`]) go to one launch of the tensor-core kernel or of
         /// `mmvq_<tag>_<kernel>_stacked` (one launch instead of three; each row computed exactly as
-        /// alone), the rest one launch each.
+        /// alone), the rest one launch each. Through the wide products, written as `out` says;
+        /// returns how the results were written (f32 everywhere else).
         fn matmul_stacked(
             &self,
             ws: &[(Mat, usize)],
             (y, yq, ready): (u64, usize, bool),
-            dst: u64,
-            dst_stride: usize,
+            (dst, dst_stride): (u64, usize),
             n: usize,
-        ) -> Result<()> {
+            out: Out,
+        ) -> Result<Out> {
             // Through the wide products all of them go in one call (one conversion of the
             // input, one GEMM for the copies that lie back to back).
             let back_to_back = ws.windows(2).all(|w| w[1].1 == w[0].1 + w[0].0.rows);
-            let wide = self.goes_wide(n, ws.iter().map(|(m, _)| m));
-            if let (true, true, Some((_, first))) = (wide, back_to_back, ws.first()) {
+            if let (true, Some((_, first))) = (back_to_back, ws.first()) {
                 let mats: Vec<&Mat> = ws.iter().map(|(m, _)| m).collect();
-                let at = dst + (first * 4) as u64;
-                return self.matmul(&mats, (y, yq, ready), (at, dst_stride), n);
+                let at = dst + (first * out.bytes()) as u64;
+                if self.wide_product(&mats, (y, yq, ready), (at, dst_stride), n, out)? {
+                    return Ok(out);
+                }
             }
             let mut i = 0;
             while i < ws.len() {
@@ -1661,7 +1778,7 @@ mod cuda {
                 self.matmul(&mats, (y, yq, ready), (at, dst_stride), n)?;
                 i = j;
             }
-            Ok(())
+            Ok(Out::Set)
         }
 
         /// Whether `b` can follow `a` in one stacked launch: one format, row length and kernel
@@ -1700,8 +1817,7 @@ mod cuda {
             (k, v, k16, v16): (u64, u64, u64, u64),
             table: u64,
             part: u64,
-            out: u64,
-            (q8, f16): (u64, u64),
+            (out, q8, f16): (u64, u64, u64),
         ) -> Result<()> {
             let (n_i, nh_i, nkv_i, hd_i) =
                 (n as i32, self.nh as i32, self.nkv as i32, self.hd as i32);

@@ -27,7 +27,8 @@ pub(super) fn selftest(
             .collect();
         let rows_host: Vec<Vec<f32>> = host.chunks(cols).map(|c| c.to_vec()).collect();
         let t = Tensor::from_vec(host, (rows, cols), device)?;
-        for k in [1usize, 4, 8, TOP_K_MAX] {
+        // Up to 16 by the register lists, above by the radix select (up to the whole row).
+        for k in [1usize, 4, 8, TOP_K_MAX, TOP_K_MAX + 1, 100, 1000, cols] {
             let k = k.min(cols);
             let got = row_top_k(&t, k)?;
             let want = top_k_rows(&rows_host, k);
@@ -71,17 +72,19 @@ pub fn row_argmax(logits: &Tensor) -> Result<Vec<u32>> {
     Ok(logits.argmax(candle_core::D::Minus1)?.to_vec1::<u32>()?)
 }
 
-/// Largest k the device kernel keeps per row (larger k takes the host path).
+/// Largest k the register-list kernels keep per row (the MTP chain's top-k in a captured graph;
+/// larger k, a DDTree's K = B per depth, take the radix select, `row_select_f32`).
 pub const TOP_K_MAX: usize = 16;
 
 /// The top `k` entries of each row of `[rows, cols]` logits, with their log-probabilities
-/// (largest first, ties to the lower id): on the GPU for `k <= TOP_K_MAX`, else on the host.
+/// (largest first, ties to the lower id): on the GPU (only the k winners cross to the host),
+/// on the host elsewhere.
 pub fn row_top_k(logits: &Tensor, k: usize) -> Result<Vec<DepthTopK>> {
     let (_, cols) = logits.dims2()?;
     let k = k.min(cols);
     #[cfg(feature = "cuda")]
     if let candle_core::Device::Cuda(dev) = logits.device() {
-        if (1..=TOP_K_MAX).contains(&k) {
+        if k >= 1 {
             return cuda::row_top_k(dev, logits, k);
         }
     }
@@ -260,6 +263,9 @@ mod cuda {
     }
 
     pub(super) fn row_top_k(dev: &CudaDevice, logits: &Tensor, k: usize) -> Result<Vec<DepthTopK>> {
+        if k > TOP_K_MAX {
+            return row_select(dev, logits, k);
+        }
         with_logits(logits, "top-k", vec![], |x, rows, cols| {
             let f = TopKFuncs::load(dev)?;
             let stream = dev.cuda_stream();
@@ -271,5 +277,54 @@ mod cuda {
             launch_top_k(&stream, &f, &scratch, (x_ptr, rows, cols), k, out_ptr)?;
             Ok(depths(&stream.clone_dtoh(&out).map_err(driver)?, k))
         })
+    }
+
+    /// Threads per block of the radix select: `SELECT_THREADS` in `kernels/topk.cu`.
+    const SELECT_THREADS: u32 = 1024;
+
+    /// [`row_top_k`] for k above [`TOP_K_MAX`] (at most the row): the radix select writes each
+    /// row's k winners in index order with the logsumexp; here they are sorted (larger value,
+    /// then lower id) and turned into log-probabilities, as the CPU reference computes them.
+    fn row_select(dev: &CudaDevice, logits: &Tensor, k: usize) -> Result<Vec<DepthTopK>> {
+        with_logits(logits, "top-k select", vec![], |x, rows, cols| {
+            if k > cols {
+                return Err(Error::InvalidArgument(format!(
+                    "top-{k} of rows of {cols} logits"
+                )));
+            }
+            let func = dev.get_or_load_custom_func("row_select_f32", "treespec_topk", PTX)?;
+            let stream = dev.cuda_stream();
+            // SAFETY: uninitialised (no memset launch); the kernel writes every output word.
+            let mut out = unsafe { stream.alloc::<u32>(rows * (2 * k + 1)) }.map_err(driver)?;
+            let (cols_i, k_i) = (cols as i32, k as i32);
+            let cfg = LaunchConfig {
+                grid_dim: (rows as u32, 1, 1),
+                block_dim: (SELECT_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let mut b = func.builder();
+            b.arg(x).arg(&cols_i).arg(&k_i).arg(&mut out);
+            // SAFETY: a [rows, cols] f32 input and a [rows, 2k + 1] output, k <= cols.
+            unsafe { b.launch(cfg) }.map_err(driver)?;
+            let words = stream.clone_dtoh(&out).map_err(driver)?;
+            Ok(words
+                .chunks(2 * k + 1)
+                .map(|w| sorted_depth(w, k))
+                .collect())
+        })
+    }
+
+    /// One row of `row_select_f32`'s output (k ids, k values, the logsumexp; winners in index
+    /// order) as a [`DepthTopK`]: largest first, ties to the lower id.
+    pub(crate) fn sorted_depth(words: &[u32], k: usize) -> DepthTopK {
+        let lse = f32::from_bits(words[2 * k]);
+        let mut pairs: Vec<(f32, u32)> = (0..k)
+            .map(|j| (f32::from_bits(words[k + j]), words[j]))
+            .collect();
+        pairs.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        DepthTopK {
+            tokens: pairs.iter().map(|p| p.1).collect(),
+            log_probs: pairs.iter().map(|p| p.0 - lse).collect(),
+        }
     }
 }

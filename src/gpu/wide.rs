@@ -20,11 +20,12 @@
 //! beside [`HEADROOM`], else the step keeps the quantised kernels for every pass.
 
 /// Rows from which a pass's products go through cuBLAS when neither `TREESPEC_WIDE_ROWS` nor a
-/// calibration of this GPU and shape ([`crate::gpu::crossover`]) says:
-/// where they won on the H200 on both shapes measured (BENCHMARKS.md, section 27: at 32 rows a
-/// 1.5B pass 2.14 against 3.02 one-row steps, a Qwen3-8B-shaped one 2.11 against 5.21; at 16
-/// rows the quantised kernels still won on the 1.5B, on the 8B shape cuBLAS won from 8).
-pub const WIDE_ROWS_DEFAULT: usize = 32;
+/// calibration of this GPU and shape ([`crate::gpu::crossover`]) says: where they won on the
+/// H200 on both shapes measured (BENCHMARKS.md, section 30: a calibration of the 1.5B found
+/// cuBLAS ahead from 4 rows, at 16 rows 2.14 ms against 3.19; section 27: on the Qwen3-8B shape
+/// from 8). Not lower, for GPUs with less bandwidth beside their tensor cores, where the f16
+/// copies' three-and-a-half times the quantised bytes weigh more.
+pub const WIDE_ROWS_DEFAULT: usize = 16;
 
 /// Free GPU memory the copies must leave (beside what they take): the KV caches, a pass's
 /// logits and candle's pool grow after the step is built.
@@ -106,7 +107,7 @@ pub fn copies_fit(bytes: usize, free: usize) -> bool {
 }
 
 #[cfg(feature = "cuda")]
-pub(crate) use cuda::{selftest, WideProducts};
+pub(crate) use cuda::{selftest, Out, WideProducts};
 
 #[cfg(feature = "cuda")]
 mod cuda {
@@ -128,6 +129,17 @@ mod cuda {
 
     fn blas_err(e: cudarc::cublas::result::CublasError) -> Error {
         Error::Device(format!("cuBLAS: {e:?}"))
+    }
+
+    /// What a wide product writes to its destination.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub(crate) enum Out {
+        /// f32 results, replacing what was there.
+        Set,
+        /// f32 results added to what is there (a residual: `x += W . y` in the GEMM itself).
+        Add,
+        /// f16 results (`ldc` counts halves): the next kernel reads half the bytes.
+        Half,
     }
 
     /// The f16 copies of a step's weight matrices and what multiplies with them.
@@ -229,6 +241,11 @@ mod cuda {
             n >= self.from && mats.all(|p| self.copies.contains_key(&p))
         }
 
+        /// Whether the matrix at this device address has a copy.
+        pub(crate) fn has(&self, ptr: u64) -> bool {
+            self.copies.contains_key(&ptr)
+        }
+
         /// Bytes the copies take.
         pub(crate) fn bytes(&self) -> usize {
             let mut seen = std::collections::HashSet::new();
@@ -242,7 +259,9 @@ mod cuda {
         /// `dst[c * dst_stride + off_j + r] = W_j[r] . y[c]` for the stacked matrices `mats`
         /// (`(address, rows, cols)`, output columns back to back) and the `n` Q8_1 activation
         /// rows at `y` (`yq` blocks apart), through `half` (room for `n x cols` halves; with
-        /// `ready`, already holding the rows as f16, written by the kernel that wrote `y`).
+        /// `ready`, already holding the rows as f16, written by the kernel that wrote `y`);
+        /// written as `out` says.
+        #[allow(clippy::too_many_arguments)]
         pub(crate) fn product(
             &self,
             stream: &Arc<CudaStream>,
@@ -251,6 +270,7 @@ mod cuda {
             (half, ready): (u64, bool),
             (dst, dst_stride): (u64, usize),
             n: usize,
+            out: Out,
         ) -> Result<()> {
             let Some(&(_, _, cols)) = mats.first() else {
                 return Ok(());
@@ -275,15 +295,15 @@ mod cuda {
                         Some((start, r + rows))
                     }
                     Some((start, r)) => {
-                        gemm(&self.blas, start, r, cols, half, n, (at, dst_stride))?;
-                        at += (r * 4) as u64;
+                        gemm(&self.blas, start, r, cols, half, n, (at, dst_stride), out)?;
+                        at += (r * out.bytes()) as u64;
                         Some((w.1, rows))
                     }
                     None => Some((w.1, rows)),
                 };
             }
             if let Some((start, r)) = run {
-                gemm(&self.blas, start, r, cols, half, n, (at, dst_stride))?;
+                gemm(&self.blas, start, r, cols, half, n, (at, dst_stride), out)?;
             }
             Ok(())
         }
@@ -318,8 +338,19 @@ mod cuda {
         Ok(())
     }
 
-    /// `dst[c * ldc + r] = W[r] . X[c]`: W `rows x cols` f16 row-major at `w`, X `n x cols` f16
-    /// at `x`, f32 results, f32 accumulation on the tensor cores.
+    impl Out {
+        /// Bytes of one result.
+        pub(crate) fn bytes(self) -> usize {
+            match self {
+                Out::Set | Out::Add => 4,
+                Out::Half => 2,
+            }
+        }
+    }
+
+    /// `dst[c * ldc + r] = W[r] . X[c]` (or `+=`, as `out` says): W `rows x cols` f16 row-major
+    /// at `w`, X `n x cols` f16 at `x`, f32 accumulation on the tensor cores.
+    #[allow(clippy::too_many_arguments)]
     fn gemm(
         blas: &CudaBlas,
         w: u64,
@@ -328,8 +359,14 @@ mod cuda {
         x: u64,
         n: usize,
         (dst, ldc): (u64, usize),
+        out: Out,
     ) -> Result<()> {
-        let (alpha, beta) = (1.0f32, 0.0f32);
+        let alpha = 1.0f32;
+        let beta = if out == Out::Add { 1.0f32 } else { 0.0 };
+        let ctype = match out {
+            Out::Half => bsys::cudaDataType::CUDA_R_16F,
+            Out::Set | Out::Add => bsys::cudaDataType::CUDA_R_32F,
+        };
         // Column-major: C (rows x n, ldc) = op(A) B with A the weights as stored (cols x rows,
         // transposed) and B the activations (cols x n).
         // SAFETY: the buffers hold what the shapes say (the callers' sizes); the handle is on
@@ -351,7 +388,7 @@ mod cuda {
                 cols as i32,
                 &beta as *const f32 as *const std::ffi::c_void,
                 dst as *mut std::ffi::c_void,
-                bsys::cudaDataType::CUDA_R_32F,
+                ctype,
                 ldc as i32,
                 bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
                 bsys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
@@ -398,37 +435,45 @@ mod cuda {
                 let (bytes, xq) = crate::gpu::products::random_q8_1(rng, n, cols, yq);
                 let y = stream.clone_htod(&bytes).map_err(driver)?;
                 let half = stream.alloc_zeros::<u16>(n * cols).map_err(driver)?;
-                let out = stream.alloc_zeros::<f32>(n * 3 * rows).map_err(driver)?;
-                let (y_ptr, h_ptr, o_ptr) = (
-                    y.device_ptr(&stream).0,
-                    half.device_ptr(&stream).0,
-                    out.device_ptr(&stream).0,
-                );
-                wide.product(
-                    &stream,
-                    &stack,
-                    (y_ptr, yq),
-                    (h_ptr, false),
-                    (o_ptr, 3 * rows),
-                    n,
-                )?;
-                let got = stream.clone_dtoh(&out).map_err(driver)?;
-                for c in 0..n {
-                    for (j, (deq, _, _)) in mats.iter().enumerate() {
-                        for (r, wr) in deq.iter().enumerate() {
-                            let (mut want, mut mag) = (0f64, 0f64);
-                            for k in 0..cols {
-                                let p = wr[k] as f64 * xq[c * cols + k] as f64;
-                                want += p;
-                                mag += p.abs();
-                            }
-                            let g = got[c * 3 * rows + j * rows + r] as f64;
-                            let err = (g - want).abs() / mag.max(1e-6);
-                            worst = worst.max(err);
-                            if err > 2e-3 || !g.is_finite() {
-                                return Err(Error::Device(format!(
-                                    "wide product {dtype:?} [{rows} x {cols}], {n} rows: row {c} column {r} of matrix {j} is {g}, reference {want}"
-                                )));
+                let (y_ptr, h_ptr) = (y.device_ptr(&stream).0, half.device_ptr(&stream).0);
+                // Each way of writing: set, added to a residual of 0.5, as f16.
+                for out in [Out::Set, Out::Add, Out::Half] {
+                    let base = if out == Out::Add { 0.5f32 } else { 0.0 };
+                    let len = n * 3 * rows;
+                    let got: Vec<f32> = match out {
+                        Out::Half => {
+                            let dst = stream.alloc_zeros::<u16>(len).map_err(driver)?;
+                            let at = (dst.device_ptr(&stream).0, 3 * rows);
+                            wide.product(&stream, &stack, (y_ptr, yq), (h_ptr, false), at, n, out)?;
+                            let bits = stream.clone_dtoh(&dst).map_err(driver)?;
+                            bits.iter()
+                                .map(|&b| half::f16::from_bits(b).to_f32())
+                                .collect()
+                        }
+                        Out::Set | Out::Add => {
+                            let dst = stream.clone_htod(&vec![base; len]).map_err(driver)?;
+                            let at = (dst.device_ptr(&stream).0, 3 * rows);
+                            wide.product(&stream, &stack, (y_ptr, yq), (h_ptr, false), at, n, out)?;
+                            stream.clone_dtoh(&dst).map_err(driver)?
+                        }
+                    };
+                    for c in 0..n {
+                        for (j, (deq, _, _)) in mats.iter().enumerate() {
+                            for (r, wr) in deq.iter().enumerate() {
+                                let (mut want, mut mag) = (base as f64, 0f64);
+                                for k in 0..cols {
+                                    let p = wr[k] as f64 * xq[c * cols + k] as f64;
+                                    want += p;
+                                    mag += p.abs();
+                                }
+                                let g = got[c * 3 * rows + j * rows + r] as f64;
+                                let err = (g - want).abs() / mag.max(1e-6);
+                                worst = worst.max(err);
+                                if err > 2e-3 || !g.is_finite() {
+                                    return Err(Error::Device(format!(
+                                        "wide product ({out:?}) {dtype:?} [{rows} x {cols}], {n} rows: row {c} column {r} of matrix {j} is {g}, reference {want}"
+                                    )));
+                                }
                             }
                         }
                     }
@@ -436,7 +481,7 @@ mod cuda {
             }
         }
         report.push(format!(
-            "wide products (f16 copies, cuBLAS) Q4_K and Q6_K, 1-130 rows, three of one input (two copied back to back): largest error {worst:.1e} of the absolute sum"
+            "wide products (f16 copies, cuBLAS) Q4_K and Q6_K, 1-130 rows, three of one input (two copied back to back), set, added to a residual and as f16: largest error {worst:.1e} of the absolute sum"
         ));
         Ok(())
     }

@@ -517,6 +517,18 @@ impl Decoder {
         self.lm_head.forward(normed)
     }
 
+    /// The LM head for a drafter's rows `[n, hidden]` (already normed): through the GPU step's
+    /// f16 copy of it in one cuBLAS GEMM where there is one (a drafter only proposes, so its
+    /// logits need not be the target's bit for bit), else [`Self::lm_head`].
+    pub fn draft_lm_head(&self, normed: &Tensor) -> Result<Tensor> {
+        if let Some(step) = self.step.as_ref() {
+            if let Some(logits) = step.lm_head_copy(normed)? {
+                return Ok(logits);
+            }
+        }
+        self.lm_head(normed)
+    }
+
     /// The LM head's matrix `[vocab, hidden]` in f32, as the head computes with it (for training
     /// a drafter through it: quantised products have no gradient).
     pub fn lm_head_dense(&self) -> Result<Tensor> {

@@ -60,6 +60,8 @@ pub struct WeightStore {
     device: Device,
     exact: bool,
     quantize_dense: bool,
+    /// Plain matrices kept in bf16 on a GPU ([`WeightStore::keep_half_matrices`]).
+    half_matrices: bool,
 }
 
 impl WeightStore {
@@ -80,6 +82,7 @@ impl WeightStore {
             device: device.clone(),
             exact,
             quantize_dense: false,
+            half_matrices: false,
         })
     }
 
@@ -111,6 +114,7 @@ impl WeightStore {
             device: device.clone(),
             exact: true,
             quantize_dense: false,
+            half_matrices: false,
         })
     }
 
@@ -121,6 +125,7 @@ impl WeightStore {
             device: device.clone(),
             exact: true,
             quantize_dense: false,
+            half_matrices: false,
         }
     }
 
@@ -129,6 +134,13 @@ impl WeightStore {
     /// drafter proposes, so its rounding cannot change what is emitted.
     pub fn quantize_dense(mut self, on: bool) -> Self {
         self.quantize_dense = on && self.device.is_cpu();
+        self
+    }
+
+    /// Keep plain matrices in bf16 on a GPU (their products then run in bf16 on the tensor
+    /// cores, reading half the bytes). For drafters only, as [`Self::quantize_dense`].
+    pub fn keep_half_matrices(mut self, on: bool) -> Self {
+        self.half_matrices = on && !self.device.is_cpu();
         self
     }
 
@@ -218,6 +230,9 @@ impl WeightStore {
             });
         }
         Ok(match w {
+            Weight::Dense(t) if self.half_matrices && t.rank() == 2 => {
+                Weight::Dense(t.to_dtype(DType::BF16)?.to_device(&self.device)?)
+            }
             Weight::Dense(t) => Weight::Dense(t.to_device(&self.device)?),
             Weight::Quantized(q) => {
                 let storage = QStorage::from_data(q.data()?, &self.device, q.dtype())?;
@@ -544,6 +559,12 @@ impl Linear {
                     q.forward(x)?
                 }
             }
+            // Matrices kept in bf16 (`WeightStore::keep_half_matrices`): the product in bf16,
+            // the result in x's precision.
+            LinearWeight::Dense(w) if w.dtype() != x.dtype() => x
+                .to_dtype(w.dtype())?
+                .matmul(&w.t()?)?
+                .to_dtype(x.dtype())?,
             LinearWeight::Dense(w) => x.matmul(&w.t()?)?,
         };
         Ok(match &self.bias {

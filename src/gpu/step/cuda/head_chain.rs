@@ -326,9 +326,12 @@ impl GpuStep {
             self.norm_q8_blocks(n, x, 0, head.hidden_norm, 0, q8_at(g_at), h, 0)?;
             self.norm_q8_blocks(n, proj, 0, head.token_norm, 0, q8_at(e_at), h, 0)?;
             self.matmul(&[&head.input_proj], (q8, wide, false), (x, h), n)?;
-            self.launch_layers(n, key.chunks, at, &[], &mut none)?;
-            self.norm_q8(n, x, proj, self.norm, at.out_slots, (q8, 0), h)?;
+            let (_, delta) = self.launch_layers(n, key.chunks, at, &[], &mut none)?;
+            self.norm_q8(n, x, delta, self.norm, at.out_slots, (q8, 0), h)?;
         }
+        // What the final norm adds: the block's last down output (never added by a wide
+        // product: chains run on the exact kernels).
+        let mut delta = proj;
         for d in 0..key.chain {
             // The block for depth d + 1 (depth 1 reads the caller's row or the catch-up's).
             if d > 0 {
@@ -354,12 +357,13 @@ impl GpuStep {
                 unsafe { bld.launch(self.on(), cfg) }.map_err(driver)?;
                 self.norm_q8_blocks(1, proj, 0, head.token_norm, 0, q8_at(e_at), h, 0)?;
                 self.matmul(&[&head.input_proj], (q8, wide, false), (x, h), 1)?;
-                self.launch_layers(1, key.chunks, at, &[], &mut none)?;
+                let (_, added) = self.launch_layers(1, key.chunks, at, &[], &mut none)?;
+                delta = added;
             }
             // y = x (+ the block's last output); its final norm through the LM head rows (the
             // catch-up's already normed).
             if d > 0 || n == 0 {
-                let delta = if d > 0 { proj } else { 0 };
+                let delta = if d > 0 { delta } else { 0 };
                 self.norm_q8(1, x, delta, self.norm, 0, (q8, 0), h)?;
             }
             let rows = head.lm_head.rows;
