@@ -45,6 +45,33 @@ __device__ __forceinline__ void tree_best(float *v, int *idx, int tid, int threa
   }
 }
 
+// The maximum of one value per thread over `threads` threads (a power of two), by a fixed tree in
+// shared memory `s` (threads entries); every thread gets it.
+__device__ __forceinline__ float tree_max(float v, float *s, int tid, int threads) {
+  s[tid] = v;
+  __syncthreads();
+  for (int w = threads / 2; w > 0; w >>= 1) {
+    if (tid < w) s[tid] = fmaxf(s[tid], s[tid + w]);
+    __syncthreads();
+  }
+  const float r = s[0];
+  __syncthreads();
+  return r;
+}
+
+// The f64 sum of one value per thread, as tree_max.
+__device__ __forceinline__ double tree_sum(double v, double *s, int tid, int threads) {
+  s[tid] = v;
+  __syncthreads();
+  for (int w = threads / 2; w > 0; w >>= 1) {
+    if (tid < w) s[tid] += s[tid + w];
+    __syncthreads();
+  }
+  const double r = s[0];
+  __syncthreads();
+  return r;
+}
+
 // part_v/part_i: [rows, TOPK_SPLIT, k]; part_max: [rows, TOPK_SPLIT]; part_sum (f64) likewise.
 extern "C" __global__ void row_top_k_part_f32(const float *__restrict__ logits, int cols, int k,
                                               float *__restrict__ part_v,
@@ -94,17 +121,8 @@ extern "C" __global__ void row_top_k_part_f32(const float *__restrict__ logits, 
   __shared__ double s_d[TOPK_THREADS];
   __shared__ int s_i[TOPK_THREADS];
 
-  // The slice's maximum.
-  s_f[tid] = m;
-  __syncthreads();
-  for (int w = TOPK_THREADS / 2; w > 0; w >>= 1) {
-    if (tid < w) s_f[tid] = fmaxf(s_f[tid], s_f[tid + w]);
-    __syncthreads();
-  }
-  const float mx = s_f[0];
-  __syncthreads();
-
-  // sum(exp(x - slice max)) in f64.
+  // The slice's maximum, then sum(exp(x - slice max)) in f64.
+  const float mx = tree_max(m, s_f, tid, TOPK_THREADS);
   double acc = 0.0;
   if (mx > -INFINITY) {
     for (int j = lo + tid; j < hi; j += TOPK_THREADS) {
@@ -112,18 +130,12 @@ extern "C" __global__ void row_top_k_part_f32(const float *__restrict__ logits, 
       if (v == v) acc += exp((double)v - (double)mx);
     }
   }
-  s_d[tid] = acc;
-  __syncthreads();
-  for (int w = TOPK_THREADS / 2; w > 0; w >>= 1) {
-    if (tid < w) s_d[tid] += s_d[tid + w];
-    __syncthreads();
-  }
+  const double sum = tree_sum(acc, s_d, tid, TOPK_THREADS);
   const size_t slot = (size_t)row * TOPK_SPLIT + b;
   if (tid == 0) {
     part_max[slot] = mx;
-    part_sum[slot] = s_d[0];
+    part_sum[slot] = sum;
   }
-  __syncthreads();
 
   // k rounds: the best head among the threads wins and leaves its thread's list.
   int head = 0;
@@ -280,7 +292,7 @@ __device__ __forceinline__ int block_exclusive_scan(int v, int *scratch, int *to
   return off;
 }
 
-extern "C" __global__ void row_select_f32(const float *__restrict__ logits, int cols, int k,
+extern "C" __global__ void __launch_bounds__(SELECT_THREADS) row_select_f32(const float *__restrict__ logits, int cols, int k,
                                           unsigned int *__restrict__ out) {
   __shared__ unsigned int hist[SELECT_BINS];
   __shared__ float s_f[SELECT_THREADS];
@@ -298,13 +310,7 @@ extern "C" __global__ void row_select_f32(const float *__restrict__ logits, int 
     const float v = x[j];
     if (v == v) m = fmaxf(m, v);
   }
-  s_f[tid] = m;
-  __syncthreads();
-  for (int w = SELECT_THREADS / 2; w > 0; w >>= 1) {
-    if (tid < w) s_f[tid] = fmaxf(s_f[tid], s_f[tid + w]);
-    __syncthreads();
-  }
-  const float mx = s_f[0];
+  const float mx = tree_max(m, s_f, tid, SELECT_THREADS);
   double acc = 0.0;
   if (mx > -INFINITY) {
     for (int j = tid; j < cols; j += SELECT_THREADS) {
@@ -312,13 +318,7 @@ extern "C" __global__ void row_select_f32(const float *__restrict__ logits, int 
       if (v == v) acc += exp((double)v - (double)mx);
     }
   }
-  s_d[tid] = acc;
-  __syncthreads();
-  for (int w = SELECT_THREADS / 2; w > 0; w >>= 1) {
-    if (tid < w) s_d[tid] += s_d[tid + w];
-    __syncthreads();
-  }
-  const float lse = (float)((double)mx + log(s_d[0]));
+  const float lse = (float)((double)mx + log(tree_sum(acc, s_d, tid, SELECT_THREADS)));
 
   // Radix select: the k-th largest key, digit by digit from the top.
   unsigned int prefix = 0, pmask = 0;

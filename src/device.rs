@@ -49,6 +49,12 @@ pub(crate) fn built_for() -> Option<u32> {
     option_env!("TREESPEC_CUDA_COMPUTE_CAP").and_then(|s| s.parse().ok())
 }
 
+/// Whether `device` multiplies bf16 matrices on its tensor cores (a GPU of compute capability 8.0
+/// or later; cuBLAS has no bf16 products before).
+pub fn has_bf16_products(device: &Device) -> bool {
+    device.is_cuda() && capability(device).is_ok_and(|c| c >= 80)
+}
+
 /// The device's compute capability as `major * 10 + minor`.
 #[cfg(feature = "cuda")]
 fn capability(device: &Device) -> Result<u32> {

@@ -300,11 +300,12 @@ pub fn measure_dflash_costs(
             target.forward(&verify)?;
             device.synchronize()?;
             let t = std::time::Instant::now();
+            // The target "chooses" the path's next node, then a token no node holds.
             let (accepted, _) = crate::tree::walk::walk(&tree, |node| {
                 path.iter()
                     .position(|&p| p == node)
                     .and_then(|i| path.get(i + 1))
-                    .map_or(0, |&c| tree.tokens[c])
+                    .map_or(u32::MAX, |&c| tree.tokens[c])
             });
             target.keep(prefix, &accepted)?;
             device.synchronize()?;

@@ -1408,13 +1408,8 @@ mod cuda {
             let (pos, slots, table) = (meta.pos, meta.slots, meta.table);
             let (h, nh, nkv, hd, ffn) = (self.h, self.nh, self.nkv, self.hd, self.ffn);
             let n_i = n as i32;
-            // A wide pass's products read f16 rows that the kernels before them write beside
-            // their Q8_1 rows, instead of converting those.
-            let f16 = match (self.wide_now, &b.half) {
-                (true, Some(half)) => half.device_ptr(s).0,
-                _ => 0,
-            };
-            let ready = f16 != 0;
+            // A wide pass's products read f16 rows that the kernels before them write instead of
+            // Q8_1 rows (`norm_out`), instead of converting those.
             let mut pending_hidden: Option<usize> = None;
             // What the next norm adds to x: the previous product's output, or nothing where
             // that product added into x itself.
@@ -1428,9 +1423,10 @@ mod cuda {
                 if let Some(prev) = pending_hidden.take() {
                     self.copy_hidden(n, x, prev, hidden_layers, hidden)?;
                 }
+                // Each product reads f16 rows exactly where the kernel before it wrote them.
                 self.matmul_stacked(
                     &l.qkv,
-                    (q8, qblocks(h), ready),
+                    (q8, qblocks(h), f16_in != 0),
                     (proj, self.qkv_width),
                     n,
                     Out::Set,
@@ -1474,14 +1470,14 @@ mod cuda {
                 let att_out = if q8_in == 0 { 0 } else { att };
                 let outs = (att_out, q8_in, f16_in);
                 self.attention(n, chunks, meta.width, q, kv, table, part, outs)?;
-                delta = self.residual(&l.o, (q8, qblocks(nh * hd), ready), (x, proj), n)?;
+                delta = self.residual(&l.o, (q8, qblocks(nh * hd), f16_in != 0), (x, proj), n)?;
                 // x += attention output; norm; quantise.
                 let (q8_in, f16_in) = self.norm_out(n, l.gate_up.iter().map(|(m, _)| m), q8);
                 self.norm_q8(n, x, delta, l.ffn_norm, 0, (q8_in, f16_in), h)?;
                 // Through cuBLAS, gate and up come back as f16 rows (half the bytes to read).
                 let gu = self.matmul_stacked(
                     &l.gate_up,
-                    (q8, qblocks(h), ready),
+                    (q8, qblocks(h), f16_in != 0),
                     (proj, 2 * ffn),
                     n,
                     Out::Half,
@@ -1507,7 +1503,7 @@ mod cuda {
                 // SAFETY: proj holds n rows of 2 x ffn (floats, or halves from the wide
                 // product), q8 n rows of qb blocks.
                 unsafe { bld.launch(self.on(), cfg) }.map_err(driver)?;
-                delta = self.residual(&l.down, (q8, qb, ready), (x, proj), n)?;
+                delta = self.residual(&l.down, (q8, qb, f16_in != 0), (x, proj), n)?;
                 if hidden_layers.contains(&li) {
                     pending_hidden = Some(li);
                 }

@@ -137,10 +137,10 @@ impl WeightStore {
         self
     }
 
-    /// Keep plain matrices in bf16 on a GPU (their products then run in bf16 on the tensor
-    /// cores, reading half the bytes). For drafters only, as [`Self::quantize_dense`].
+    /// Keep plain matrices in bf16 on a GPU that multiplies bf16 (their products then run on the
+    /// tensor cores, reading half the bytes). For drafters only, as [`Self::quantize_dense`].
     pub fn keep_half_matrices(mut self, on: bool) -> Self {
-        self.half_matrices = on && !self.device.is_cpu();
+        self.half_matrices = on && crate::device::has_bf16_products(&self.device);
         self
     }
 
