@@ -92,6 +92,22 @@ pub fn row_top_k(logits: &Tensor, k: usize) -> Result<Vec<DepthTopK>> {
     Ok(top_k_rows(&rows, k))
 }
 
+/// One row of `row_select_f32`'s output (`kernels/topk.cu`: k ids, k values as f32 bits, the
+/// logsumexp; the winners in index order) as a [`DepthTopK`]: largest first, ties to the lower id,
+/// log-probabilities `value - logsumexp` in f32, as the CPU reference computes them.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn sorted_depth(words: &[u32], k: usize) -> DepthTopK {
+    let lse = f32::from_bits(words[2 * k]);
+    let mut pairs: Vec<(f32, u32)> = (0..k)
+        .map(|j| (f32::from_bits(words[k + j]), words[j]))
+        .collect();
+    pairs.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    DepthTopK {
+        tokens: pairs.iter().map(|p| p.1).collect(),
+        log_probs: pairs.iter().map(|p| p.0 - lse).collect(),
+    }
+}
+
 #[cfg(feature = "cuda")]
 pub(crate) use cuda::{depths, launch_top_k, TopKFuncs, TopKScratch};
 
@@ -313,18 +329,28 @@ mod cuda {
                 .collect())
         })
     }
+}
 
-    /// One row of `row_select_f32`'s output (k ids, k values, the logsumexp; winners in index
-    /// order) as a [`DepthTopK`]: largest first, ties to the lower id.
-    pub(crate) fn sorted_depth(words: &[u32], k: usize) -> DepthTopK {
-        let lse = f32::from_bits(words[2 * k]);
-        let mut pairs: Vec<(f32, u32)> = (0..k)
-            .map(|j| (f32::from_bits(words[k + j]), words[j]))
-            .collect();
-        pairs.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-        DepthTopK {
-            tokens: pairs.iter().map(|p| p.1).collect(),
-            log_probs: pairs.iter().map(|p| p.0 - lse).collect(),
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selected_winners_come_back_sorted_as_the_reference_sorts_them() {
+        // The radix select's winners of a row, in index order, with ties: ids 3, 5, 9, 12 with
+        // values 1.0, 2.5, 1.0, 2.5 and a logsumexp of 3.0.
+        let row = [
+            7.0f32, 1.0, 0.0, 1.0, -1.0, 2.5, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 2.5,
+        ];
+        let (ids, lse) = ([3u32, 5, 9, 12], 3.0f32);
+        let mut words: Vec<u32> = ids.to_vec();
+        words.extend(ids.iter().map(|&i| row[i as usize].to_bits()));
+        words.push(lse.to_bits());
+        let got = sorted_depth(&words, 4);
+        assert_eq!(got.tokens, vec![5, 12, 3, 9]);
+        assert_eq!(
+            got.log_probs,
+            vec![2.5 - lse, 2.5 - lse, 1.0 - lse, 1.0 - lse]
+        );
     }
 }

@@ -713,6 +713,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_bf16_matrix_takes_f32_rows_and_gives_f32_within_bf16_rounding() {
+        // As a drafter's matrices kept in bf16 on a GPU (`keep_half_matrices`) multiply.
+        let dev = Device::Cpu;
+        let w: Vec<f32> = (0..12).map(|i| i as f32 * 0.37 - 2.0).collect();
+        let w = Tensor::from_vec(w, (3, 4), &dev).unwrap();
+        let x = vec![0.5f32, -1.25, 2.0, 0.75, 1.0, 1.0, -1.0, 0.0];
+        let x = Tensor::from_vec(x, (2, 4), &dev).unwrap();
+        let plain = Linear::new(Weight::Dense(w.clone()), None).unwrap();
+        let half = Linear::new(Weight::Dense(w.to_dtype(DType::BF16).unwrap()), None).unwrap();
+        let (want, got) = (plain.forward(&x).unwrap(), half.forward(&x).unwrap());
+        assert_eq!(got.dtype(), DType::F32);
+        let (want, got) = (
+            want.to_vec2::<f32>().unwrap(),
+            got.to_vec2::<f32>().unwrap(),
+        );
+        for (w, g) in want.iter().flatten().zip(got.iter().flatten()) {
+            assert!((w - g).abs() <= 2e-2 * w.abs().max(1.0), "{g} against {w}");
+        }
+    }
+
+    #[test]
     fn layer_names_go_to_hugging_face_and_back() {
         let stems = LAYER_MODULES.iter().map(|(g, _)| *g).chain(["input_proj"]);
         for stem in stems {
