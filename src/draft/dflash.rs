@@ -371,14 +371,31 @@ impl DFlashDrafter {
             self.sin.narrow(0, base, m_rows)?,
         );
         let n_rep = m.n_heads / m.n_kv_heads;
+        // The context's rows and the block's go through each layer's q/k/v projection together
+        // (one product, its matrix read once): context first, at their own positions.
+        let both = match &ctx {
+            Some(_) => Some((
+                Tensor::cat(&[&ccos, &bcos], 0)?,
+                Tensor::cat(&[&csin, &bsin], 0)?,
+            )),
+            None => None,
+        };
         for (li, layer) in self.layers.iter().enumerate() {
             let hn = layer.attn_norm(&h)?;
-            let (q, kb, vb) = layer.attn.qkv(&hn, &bcos, &bsin)?;
-            if let Some(c) = &ctx {
-                // The context's features are normed by `hidden_norm`, not by the layer's norm.
-                let (_, kc, vc) = layer.attn.qkv(c, &ccos, &csin)?;
-                self.caches[li].append(&kc, &vc)?;
-            }
+            let (q, kb, vb) = match (&ctx, &both) {
+                (Some(c), Some((cos, sin))) => {
+                    // The context's features are normed by `hidden_norm`, not by the layer's
+                    // norm; their queries are not used.
+                    let (q, k, v) = layer.attn.qkv(&Tensor::cat(&[c, &hn], 0)?, cos, sin)?;
+                    self.caches[li].append(&k.narrow(1, 0, m_rows)?, &v.narrow(1, 0, m_rows)?)?;
+                    (
+                        q.narrow(1, m_rows, bs)?.contiguous()?,
+                        k.narrow(1, m_rows, bs)?,
+                        v.narrow(1, m_rows, bs)?,
+                    )
+                }
+                _ => layer.attn.qkv(&hn, &bcos, &bsin)?,
+            };
             let (kc, vc) = self.caches[li].view()?;
             let k = Tensor::cat(&[&kc, &kb], 1)?;
             let v = Tensor::cat(&[&vc, &vb], 1)?;
