@@ -72,11 +72,11 @@ pub fn load_drafter(
             return Ok(Box::new(MtpDrafter::new(head, cfg, head_name())));
         }
     }
-    if let Some(dir) = dflash_dir(spec)? {
+    let path = model_path(spec)?;
+    if let Some(dir) = dflash_dir(&path)? {
         on_target();
         return Ok(Box::new(load_dflash(&dir, target, opts)?));
     }
-    let path = model_path(spec)?;
     // Its own GPU, or its own stream of the target's: it drafts while the target verifies.
     let device = match &opts.drafter_device {
         Some(device) => device.clone(),
@@ -96,11 +96,10 @@ pub fn load_drafter(
     Ok(Box::new(CausalDrafter::new(d.decoder, d.name)))
 }
 
-/// The checkpoint directory `spec` names when it holds a DFlash drafter (recognised by its
-/// `config.json`), else `None`.
-pub fn dflash_dir(spec: &str) -> Result<Option<std::path::PathBuf>> {
-    let path = model_path(spec)?;
-    let ModelFiles::Checkpoint(dir) = source::resolve(&path)? else {
+/// The checkpoint directory `path` (a model argument resolved by [`model_path`]) names when it
+/// holds a DFlash drafter (recognised by its `config.json`), else `None`.
+pub fn dflash_dir(path: &str) -> Result<Option<std::path::PathBuf>> {
+    let ModelFiles::Checkpoint(dir) = source::resolve(path)? else {
         return Ok(None);
     };
     let cfg_path = dir.join("config.json");

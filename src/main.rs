@@ -584,7 +584,7 @@ fn run_costs(a: &BenchArgs) -> anyhow::Result<()> {
     if a.calibrate {
         return calibrate_wide(&mut t, &a.runtime.device, prefix);
     }
-    if let Some(dir) = load::dflash_dir(&a.drafter)? {
+    if let Some(dir) = load::dflash_dir(&load::model_path(&a.drafter)?)? {
         return dflash_costs(a, &mut t, &dir, &opts);
     }
     // As a drafter runs (`load::load_drafter`): its products on dp4a unless told otherwise.
@@ -600,16 +600,22 @@ fn run_costs(a: &BenchArgs) -> anyhow::Result<()> {
         &a.cost_rows,
         7,
     )?;
-    println!(
-        "target {} ({}), drafter {}, device {}, context {prefix} tokens\n",
+    let header = format!(
+        "target {} ({}), drafter {}, device {}, context {prefix} tokens",
         t.name,
         t.decoder.runtime(),
         d.name,
         a.runtime.device
     );
-    println!("{}", bench::costs_markdown(&rows));
+    print_costs(a, &header, &rows)
+}
+
+/// A cost table under its header line, and as JSON where `--json` asks.
+fn print_costs(a: &BenchArgs, header: &str, rows: &[bench::CostRow]) -> anyhow::Result<()> {
+    println!("{header}\n");
+    println!("{}", bench::costs_markdown(rows));
     if let Some(path) = &a.json {
-        std::fs::write(path, serde_json::to_string_pretty(&rows)?)?;
+        std::fs::write(path, serde_json::to_string_pretty(rows)?)?;
     }
     Ok(())
 }
@@ -633,8 +639,8 @@ fn dflash_costs(
         &a.cost_rows,
         (step, 7),
     )?);
-    println!(
-        "target {} ({}), DFlash drafter {} ({} layers, blocks of {}), device {}, context {prefix} tokens, rounds committing {} positions\n",
+    let header = format!(
+        "target {} ({}), DFlash drafter {} ({} layers, blocks of {}), device {}, context {prefix} tokens, rounds committing {} positions",
         t.name,
         t.decoder.runtime(),
         d.name(),
@@ -643,11 +649,7 @@ fn dflash_costs(
         a.runtime.device,
         bench::ROUND_COMMITS
     );
-    println!("{}", bench::costs_markdown(&rows));
-    if let Some(path) = &a.json {
-        std::fs::write(path, serde_json::to_string_pretty(&rows)?)?;
-    }
-    Ok(())
+    print_costs(a, &header, &rows)
 }
 
 /// `bench --costs --calibrate`: verify passes of 4 to 64 rows timed through the quantised kernels

@@ -31,8 +31,13 @@ fn median_ms(
         device.synchronize()?;
         v.push(t.elapsed().as_secs_f64() * 1e3);
     }
+    Ok(median(v))
+}
+
+/// The median of timings (the upper one of an even count).
+fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    Ok(v[v.len() / 2])
+    v[v.len() / 2]
 }
 
 /// The verify-pass sizes run once more inside a profiler range, for `ncu --profile-from-start
@@ -176,6 +181,9 @@ pub fn measure_costs(
 /// new context each round): the paper's tau of 10.7 on Qwen3-8B, rounded.
 pub const ROUND_COMMITS: usize = 11;
 
+/// The token every timed round of [`measure_dflash_costs`] roots its block and tree at.
+const ROOT: u32 = 11;
+
 /// Factor on the drafter's logits before the top-K in [`measure_dflash_costs`].
 const SHARPEN: f64 = 30.0;
 
@@ -215,8 +223,14 @@ pub fn measure_dflash_costs(
     target.forward(&Batch::causal(&toks, 0).with_logits_rows(vec![]))?;
     drafter.truncate(0);
     drafter.add_features(feature(prefix)?)?;
-    drafter.draft(11, target)?;
+    drafter.draft(ROOT, target)?;
     let new = feature(ROUND_COMMITS)?;
+    // One round's drafter pass: back to the context, the new positions' features, the block.
+    let pass = |d: &mut crate::draft::DFlashDrafter, t: &crate::model::decoder::Decoder| {
+        d.truncate(prefix);
+        d.add_features(new.clone())?;
+        d.draft(ROOT, t)
+    };
     let row = |what: String, rows: usize, ms: f64| CostRow {
         what,
         rows,
@@ -224,36 +238,20 @@ pub fn measure_dflash_costs(
         relative: ms / step,
     };
     let block_rows = drafter.config().block_size;
-    let draft_ms = median_ms(
-        &device,
-        || {
-            drafter.truncate(prefix);
-            drafter.add_features(new.clone())?;
-            drafter.draft(11, target)?;
-            Ok(())
-        },
-        reps,
-    )?;
+    let draft_ms = median_ms(&device, || pass(drafter, target).map(|_| ()), reps)?;
     if std::env::var_os("TREESPEC_PROFILE_DRAFT").is_some() {
         // One more drafter pass inside a profiler range (as TREESPEC_PROFILE_ROWS for verify
         // passes).
-        crate::gpu::profiler_range(&device, || {
-            drafter.truncate(prefix);
-            drafter.add_features(new.clone())?;
-            drafter.draft(11, target)?;
-            Ok(())
-        })?;
+        crate::gpu::profiler_range(&device, || pass(drafter, target))?;
     }
     let mut rows = vec![row(
         format!("DFlash drafter pass ({ROUND_COMMITS} new positions' features, block, LM heads)"),
         block_rows,
         draft_ms,
     )];
-    drafter.truncate(prefix);
-    drafter.add_features(new.clone())?;
     // A random drafter's distributions are flat, which makes a star of depth 1; sharpened, they
     // make a tree as deep as a confident drafter's, whose accepted path is long.
-    let block = (drafter.draft(11, target)? * SHARPEN)?;
+    let block = (pass(drafter, target)? * SHARPEN)?;
     let context = target.context();
     for &n in sizes.iter().filter(|&&n| n >= 2 && prefix + n <= context) {
         let budget = n - 1;
@@ -267,11 +265,16 @@ pub fn measure_dflash_costs(
             },
             reps,
         )?;
-        let mut tree = crate::tree::DraftTree::root(11);
-        let build_ms = host_median_ms(
-            || tree = crate::tree::builder::build_ddtree(&depths, budget, 11),
+        let mut tree = crate::tree::DraftTree::root(ROOT);
+        // Host work: timed on the CPU "device", whose synchronisation is nothing.
+        let build_ms = median_ms(
+            &candle_core::Device::Cpu,
+            || {
+                tree = crate::tree::builder::build_ddtree(&depths, budget, ROOT);
+                Ok(())
+            },
             reps,
-        );
+        )?;
         let mask = tree.mask();
         let verify = Batch::causal(&tree.tokens, prefix)
             .with_positions(tree.positions(prefix))
@@ -311,8 +314,7 @@ pub fn measure_dflash_costs(
             device.synchronize()?;
             commit.push(t.elapsed().as_secs_f64() * 1e3);
         }
-        commit.sort_by(f64::total_cmp);
-        let commit_ms = commit[commit.len() / 2];
+        let commit_ms = median(commit);
         let what = |s: &str| format!("{s} (B = {budget}, depth {})", tree.max_depth());
         rows.push(row(
             what("per-depth top-K to the host, K = B"),
@@ -342,19 +344,6 @@ pub fn measure_dflash_costs(
     target.reset();
     drafter.truncate(0);
     Ok(rows)
-}
-
-/// Median wall time of host-only work `f` in ms.
-fn host_median_ms(mut f: impl FnMut(), reps: usize) -> f64 {
-    let mut v: Vec<f64> = (0..reps.max(1))
-        .map(|_| {
-            let t = std::time::Instant::now();
-            f();
-            t.elapsed().as_secs_f64() * 1e3
-        })
-        .collect();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// The cost table as Markdown.

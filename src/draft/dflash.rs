@@ -356,34 +356,27 @@ impl DFlashDrafter {
         block[0] = root;
         let mut h = target.embed(&block)?;
         let device = h.device().clone();
+        let m_rows = self.pending_rows;
+        let bcos = self.cos.narrow(0, root_pos, bs)?;
+        let bsin = self.sin.narrow(0, root_pos, bs)?;
+        // The context's rows and the block's go through each layer's q/k/v projection together
+        // (one product, its matrix read once): the context first, at its own positions, so with
+        // its rotation tables ahead of the block's.
         let ctx = if self.pending.is_empty() {
             None
         } else {
             let f = Tensor::cat(&self.pending, 0)?;
             let f = self.fc.forward(&f)?;
-            Some(candle_nn::ops::rms_norm(&f, &self.hidden_norm, eps)?)
+            let f = candle_nn::ops::rms_norm(&f, &self.hidden_norm, eps)?;
+            let cos = Tensor::cat(&[&self.cos.narrow(0, base, m_rows)?, &bcos], 0)?;
+            let sin = Tensor::cat(&[&self.sin.narrow(0, base, m_rows)?, &bsin], 0)?;
+            Some((f, cos, sin))
         };
-        let m_rows = self.pending_rows;
-        let bcos = self.cos.narrow(0, root_pos, bs)?;
-        let bsin = self.sin.narrow(0, root_pos, bs)?;
-        let (ccos, csin) = (
-            self.cos.narrow(0, base, m_rows)?,
-            self.sin.narrow(0, base, m_rows)?,
-        );
         let n_rep = m.n_heads / m.n_kv_heads;
-        // The context's rows and the block's go through each layer's q/k/v projection together
-        // (one product, its matrix read once): context first, at their own positions.
-        let both = match &ctx {
-            Some(_) => Some((
-                Tensor::cat(&[&ccos, &bcos], 0)?,
-                Tensor::cat(&[&csin, &bsin], 0)?,
-            )),
-            None => None,
-        };
         for (li, layer) in self.layers.iter().enumerate() {
             let hn = layer.attn_norm(&h)?;
-            let (q, kb, vb) = match (&ctx, &both) {
-                (Some(c), Some((cos, sin))) => {
+            let (q, kb, vb) = match &ctx {
+                Some((c, cos, sin)) => {
                     // The context's features are normed by `hidden_norm`, not by the layer's
                     // norm; their queries are not used.
                     let (q, k, v) = layer.attn.qkv(&Tensor::cat(&[c, &hn], 0)?, cos, sin)?;
@@ -394,7 +387,7 @@ impl DFlashDrafter {
                         v.narrow(1, m_rows, bs)?,
                     )
                 }
-                _ => layer.attn.qkv(&hn, &bcos, &bsin)?,
+                None => layer.attn.qkv(&hn, &bcos, &bsin)?,
             };
             let (kc, vc) = self.caches[li].view()?;
             let k = Tensor::cat(&[&kc, &kb], 1)?;

@@ -712,7 +712,7 @@ mod cuda {
             let f = load_funcs(dev, &layers, &lm_head, &embed, major >= 8, hd)
                 .map_err(|e| e.to_string())?;
             let pdl = LaunchOn::new(&stream).pdl;
-            let gpu = stream.context().name().unwrap_or_else(|_| "GPU".into());
+            let gpu = crate::device::gpu_name(device).unwrap_or_else(|| "GPU".into());
             let (wide_from, wide_source) = crate::gpu::wide::wide_rows_for(&gpu, cfg);
             let wide = match wide_from {
                 Some(from) => {
@@ -1350,7 +1350,7 @@ mod cuda {
                 self.launch_layers(n, key.chunks, at, hidden_layers, hidden)?;
             // x += last down output (unless its product added it); final norm of the logits rows
             // into their slots, as f16 rows too where the LM head goes wide.
-            let (q8, f16) = self.norm_out(m, std::iter::once(&self.lm_head), q8);
+            let (q8, f16) = self.rows_for(m, std::iter::once(&self.lm_head), q8);
             self.norm_q8(n, x, delta, self.norm, at.out_slots, (q8, f16), self.h)?;
             if let Some(prev) = pending_hidden {
                 self.copy_hidden(n, x, prev, hidden_layers, hidden)?;
@@ -1408,8 +1408,6 @@ mod cuda {
             let (pos, slots, table) = (meta.pos, meta.slots, meta.table);
             let (h, nh, nkv, hd, ffn) = (self.h, self.nh, self.nkv, self.hd, self.ffn);
             let n_i = n as i32;
-            // A wide pass's products read f16 rows that the kernels before them write instead of
-            // Q8_1 rows (`norm_out`), instead of converting those.
             let mut pending_hidden: Option<usize> = None;
             // What the next norm adds to x: the previous product's output, or nothing where
             // that product added into x itself.
@@ -1418,7 +1416,7 @@ mod cuda {
                 // x += previous layer's down output (its residual), norm, quantise (Q8_1 rows
                 // only where the product reading them does not go wide).
                 let qkv_mats = l.qkv.iter().map(|(m, _)| m);
-                let (q8_in, f16_in) = self.norm_out(n, qkv_mats, q8);
+                let (q8_in, f16_in) = self.rows_for(n, qkv_mats, q8);
                 self.norm_q8(n, x, delta, l.attn_norm, 0, (q8_in, f16_in), h)?;
                 if let Some(prev) = pending_hidden.take() {
                     self.copy_hidden(n, x, prev, hidden_layers, hidden)?;
@@ -1466,13 +1464,13 @@ mod cuda {
                 // Attention, its output quantised for the output projection by the combine
                 // kernel (in a wide pass: f16 rows only).
                 let kv = (l.k_cache, l.v_cache, l.k16, l.v16);
-                let (q8_in, f16_in) = self.norm_out(n, std::iter::once(&l.o), q8);
+                let (q8_in, f16_in) = self.rows_for(n, std::iter::once(&l.o), q8);
                 let att_out = if q8_in == 0 { 0 } else { att };
                 let outs = (att_out, q8_in, f16_in);
                 self.attention(n, chunks, meta.width, q, kv, table, part, outs)?;
                 delta = self.residual(&l.o, (q8, qblocks(nh * hd), f16_in != 0), (x, proj), n)?;
                 // x += attention output; norm; quantise.
-                let (q8_in, f16_in) = self.norm_out(n, l.gate_up.iter().map(|(m, _)| m), q8);
+                let (q8_in, f16_in) = self.rows_for(n, l.gate_up.iter().map(|(m, _)| m), q8);
                 self.norm_q8(n, x, delta, l.ffn_norm, 0, (q8_in, f16_in), h)?;
                 // Through cuBLAS, gate and up come back as f16 rows (half the bytes to read).
                 let gu = self.matmul_stacked(
@@ -1483,7 +1481,7 @@ mod cuda {
                     Out::Half,
                 )?;
                 let gu16 = if gu == Out::Half { proj } else { 0 };
-                let (q8_in, f16_in) = self.norm_out(n, std::iter::once(&l.down), q8);
+                let (q8_in, f16_in) = self.rows_for(n, std::iter::once(&l.down), q8);
                 let qb = qblocks(ffn);
                 let mut bld = Launch::new(&self.f.silu_mul_q8);
                 let (stride, ffn_i, qb_i) = ((2 * ffn) as i32, ffn as i32, qb as i32);
@@ -1511,10 +1509,10 @@ mod cuda {
             Ok((pending_hidden, delta))
         }
 
-        /// The rows a kernel writes for a product over `mats` in a pass of `n` rows: `(q8, 0)`,
-        /// or in a wide pass whose product takes them `(0, f16)`, f16 rows only (the product
-        /// reads nothing else).
-        fn norm_out<'a>(
+        /// The rows a kernel (a norm, the attention combine, SwiGLU) writes for the product over
+        /// `mats` after it, in a pass of `n` rows: `(q8, 0)`, Q8_1 rows; or where that product
+        /// goes wide `(0, f16)`, f16 rows only, which it reads instead of converting Q8_1 ones.
+        fn rows_for<'a>(
             &self,
             n: usize,
             mats: impl Iterator<Item = &'a Mat>,

@@ -238,7 +238,7 @@ mod cuda {
 
         /// Whether a pass of `n` rows over matrices at these addresses goes through the copies.
         pub(crate) fn takes(&self, n: usize, mut mats: impl Iterator<Item = u64>) -> bool {
-            n >= self.from && mats.all(|p| self.copies.contains_key(&p))
+            n >= self.from && mats.all(|p| self.has(p))
         }
 
         /// Whether the matrix at this device address has a copy.
