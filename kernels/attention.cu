@@ -11,11 +11,11 @@
 // keys[i][2..]: extra cache rows, ascending. The row sees cache rows 0..lead, then the extras: the
 // key of rank r is r for r < lead, else extra[r - lead]. Every reduction is indexed by rank:
 //
-// - attention_chunk_f32: one block per (chunk of CHUNK ranks, query head, row). Scores are dot
-//   products of hd terms, each key's split over four threads (quarters in dimension order, added
-//   in a fixed order);
-//   softmax numerators use the chunk's own maximum; the chunk's sum and its value-weighted sums
-//   run in rank order per thread, then a fixed tree. Writes (max, sum, acc[hd]) per chunk.
+// - attention_chunk_f32: one block per (chunk of CHUNK ranks, K/V head, row), a warp per query
+//   head of the K/V head's group. Scores are dot products in dimension order, a lane per key;
+//   softmax numerators use the chunk's own maximum; the chunk's sum runs in rank order per lane,
+//   then a warp butterfly; each value-weighted sum in rank order on one lane. Writes (max, sum,
+//   acc[hd]) per chunk.
 // - attention_combine_f32: one block per (query head, row); rescales the chunks to the common
 //   maximum and sums them in chunk order.
 //
@@ -27,9 +27,7 @@
 
 #include "pdl.cuh"
 
-#define ATT_THREADS 512
-#define ATT_CHUNK 128  // ATT_THREADS / ATT_SPLIT: one key per group of ATT_SPLIT threads
-#define ATT_SPLIT 4    // threads sharing a key's dot product
+#define ATT_CHUNK 128  // ranks a chunk (src/gpu/attention.rs: CHUNK)
 #define ATT_HD_MAX 256
 
 __device__ __forceinline__ float warp_max_f(float x) {
@@ -49,30 +47,51 @@ __device__ __forceinline__ unsigned int key_of(const unsigned int *__restrict__ 
   return (unsigned int)r < lead ? (unsigned int)r : row[2 + (r - lead)];
 }
 
-// Maximum (is_max) or sum over the ATT_THREADS threads of a block in a fixed order: a warp
-// butterfly, then the warps in order; every thread gets the result. `red` holds ATT_THREADS / 32
-// + 1 floats.
-__device__ __forceinline__ float block_reduce(float v, float *red, bool is_max) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float w = __shfl_xor_sync(0xffffffff, v, o, 32);
-    v = is_max ? fmaxf(v, w) : v + w;
-  }
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float t = red[0];
-    for (int w = 1; w < ATT_THREADS / 32; ++w) t = is_max ? fmaxf(t, red[w]) : t + red[w];
-    red[ATT_THREADS / 32] = t;
-  }
-  __syncthreads();
-  const float t = red[ATT_THREADS / 32];
-  __syncthreads();
-  return t;
+// 16 bytes from global to shared memory without passing through registers (before sm_80:
+// through them); zeros where !copy (no bytes are read).
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool copy) {
+#if __CUDA_ARCH__ >= 800
+  const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
+               "r"(copy ? 16 : 0));
+#else
+  *reinterpret_cast<float4 *>(dst) =
+      copy ? *reinterpret_cast<const float4 *>(src) : make_float4(0.f, 0.f, 0.f, 0.f);
+#endif
 }
 
-// Partials layout: [n, nh, chunks, hd + 2] with (max, sum, acc[0..hd]).
+// Wait for this thread's cp_async16 copies (then a barrier makes every thread's visible).
+__device__ __forceinline__ void cp_async_wait_all() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;");
+#endif
+}
+
+// Copy the rows kidx[0 .. len) of a [*, hd] f32 table (`src`) to `dst`, rows hd + 4 floats apart,
+// by the block's nt threads (this one tid), all in flight at once.
+__device__ __forceinline__ void stage_f32_rows(float *dst, const float *__restrict__ src,
+                                               const unsigned int *kidx, int len, int hd,
+                                               int tid, int nt) {
+  const int v4 = hd / 4;
+  for (int e = tid; e < len * v4; e += nt) {
+    const int r = e / v4, c = e - r * v4;
+    cp_async16(dst + r * (hd + 4) + 4 * c, src + (size_t)kidx[r] * hd + 4 * c, true);
+  }
+}
+
+// Partials layout: [n, nh, chunks, hd + 2] with (max, sum, acc[hd]).
+//
+// One block per (chunk, K/V head, row): warp w takes query head kvh * G + w of the K/V head's
+// group of G. The chunk's keys, then its values, are staged in shared memory once for the group
+// by cp.async, every copy in flight at once (rows hd + 4 floats apart: the lanes' float4 reads of
+// their own keys hit distinct banks); the values' copies fly while the softmax is worked out.
+// Per (row, head, chunk), never depending on the other rows of the pass or of the block:
+// - scores: lane l takes ranks l, l + 32, l + 64, l + 96 of the chunk, each a dot product in
+//   dimension order (one fmaf chain), times the scale;
+// - the chunk's maximum (order-free) by a warp butterfly; numerators expf(s - max), each lane's
+//   summed in rank order, then a warp butterfly (every lane ends with the same sum: each level
+//   adds the same two values, in either order);
+// - value-weighted sums: lane l takes dimensions l, l + 32, ..., over the ranks in order.
 extern "C" __global__ void attention_chunk_f32(
     const float *__restrict__ q,            // [nh, n, hd]
     const float *__restrict__ k,            // [nkv, *, hd], kv-head stride kv_stride
@@ -80,94 +99,99 @@ extern "C" __global__ void attention_chunk_f32(
     const unsigned int *__restrict__ keys,  // [n, width]
     float *__restrict__ part,               // [n, nh, chunks, hd + 2]
     int n, int nh, int nkv, int hd, long long kv_stride, int width, int chunks, float scale) {
-  const int chunk = blockIdx.x;
-  const int h = blockIdx.y;
-  const int i = blockIdx.z;
-  const int tid = threadIdx.x;
-
-  __shared__ __align__(16) float qs[ATT_HD_MAX];
-  __shared__ unsigned int kidx[ATT_CHUNK];
-  __shared__ float p[ATT_CHUNK];
-  __shared__ float red[ATT_THREADS / 32 + 1];
-  __shared__ float accs[ATT_THREADS];
+  extern __shared__ __align__(16) float att_sm[];
+  const int chunk = blockIdx.x, kvh = blockIdx.y, i = blockIdx.z;
+  const int lane = threadIdx.x, w = threadIdx.y, G = blockDim.y;
+  const int h = kvh * G + w;
+  const int tid = lane + 32 * w, nt = 32 * G;
+  const int ks = hd + 4;
+  float *kv = att_sm;                                         // [ATT_CHUNK][hd + 4]
+  float *qs = kv + ATT_CHUNK * ks;                            // [G][hd]
+  float *ps = qs + G * hd;                                    // [G][ATT_CHUNK]
+  unsigned int *kidx = (unsigned int *)(ps + G * ATT_CHUNK);  // [ATT_CHUNK]
 
   pdl_enter();
   const unsigned int *row = keys + (size_t)i * width;
   const int count = (int)(row[0] + row[1]);
   const int start = chunk * ATT_CHUNK;
-  float *out = part + (((size_t)i * nh + h) * chunks + chunk) * (hd + 2);
   if (start >= count) {
     return;  // the combine kernel reads only this row's chunks that hold keys
   }
   const int len = min(ATT_CHUNK, count - start);
-  const int kvh = h / (nh / nkv);
   const float *kh = k + (size_t)kvh * kv_stride;
   const float *vh = v + (size_t)kvh * kv_stride;
 
-  for (int d = tid; d < hd; d += ATT_THREADS) qs[d] = q[((size_t)h * n + i) * hd + d];
-  for (int r = tid; r < len; r += ATT_THREADS) kidx[r] = key_of(row, start + r);
+  for (int d = lane; d < hd; d += 32) qs[w * hd + d] = q[((size_t)h * n + i) * hd + d];
+  for (int r = tid; r < len; r += nt) kidx[r] = key_of(row, start + r);
+  __syncthreads();
+  stage_f32_rows(kv, kh, kidx, len, hd, tid, nt);
+  cp_async_wait_all();
   __syncthreads();
 
-  // Scores: the ATT_SPLIT threads 4r..4r+3 take rank r, each a quarter of the dimensions in
-  // order (float4 loads), then the quarters are added in a fixed order ((0+1)+(2+3), by
-  // shuffles inside the warp).
-  {
-    const int r = tid / ATT_SPLIT, part = tid % ATT_SPLIT;
-    const int quarter = hd / ATT_SPLIT;  // a multiple of 8: hd is a multiple of 32
-    float s = 0.f;
+  // s[j]: the score of rank lane + 32 j of the chunk.
+  float s[ATT_CHUNK / 32];
+  const float4 *qr = reinterpret_cast<const float4 *>(qs + w * hd);
+#pragma unroll
+  for (int j = 0; j < ATT_CHUNK / 32; ++j) {
+    const int r = lane + 32 * j;
+    s[j] = -INFINITY;
     if (r < len) {
-      const float4 *kr =
-          reinterpret_cast<const float4 *>(kh + (size_t)kidx[r] * hd + part * quarter);
-      const float4 *qr = reinterpret_cast<const float4 *>(qs + part * quarter);
+      const float4 *kr = reinterpret_cast<const float4 *>(kv + r * ks);
+      float acc = 0.f;
 #pragma unroll 8
-      for (int e = 0; e < quarter / 4; ++e) {
+      for (int e = 0; e < hd / 4; ++e) {
         const float4 a = qr[e];
         const float4 b = kr[e];
-        s = fmaf(a.x, b.x, s);
-        s = fmaf(a.y, b.y, s);
-        s = fmaf(a.z, b.z, s);
-        s = fmaf(a.w, b.w, s);
+        acc = fmaf(a.x, b.x, acc);
+        acc = fmaf(a.y, b.y, acc);
+        acc = fmaf(a.z, b.z, acc);
+        acc = fmaf(a.w, b.w, acc);
       }
+      s[j] = acc * scale;
     }
-    s += __shfl_xor_sync(0xffffffff, s, 1, 32);
-    s += __shfl_xor_sync(0xffffffff, s, 2, 32);
-    if (r < len && part == 0) p[r] = s * scale;
   }
-  __syncthreads();
+  __syncthreads();  // every warp is done with the keys: the values take their place
+  stage_f32_rows(kv, vh, kidx, len, hd, tid, nt);
 
-  // Chunk maximum (order-free), then numerators and their sum (rank order per thread, then a
-  // fixed order: warp butterflies, the warps in order).
-  float m = -INFINITY;
-  for (int r = tid; r < len; r += ATT_THREADS) m = fmaxf(m, p[r]);
-  m = block_reduce(m, red, true);
+  float m = s[0];
+#pragma unroll
+  for (int j = 1; j < ATT_CHUNK / 32; ++j) m = fmaxf(m, s[j]);
+  m = warp_max_f(m);
+  float *pw = ps + w * ATT_CHUNK;
   float sum = 0.f;
-  for (int r = tid; r < len; r += ATT_THREADS) {
-    const float e = expf(p[r] - m);
-    p[r] = e;
-    sum += e;
+#pragma unroll
+  for (int j = 0; j < ATT_CHUNK / 32; ++j) {
+    const int r = lane + 32 * j;
+    if (r < len) {
+      const float e = expf(s[j] - m);
+      pw[r] = e;
+      sum += e;
+    }
   }
-  sum = block_reduce(sum, red, false);
-
-  // Value-weighted sums: thread (class c, dim d), c = tid / td, over ranks c, c + classes, ...
-  const int td = hd < ATT_THREADS ? hd : ATT_THREADS;
-  const int classes = ATT_THREADS / td;
-  const int c = tid / td;
-  for (int d = tid % td; d < hd; d += td) {
-    float acc = 0.f;
-#pragma unroll 8
-    for (int r = c; r < len; r += classes) acc = fmaf(p[r], vh[(size_t)kidx[r] * hd + d], acc);
-    accs[c * hd + d] = acc;
-  }
+  sum = warp_sum_f(sum);
+  cp_async_wait_all();
   __syncthreads();
-  if (tid == 0) {
+
+  const int nd = hd / 32;
+  float acc[ATT_HD_MAX / 32];
+#pragma unroll
+  for (int j = 0; j < ATT_HD_MAX / 32; ++j) acc[j] = 0.f;
+#pragma unroll 4
+  for (int r = 0; r < len; ++r) {
+    const float p = pw[r];
+    const float *vr = kv + r * ks + lane;
+#pragma unroll
+    for (int j = 0; j < ATT_HD_MAX / 32; ++j)
+      if (j < nd) acc[j] = fmaf(p, vr[32 * j], acc[j]);
+  }
+  float *out = part + (((size_t)i * nh + h) * chunks + chunk) * (hd + 2);
+  if (lane == 0) {
     out[0] = m;
     out[1] = sum;
   }
-  for (int d = tid; d < hd; d += ATT_THREADS) {
-    float acc = 0.f;
-    for (int cc = 0; cc < classes; ++cc) acc += accs[cc * hd + d];
-    out[2 + d] = acc;
-  }
+#pragma unroll
+  for (int j = 0; j < ATT_HD_MAX / 32; ++j)
+    if (j < nd) out[2 + lane + 32 * j] = acc[j];
 }
 
 extern "C" __global__ void attention_combine_f32(
@@ -272,16 +296,6 @@ __device__ __forceinline__ void ldsm_x2_trans(unsigned int &r0, unsigned int &r1
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];"
                : "=r"(r0), "=r"(r1)
                : "r"(a));
-#endif
-}
-
-// 16 bytes from global to shared memory without passing through registers; zeros where !copy
-// (no bytes are read).
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool copy) {
-#if __CUDA_ARCH__ >= 800
-  const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
-               "r"(copy ? 16 : 0));
 #endif
 }
 

@@ -680,3 +680,259 @@ TREESPEC_MMTC(q6_k, 1)
 TREESPEC_MMTC(q6_k, 2)
 TREESPEC_MMTC(q6_k, 4)
 TREESPEC_MMTC(q6_k, 8)
+
+// ---- Staged tile kernels: many activation rows ----
+//
+// The same products, each (activation row, weight row) summed bit for bit as every kernel above
+// sums it, laid out for passes of many rows. A block takes 16 * WM weight rows (WM = blockDim.y /
+// 2, chosen by the launcher for enough blocks) by 64 activation rows; warp (wm, wn) takes 16
+// weight rows by 32 activation rows (four 8-row tiles) over the whole row length. It walks the
+// splits w = 0 .. W - 1 of the row (W = `mmtc_warps`, the tile kernels' warp count) one after the
+// other, each split's units in order into one partial, and folds the partials in split order:
+// exactly the order of `store_rows` above. The activations of a batch of ST_UB units are staged
+// in shared memory once for all the block's warps (64 bytes of values and 16 bytes of per-block
+// floats a row: 80 bytes, so that the B fragments' reads hit 32 distinct banks), with each Q8_1
+// block's d and d * (exact sum of its values) worked out once there. The integer sums come out of
+// the MMA started at ST_MAGIC, so that, read as a float, they are 1.5 * 2^23 + isum exactly
+// (|isum| < 2^22), and fmaf(d8, that, -1.5 * 2^23 * d8) is d8 * isum rounded once: what
+// __fmul_rn(d8, (float)isum) gives, without the int-to-float conversion (a quarter-rate
+// instruction) or shuffles.
+
+#define ST_ROWS 64
+#define ST_UB 4
+#define ST_MAGIC 0x4B400000
+#define ST_MAGIC_F 12582912.0f
+
+static __device__ __forceinline__ void mma_k32_from(int c[4], const int a[4], const int b[2],
+                                                    int init) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};"
+      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(init));
+}
+
+static __device__ __forceinline__ void mma_k16_from(int c[4], const int a[2], const int b,
+                                                    int init) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+      "{%7,%7,%7,%7};"
+      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(b), "r"(init));
+}
+
+// d8 * isum rounded once, from the MMA's sum started at ST_MAGIC (`nd8` = -ST_MAGIC_F * d8,
+// exact: d8 has the 11 significant bits of a half).
+static __device__ __forceinline__ float st_scaled(float d8, float nd8, int c) {
+  return __fmaf_rn(d8, __int_as_float(c), nd8);
+}
+
+typedef int4 StagedUnits[ST_UB][ST_ROWS][5];
+
+// Stage the activations of units u0 + i * W (i < nu) of rows tok0 .. tok0 + 63 (rows from n on as
+// zeros): per unit and row, four 16-byte pieces of values and (for Q4_K) d8 of its two Q8_1 blocks
+// and d8 * their exact sums, or (Q6_K) d8 of its four parts' blocks. Every thread of the block
+// takes part (the pieces of a block sit in neighbouring lanes for the sum's shuffle).
+template <bool Q4K>
+static __device__ __forceinline__ void stage_units(StagedUnits &st, const uint8_t *vy, int u0,
+                                                   int W, int nu, int tok0, int n, int stride) {
+  const int tid = threadIdx.x + 32 * threadIdx.y, nt = 32 * blockDim.y;
+  for (int task = tid; task < nu * ST_ROWS * 4; task += nt) {
+    const int p = task & 3, r = (task >> 2) & (ST_ROWS - 1), i = task >> 8;
+    const int u = u0 + i * W, tok = tok0 + r;
+    const bool live = tok < n;
+    // Q4_K: pieces 0, 1 are block 2j's values 0-15, 16-31; 2, 3 block 2j + 1's. Q6_K: piece p
+    // is part p, values 16l .. 16l + 15 of block 8 sb + 4 hh + p.
+    const int kb = Q4K ? (u >> 2) * 8 + 2 * (u & 3) + (p >> 1) : (u >> 2) * 8 + 4 * ((u >> 1) & 1) + p;
+    const int off = Q4K ? 16 * (p & 1) : 16 * (u & 1);
+    const uint8_t *y = vy + ((size_t)tok * stride + kb) * 36;
+    int4 q = make_int4(0, 0, 0, 0);
+    if (live) {
+      const int *w = (const int *)(y + 4 + off);
+      q = make_int4(w[0], w[1], w[2], w[3]);
+    }
+    st[i][r][p] = q;
+    float *meta = (float *)&st[i][r][4];
+    const float d8 = __low2float(act_ds(y, live));
+    if (Q4K) {
+      int s8 = __dp4a(q.x, 0x01010101, __dp4a(q.y, 0x01010101, 0));
+      s8 = __dp4a(q.z, 0x01010101, __dp4a(q.w, 0x01010101, s8));
+      s8 += __shfl_xor_sync(FULL_MASK, s8, 1);
+      if ((p & 1) == 0) {
+        meta[p >> 1] = d8;
+        meta[2 + (p >> 1)] = __fmul_rn(d8, (float)s8);
+      }
+    } else {
+      meta[p] = d8;
+    }
+  }
+}
+
+template <bool Q4K>
+static __device__ void mmtc_staged(const void *__restrict__ vx0, const void *__restrict__ vx1,
+                                   const void *__restrict__ vx2, int row1, int row2,
+                                   const uint8_t *__restrict__ vy, float *__restrict__ dst,
+                                   int ncols_x, int nrows, int stride_col_y, int stride_col_dst,
+                                   int n) {
+  __shared__ StagedUnits st;
+  constexpr int bytes = Q4K ? 144 : 210;
+  const int lane = threadIdx.x, WM = blockDim.y / 2, wm = threadIdx.y % WM, wn = threadIdx.y / WM;
+  const int g = lane >> 2, t = lane & 3;
+  const int row0 = (blockIdx.x * WM + wm) * 16, tok0 = blockIdx.y * ST_ROWS;
+  const bool live = row0 < nrows;
+  int wrow0;
+  const uint8_t *vx = (const uint8_t *)stacked(vx0, vx1, vx2, row1, row2, live ? row0 : 0, &wrow0);
+  const int nsb = ncols_x / 256, units = nsb * 4;
+  const int W = min(MAX_WARPS, max(1, (units + 3) / 4));  // mmtc_warps
+  const uint8_t *rows[2] = {vx + (size_t)((live ? row0 : 0) - wrow0 + g) * nsb * bytes,
+                            vx + (size_t)((live ? row0 : 0) - wrow0 + g + 8) * nsb * bytes};
+  if (live && blockIdx.y == 0 && t == 0 && g < 8) {
+    prefetch_l2_by(rows[0], nsb * bytes, 0, 1);
+    prefetch_l2_by(rows[1], nsb * bytes, 0, 1);
+  }
+  pdl_enter();
+  float tot[4][4], acc[4][4];
+  for (int w = 0; w < W; ++w) {
+#pragma unroll
+    for (int T = 0; T < 4; ++T) acc[T][0] = acc[T][1] = acc[T][2] = acc[T][3] = 0.0f;
+    for (int u0 = w; u0 < units; u0 += ST_UB * W) {
+      const int nu = min(ST_UB, (units - u0 + W - 1) / W);
+      // The batch's weights, issued before the staging (Q4_K: header and the unit's two
+      // words of each row; Q6_K: its ql, qh words, scales and d).
+      int wa[ST_UB][2][4], wb[ST_UB][2][2];
+#pragma unroll
+      for (int i = 0; i < ST_UB; ++i) {
+        const int u = u0 + i * W;
+        if (live && i < nu) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const uint8_t *blk = rows[r] + (size_t)(u >> 2) * bytes;
+            if (Q4K) {
+              const int4 h = *(const int4 *)blk;  // dm, scales[12]
+              wa[i][r][0] = h.x;
+              wa[i][r][1] = h.y;
+              wa[i][r][2] = h.z;
+              wa[i][r][3] = h.w;
+              wb[i][r][0] = ((const int *)blk)[4 + 8 * (u & 3) + t];
+              wb[i][r][1] = ((const int *)blk)[4 + 8 * (u & 3) + 4 + t];
+            } else {
+              const int hh = (u >> 1) & 1, l = u & 1;
+              wa[i][r][0] = load_int_a2(blk + 64 * hh + 16 * l + 4 * t);
+              wa[i][r][1] = load_int_a2(blk + 64 * hh + 32 + 16 * l + 4 * t);
+              wa[i][r][2] = load_int_a2(blk + 128 + 32 * hh + 16 * l + 4 * t);
+              wa[i][r][3] = *(const uint16_t *)(blk + 208);
+              wb[i][r][0] = load_int_a2(blk + 192 + 8 * hh);
+              wb[i][r][1] = load_int_a2(blk + 196 + 8 * hh);
+            }
+          }
+        }
+      }
+      __syncthreads();  // every warp is done with the previous batch
+      stage_units<Q4K>(st, vy, u0, W, nu, tok0, n, stride_col_y);
+      __syncthreads();
+      if (!live) continue;
+#pragma unroll
+      for (int i = 0; i < ST_UB; ++i) {
+        if (i >= nu) break;
+        const int u = u0 + i * W;
+        if (Q4K) {
+          const int a_lo[4] = {wb[i][0][0] & 0x0F0F0F0F, wb[i][1][0] & 0x0F0F0F0F,
+                               wb[i][0][1] & 0x0F0F0F0F, wb[i][1][1] & 0x0F0F0F0F};
+          const int a_hi[4] = {(wb[i][0][0] >> 4) & 0x0F0F0F0F, (wb[i][1][0] >> 4) & 0x0F0F0F0F,
+                               (wb[i][0][1] >> 4) & 0x0F0F0F0F, (wb[i][1][1] >> 4) & 0x0F0F0F0F};
+          float dl[2][2], ml[2][2];
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int sc[3] = {wa[i][r][1], wa[i][r][2], wa[i][r][3]};
+            const int dm = wa[i][r][0];
+            q4k_scale_min_pair(sc, *(const half2 *)&dm, u & 3, dl[r], ml[r]);
+          }
+#pragma unroll
+          for (int T = 0; T < 4; ++T) {
+            const int rb = 32 * wn + 8 * T;
+            const int *bq = (const int *)&st[i][rb + g][0];
+            const float4 m0 = *(const float4 *)&st[i][rb + 2 * t][4];
+            const float4 m1 = *(const float4 *)&st[i][rb + 2 * t + 1][4];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int b[2] = {bq[8 * h + t], bq[8 * h + 4 + t]};
+              const float d8[2] = {h ? m0.y : m0.x, h ? m1.y : m1.x};
+              const float m8[2] = {h ? m0.w : m0.z, h ? m1.w : m1.z};
+              const float nd8[2] = {__fmul_rn(-ST_MAGIC_F, d8[0]), __fmul_rn(-ST_MAGIC_F, d8[1])};
+              int c[4];
+              mma_k32_from(c, h == 0 ? a_lo : a_hi, b, ST_MAGIC);
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const int r = e >> 1, col = e & 1;
+                const float v = st_scaled(d8[col], nd8[col], c[e]);
+                const float term = __fsub_rn(__fmul_rn(dl[r][h], v), __fmul_rn(ml[r][h], m8[col]));
+                acc[T][e] = __fadd_rn(acc[T][e], term);
+              }
+            }
+          }
+        } else {
+          const int l = u & 1;
+          int a[4][2];
+          float dsc[4][2];
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const float d = __half2float(__ushort_as_half((uint16_t)wa[i][r][3]));
+#pragma unroll
+            for (int p = 0; p < 4; ++p) {
+              a[p][r] = q6k_values(wa[i][r][0], wa[i][r][1], wa[i][r][2], p);
+              dsc[p][r] = q6k_scale(wb[i][r], d, 2 * p + l);
+            }
+          }
+#pragma unroll
+          for (int T = 0; T < 4; ++T) {
+            const int rb = 32 * wn + 8 * T;
+            const int *bq = (const int *)&st[i][rb + g][0];
+            const float4 m0 = *(const float4 *)&st[i][rb + 2 * t][4];
+            const float4 m1 = *(const float4 *)&st[i][rb + 2 * t + 1][4];
+            const float d0[4] = {m0.x, m0.y, m0.z, m0.w}, d1[4] = {m1.x, m1.y, m1.z, m1.w};
+#pragma unroll
+            for (int p = 0; p < 4; ++p) {
+              const float d8[2] = {d0[p], d1[p]};
+              const float nd8[2] = {__fmul_rn(-ST_MAGIC_F, d8[0]), __fmul_rn(-ST_MAGIC_F, d8[1])};
+              int c[4];
+              mma_k16_from(c, a[p], bq[4 * p + t], ST_MAGIC);
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const float v = st_scaled(d8[e & 1], nd8[e & 1], c[e]);
+                acc[T][e] = __fadd_rn(acc[T][e], __fmul_rn(dsc[p][e >> 1], v));
+              }
+            }
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int T = 0; T < 4; ++T)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) tot[T][e] = w == 0 ? acc[T][e] : __fadd_rn(tot[T][e], acc[T][e]);
+  }
+  if (!live) return;
+#pragma unroll
+  for (int T = 0; T < 4; ++T)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int tok = tok0 + 32 * wn + 8 * T + 2 * t + (e & 1);
+      if (tok < n) dst[(size_t)tok * stride_col_dst + row0 + g + 8 * (e >> 1)] = tot[T][e];
+    }
+}
+
+// Entry points: grid (ceil(rows / (16 * WM)), ceil(n / 64)), block (32, 2 * WM) for WM of 1, 2
+// or 4 (`launch_mmtc` in src/gpu/products.rs picks it), static shared memory only. As the tile
+// kernels: dst[c * stride_col_dst + r] = W[r] . y[c], every row count a multiple of 16.
+#define TREESPEC_MMTC_STAGED(tag, q4k)                                                         \
+  extern "C" __global__ void __launch_bounds__(256, 2) mmtc_##tag##_staged(                       \
+      const void *__restrict__ vx0, const void *__restrict__ vx1,                              \
+      const void *__restrict__ vx2, const int row1, const int row2,                            \
+      const void *__restrict__ vy, float *__restrict__ dst, const int ncols_x,                 \
+      const int nrows, const int stride_col_y, const int stride_col_dst, const int n) {        \
+    mmtc_staged<q4k>(vx0, vx1, vx2, row1, row2, (const uint8_t *)vy, dst, ncols_x, nrows,      \
+                     stride_col_y, stride_col_dst, n);                                         \
+  }
+
+TREESPEC_MMTC_STAGED(q4_k, true)
+TREESPEC_MMTC_STAGED(q6_k, false)

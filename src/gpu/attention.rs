@@ -14,18 +14,60 @@ use candle_core::{DType, Device, Tensor};
 
 /// Ranks per chunk: `ATT_CHUNK` in `kernels/attention.cu`.
 pub const CHUNK: usize = 128;
-/// Threads per chunk block: `ATT_THREADS` in `kernels/attention.cu`.
-pub const THREADS: u32 = 512;
 /// Largest head dimension the kernel takes: `ATT_HD_MAX` in `kernels/attention.cu`.
 pub const HEAD_DIM_MAX: usize = 256;
 
 /// Can the kernel run heads of this shape? (Head dimension a multiple of 32 up to
-/// [`HEAD_DIM_MAX`], query heads a multiple of the K/V heads.)
+/// [`HEAD_DIM_MAX`], query heads a multiple of the K/V heads, at most 32 query heads a K/V head:
+/// a warp each in one block.)
 pub fn supports(n_heads: usize, n_kv_heads: usize, head_dim: usize) -> bool {
     head_dim.is_multiple_of(32)
         && head_dim <= HEAD_DIM_MAX
         && n_kv_heads > 0
         && n_heads.is_multiple_of(n_kv_heads)
+        && n_heads / n_kv_heads <= 32
+}
+
+/// Dynamic shared memory of `attention_chunk_f32` for `group` query heads a K/V head of `hd`:
+/// a chunk's keys (then its values) as rows of `hd + 4` floats, each warp's query and
+/// numerators, the chunk's cache rows.
+#[cfg(feature = "cuda")]
+fn chunk_smem_bytes(group: usize, hd: usize) -> u32 {
+    ((CHUNK * (hd + 4) + group * hd + group * CHUNK + CHUNK) * 4) as u32
+}
+
+/// Let `attention_chunk_f32` (`f`) take its shared memory for heads of `hd`, `group` to a K/V
+/// head, past the 48 KiB a launch gets unasked. The target and the drafter load the same
+/// function, so the limit only ever grows: the most any model loaded so far needs.
+#[cfg(feature = "cuda")]
+pub(crate) fn allow_chunk_smem(
+    f: &cudarc::driver::CudaFunction,
+    group: usize,
+    hd: usize,
+) -> std::result::Result<(), cudarc::driver::DriverError> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static MOST: AtomicU32 = AtomicU32::new(0);
+    let want = chunk_smem_bytes(group, hd);
+    let most = MOST.fetch_max(want, Ordering::SeqCst).max(want);
+    let attr =
+        cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+    f.set_attribute(attr, most as i32)
+}
+
+/// The launch of `attention_chunk_f32` for `n` rows over `chunks` chunks: a block per (chunk,
+/// K/V head, row), a warp per query head of the K/V head's group ([`allow_chunk_smem`] first).
+#[cfg(feature = "cuda")]
+pub(crate) fn chunk_launch(
+    n: usize,
+    (nh, nkv, hd): (usize, usize, usize),
+    chunks: usize,
+) -> cudarc::driver::LaunchConfig {
+    let group = nh / nkv;
+    cudarc::driver::LaunchConfig {
+        grid_dim: (chunks as u32, nkv as u32, n as u32),
+        block_dim: (32, group as u32, 1),
+        shared_mem_bytes: chunk_smem_bytes(group, hd),
+    }
 }
 
 /// Warps per block of the wide-pass kernel (16 (row, query head) pairs each): `WARPS` of the
@@ -602,6 +644,8 @@ mod cuda {
             } else {
                 let chunk_fn =
                     dev.get_or_load_custom_func("attention_chunk_f32", "treespec_attention", PTX)?;
+                allow_chunk_smem(&chunk_fn, nh / nkv, hd).map_err(driver)?;
+                let cfg = chunk_launch(n, (nh, nkv, hd), chunks);
                 let mut b = chunk_fn.builder();
                 b.arg(&qv)
                     .arg(&kv)
@@ -616,14 +660,9 @@ mod cuda {
                     .arg(&width_i)
                     .arg(&chunks_i)
                     .arg(&scale);
-                let cfg = LaunchConfig {
-                    grid_dim: (chunks as u32, nh as u32, n as u32),
-                    block_dim: (THREADS, 1, 1),
-                    shared_mem_bytes: 0,
-                };
                 // SAFETY: arguments in the kernel's order and types; every key the table lists
                 // is below the cache length (checked by the caller), hd <= ATT_HD_MAX and a
-                // multiple of 32, nh a multiple of nkv (`supports`), the partials sized
+                // multiple of 32, nh a multiple of nkv by at most 32 (`supports`), the partials sized
                 // [n, nh, chunks, hd + 2] with chunks covering the longest list.
                 unsafe { b.launch(cfg) }.map_err(driver)?;
             }

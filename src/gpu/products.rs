@@ -143,9 +143,9 @@ pub fn bench_products(dev: &candle_core::CudaDevice) -> Result<String> {
     let stream = dev.cuda_stream();
     let device = Device::Cuda(dev.clone());
     let mut rng = crate::gpu::Uniform(0x2545_F491_4F6C_DD1D);
-    let max_n = 64usize;
+    let max_n = 256usize;
     let mut out = String::from(
-        "| matrix | rows x cols | n | dp4a us | dp4a, a block a row us | mmtc kernel us | 8-row tile kernel us |\n| --- | --- | ---: | ---: | ---: | ---: | ---: |\n",
+        "| matrix | rows x cols | n | dp4a us | dp4a, a block a row us | mmtc kernel us | the other mmtc kernel us |\n| --- | --- | ---: | ---: | ---: | ---: | ---: |\n",
     );
     for (what, dtype, tag, rows, cols) in [
         ("q, o", GgmlDType::Q4K, "q4_k", 1536usize, 1536usize),
@@ -177,18 +177,22 @@ pub fn bench_products(dev: &candle_core::CudaDevice) -> Result<String> {
         let dst = stream.alloc_zeros::<f32>(max_n * rows).map_err(driver)?;
         let d_ptr = dst.device_ptr(&stream).0;
         let has_tc = matches!(tag, "q4_k" | "q6_k") && rows % 16 == 0 && cols % 256 == 0;
-        for n in [1usize, 2, 4, 5, 8, 16, 64] {
+        for n in [1usize, 2, 4, 5, 8, 16, 32, 64, 128, 256] {
             // The dp4a kernel the runtime takes and, for one row, the one-row-a-block kernel.
             let picked = Dp4a::for_pass(tag, rows, cols, n);
             let dp4a = [
                 Some(picked),
                 (n == 1 && picked != Dp4a::Block).then_some(Dp4a::Block),
             ];
-            // The mmtc.cu kernel the runtime takes, and up to 8 rows the 8-row tile kernel too.
-            let tc_kernels = [
-                has_tc.then(|| mmtc_kernel(n, cols)),
-                (has_tc && n <= 8).then_some(Mmtc::Tiles(1)),
-            ];
+            // The mmtc.cu kernel the runtime takes, and the other: up to 8 rows the 8-row tile
+            // kernel, beyond it the staged kernel or the tile kernel, whichever is not taken.
+            let picked_tc = mmtc_kernel(n, rows, cols);
+            let other = match (n, picked_tc) {
+                (..=8, _) => Mmtc::Tiles(1),
+                (_, Mmtc::Staged) => Mmtc::Tiles(n.div_ceil(8).next_power_of_two().min(8)),
+                _ => Mmtc::Staged,
+            };
+            let tc_kernels = [has_tc.then_some(picked_tc), has_tc.then_some(other)];
             let mut times = [None; 4];
             for (slot, time) in times.iter_mut().enumerate() {
                 let (kernel, mmvq_kernel) = match slot {
@@ -227,7 +231,7 @@ pub fn bench_products(dev: &candle_core::CudaDevice) -> Result<String> {
             let [dp4a, block, tc, tile] =
                 times.map(|t| t.map_or("-".into(), |t| format!("{t:.1}")));
             out.push_str(&format!(
-                "| {what} {tag} | {rows} x {cols} | {n} | {dp4a} ({}) | {block} | {tc} | {tile} |\n",
+                "| {what} {tag} | {rows} x {cols} | {n} | {dp4a} ({}) | {block} | {tc} ({picked_tc:?}) | {tile} ({other:?}) |\n",
                 picked.suffix()
             ));
         }
@@ -264,6 +268,7 @@ pub(super) fn launch_mmtc(
         Mmtc::Rows { rows: nr, .. } => {
             return launch_mmtc_rows(on, f, stack, (warps, nr), (y, yq), (dst, dst_stride), n)
         }
+        Mmtc::Staged => return launch_mmtc_staged(on, f, stack, (y, yq), (dst, dst_stride), n),
     };
     let shared = warps * (tiles * 8 * 16 * 4) as u32;
     if shared > 48 * 1024 {
@@ -283,6 +288,47 @@ pub(super) fn launch_mmtc(
     // SAFETY: the weight holds rows x cols (rows a multiple of 16, cols of 256), y holds n
     // activation rows of yq Q8_1 blocks (only rows below n are read), dst n rows of
     // dst_stride (only rows below n are written).
+    unsafe { b.launch(on, cfg) }.map_err(driver)?;
+    Ok(())
+}
+
+/// Activation rows a block of the staged kernel (`mmtc_<tag>_staged`) takes (`ST_ROWS`).
+const STAGED_ROWS: usize = 64;
+
+/// Blocks the staged kernel's launch aims at: two waves of the H200's 132 multiprocessors.
+const STAGED_BLOCKS: usize = 264;
+
+/// The staged tensor-core kernel (`mmtc_<tag>_staged`): blocks of `16 * wm` weight rows by
+/// [`STAGED_ROWS`] activation rows, `wm` (warps along the weight rows: 4, 2 or 1) the largest
+/// that still gives [`STAGED_BLOCKS`] blocks. Every warp walks the whole row, so `wm` changes
+/// no sum.
+fn launch_mmtc_staged(
+    on: LaunchOn,
+    f: &CudaFunction,
+    stack: &Stack,
+    (y, yq): (u64, usize),
+    (dst, dst_stride): (u64, usize),
+    n: usize,
+) -> Result<()> {
+    let (rows, cols) = (stack.rows, stack.cols);
+    let tiles = n.div_ceil(STAGED_ROWS);
+    let wm = [4usize, 2, 1]
+        .into_iter()
+        .find(|wm| rows.div_ceil(16 * wm) * tiles >= STAGED_BLOCKS)
+        .unwrap_or(1);
+    let mut b = Launch::new(f);
+    let (cols_i, rows_i) = (cols as i32, rows as i32);
+    let (sy, sd, n_i) = (yq as i32, dst_stride as i32, n as i32);
+    stack.args(&mut b);
+    b.arg(&y).arg(&dst).arg(&cols_i).arg(&rows_i);
+    b.arg(&sy).arg(&sd).arg(&n_i);
+    let cfg = LaunchConfig {
+        grid_dim: (rows.div_ceil(16 * wm) as u32, tiles as u32, 1),
+        block_dim: (32, 2 * wm as u32, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: as launch_mmtc: rows a multiple of 16 (warps past `rows` compute nothing), only
+    // activation rows below n read and written.
     unsafe { b.launch(on, cfg) }.map_err(driver)?;
     Ok(())
 }
@@ -386,6 +432,10 @@ pub(crate) fn selftest_products(
         // whose staged activations pass 48 KiB of shared memory.
         (GgmlDType::Q6K, "q6_k", 16, 8960),
         (GgmlDType::Q4K, "q4_k", 16, 32768),
+        // Enough weight rows for the staged kernel's widest blocks (four warps along the rows),
+        // the last block's warps partly past the matrix.
+        (GgmlDType::Q4K, "q4_k", 17_936, 256),
+        (GgmlDType::Q6K, "q6_k", 17_936, 256),
     ] {
         let w_host: Vec<f32> = (0..rows * cols).map(|_| rng.next() * 2.0 - 1.0).collect();
         let wt = Tensor::from_vec(w_host, (rows, cols), &device)?;
@@ -395,7 +445,7 @@ pub(crate) fn selftest_products(
             .to_device(&Device::Cpu)?
             .to_vec2::<f32>()?;
         let w_ptr = q.device_ptr()? as u64;
-        let max_n = 67usize;
+        let max_n = 131usize;
         let yq = cols / 32;
         let (bytes, xq) = random_q8_1(rng, max_n, cols, yq);
         let y = stream.clone_htod(&bytes).map_err(driver)?;
@@ -418,10 +468,16 @@ pub(crate) fn selftest_products(
             stream.clone_dtoh(&out).map_err(driver)
         };
         let mut worst = 0f32;
-        // One row through a tile kernel as well as through the one-row kernel.
-        let mut launches = vec![(1usize, Mmtc::Tiles(1))];
-        for n in [1usize, 2, 3, 4, 5, 8, 9, 16, 17, 40, 64, max_n] {
-            launches.push((n, mmtc_kernel(n, cols)));
+        // One row through a tile kernel as well as through the one-row kernel, and the tile
+        // and staged kernels at row counts the runtime gives the other.
+        let mut launches = vec![
+            (1usize, Mmtc::Tiles(1)),
+            (1, Mmtc::Staged),
+            (5, Mmtc::Staged),
+            (max_n, Mmtc::Tiles(8)),
+        ];
+        for n in [1usize, 2, 3, 4, 5, 8, 9, 16, 17, 40, 64, 65, max_n] {
+            launches.push((n, mmtc_kernel(n, rows, cols)));
         }
         for (n, kernel) in launches {
             let got = run(n, 0, kernel).map_err(|e| {
@@ -430,7 +486,7 @@ pub(crate) fn selftest_products(
                 ))
             })?;
             for c in 0..n {
-                let alone = run(1, c, mmtc_kernel(1, cols))?;
+                let alone = run(1, c, mmtc_kernel(1, rows, cols))?;
                 for r in 0..rows {
                     let g = got[c * rows + r];
                     if g.to_bits() != alone[r].to_bits() {
@@ -438,6 +494,10 @@ pub(crate) fn selftest_products(
                             "tensor-core product {tag} [{rows} x {cols}]: row {c} of a {n}-row launch ({kernel:?}) differs from its one-row launch ({g} vs {})",
                             alone[r]
                         )));
+                    }
+                    // The reference on every weight row of the small shapes, a sample of the big.
+                    if rows > 1024 && r % 37 != 0 {
+                        continue;
                     }
                     let (mut want, mut mag) = (0f64, 0f64);
                     for k in 0..cols {
@@ -456,7 +516,7 @@ pub(crate) fn selftest_products(
             }
         }
         report.push(format!(
-            "tensor-core product {tag} [{rows} x {cols}], 1-67 rows: largest error {worst:.1e} of the absolute sum, rows batch-invariant and equal to the one-row kernel's"
+            "tensor-core product {tag} [{rows} x {cols}], 1-{max_n} rows: largest error {worst:.1e} of the absolute sum, rows batch-invariant and equal to the one-row kernel's"
         ));
     }
     Ok(())
@@ -464,8 +524,8 @@ pub(crate) fn selftest_products(
 
 /// Stacked products (`mmvq_<tag>_<kernel>_stacked`, and the tensor-core kernels when
 /// `tensor_cores`) against one launch per matrix, bit for bit, for two and three stacked
-/// matrices of a few formats, one activation row and five (the chunked kernel), and 20 on
-/// tensor cores (the 4-tile kernel); on dp4a every kernel ([`Dp4a`]), stacked and not,
+/// matrices of a few formats, one activation row and five (the chunked kernel), and 20 and 40
+/// on tensor cores (the 4-tile kernel, the staged kernel); on dp4a every kernel ([`Dp4a`]), stacked and not,
 /// against the one-row kernel taken from candle (`mmvq_<tag>_x1`) launched a matrix and an
 /// activation row at a time.
 pub(crate) fn selftest_stacked(
@@ -496,7 +556,7 @@ pub(crate) fn selftest_stacked(
     for (dtype, tag, tensor_cores, cols) in cases.into_iter().filter(|c| with_tc || !c.2) {
         let family = if tensor_cores { "tensor-core" } else { "dp4a" };
         let row_counts_n = if tensor_cores {
-            &[1usize, 5, 20][..]
+            &[1usize, 5, 20, 40][..]
         } else {
             &[1, 5]
         };
@@ -534,7 +594,11 @@ pub(crate) fn selftest_stacked(
                 let y = stream.clone_htod(&bytes).map_err(driver)?;
                 let y_ptr = y.device_ptr(&stream).0;
                 let on = LaunchOn::new(&stream);
-                let kernel = mmtc_kernel(n, cols);
+                // 40 rows through the staged kernel, which the runtime takes for bigger stacks.
+                let kernel = match n {
+                    40 => Mmtc::Staged,
+                    _ => mmtc_kernel(n, total, cols),
+                };
                 // One launch of the stack `stack` over `rows` activation rows from row `from`
                 // into its output rows at `o` (dp4a: with `dp4a`).
                 let launch = |stack: &Stack, o: u64, dp4a: Dp4a, (from, rows): (usize, usize)| {
@@ -766,6 +830,7 @@ pub(super) fn mmtc_func(
             format!("mmtc_{tag}_rows{rows}{}", ["", "_long"][long as usize])
         }
         Mmtc::Tiles(tiles) => format!("mmtc_{tag}_t{tiles}"),
+        Mmtc::Staged => format!("mmtc_{tag}_staged"),
     };
     Ok(dev
         .get_or_load_custom_func(&name, "treespec_mmtc", MMTC_PTX)?
@@ -817,6 +882,9 @@ pub(super) enum Mmtc {
     /// Tensor cores, blocks of 16 weight rows by this many 8-row activation tiles (1, 2, 4
     /// or 8; more rows: more blocks along the grid's y).
     Tiles(usize),
+    /// Tensor cores for many rows (`mmtc_<tag>_staged`): each batch of activations staged in
+    /// shared memory once for a block's warps, every warp over a whole row ([`launch_mmtc`]).
+    Staged,
 }
 
 impl Mmtc {
@@ -831,6 +899,7 @@ impl Mmtc {
         let rows = [1, 2, 4].into_iter();
         let dp4a = rows.flat_map(|rows| [false, true].map(|long| Mmtc::Rows { rows, long }));
         dp4a.chain([1, 2, 4, 8].map(Mmtc::Tiles))
+            .chain([Mmtc::Staged])
     }
 }
 
@@ -839,6 +908,29 @@ impl Mmtc {
 fn multi_row_dp4a() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("TREESPEC_MMTC_ROWS").as_deref() != Ok("0"))
+}
+
+/// Activation rows from which the staged kernel takes a product (`TREESPEC_MMTC_STAGED=N`
+/// sets it; bit for bit the same sums either way).
+fn staged_from() -> usize {
+    static FROM: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *FROM.get_or_init(|| {
+        std::env::var("TREESPEC_MMTC_STAGED")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(STAGED_FROM)
+    })
+}
+
+/// The default of [`staged_from`]: on the H200 (BENCHMARKS.md section 31) the staged kernel
+/// lost to the tile kernels at 32 rows and won from 64 where it fills the GPU.
+const STAGED_FROM: usize = 33;
+
+/// Whether the staged kernel's widest blocks (64 weight rows) fill the GPU for `n` activation
+/// rows of a matrix of `rows` rows: where they do not, its warps each walking a whole row lose
+/// to the tile kernels, which spread a row over several warps.
+fn staged_fills(n: usize, rows: usize) -> bool {
+    rows.div_ceil(64) * n.div_ceil(STAGED_ROWS) >= STAGED_BLOCKS
 }
 
 /// Activation rows the dp4a kernels of `kernels/mmtc.cu` take at most. On the H200 (BENCHMARKS.md
@@ -856,18 +948,20 @@ fn dp4a_rows_shared(rows: usize, cols: usize) -> usize {
     rows * (cols / 32 * 48 + 1024)
 }
 
-/// The kernel for `n` activation rows of a weight with rows of `cols` values: dp4a up to
+/// The kernel for `n` activation rows of a weight of `rows` rows of `cols` values: dp4a up to
 /// [`MMTC_DP4A_ROWS`] (the smallest of 1, 2, 4 that holds them) where their staged rows fit in
-/// [`MMTC_DP4A_SHARED`], tensor cores beyond.
-pub(super) fn mmtc_kernel(n: usize, cols: usize) -> Mmtc {
+/// [`MMTC_DP4A_SHARED`], tensor cores beyond: the staged kernel from [`staged_from`] rows where
+/// it fills the GPU ([`staged_fills`]), else the tile kernels.
+pub(super) fn mmtc_kernel(n: usize, rows: usize, cols: usize) -> Mmtc {
     let long = cols / 64 > 4 * mmtc_warps(cols) as usize;
-    let rows = n.max(1).next_power_of_two();
+    let held = n.max(1).next_power_of_two();
     let dp4a = n <= 1
         || (n <= MMTC_DP4A_ROWS
             && multi_row_dp4a()
-            && dp4a_rows_shared(rows, cols) <= MMTC_DP4A_SHARED);
+            && dp4a_rows_shared(held, cols) <= MMTC_DP4A_SHARED);
     match n {
-        _ if dp4a => Mmtc::Rows { rows, long },
+        _ if dp4a => Mmtc::Rows { rows: held, long },
+        _ if n >= staged_from() && staged_fills(n, rows) => Mmtc::Staged,
         0..=8 => Mmtc::Tiles(1),
         9..=16 => Mmtc::Tiles(2),
         17..=32 => Mmtc::Tiles(4),

@@ -709,7 +709,8 @@ mod cuda {
                 .context()
                 .compute_capability()
                 .map_err(|e| e.to_string())?;
-            let f = load_funcs(dev, &layers, &lm_head, &embed, major >= 8, hd)
+            let group = cfg.n_heads / cfg.n_kv_heads;
+            let f = load_funcs(dev, &layers, &lm_head, &embed, major >= 8, (hd, group))
                 .map_err(|e| e.to_string())?;
             let pdl = LaunchOn::new(&stream).pdl;
             let gpu = crate::device::gpu_name(device).unwrap_or_else(|| "GPU".into());
@@ -1791,7 +1792,8 @@ mod cuda {
         /// off, a format without a tensor-core kernel, rows not a multiple of 16 or a row length
         /// not a multiple of 256.
         fn tensor_core_kernel(&self, w: &Mat, n: usize) -> Option<Mmtc> {
-            (self.tensor_cores && self.has_tensor_core_kernel(w)).then(|| mmtc_kernel(n, w.cols))
+            (self.tensor_cores && self.has_tensor_core_kernel(w))
+                .then(|| mmtc_kernel(n, w.rows, w.cols))
         }
 
         /// Whether `w` has a tensor-core product: its format one with a kernel (loaded), rows a
@@ -1864,11 +1866,8 @@ mod cuda {
                     .arg(&width_i)
                     .arg(&chunks_i)
                     .arg(&scale);
-                let cfg = LaunchConfig {
-                    grid_dim: (chunks as u32, self.nh as u32, n as u32),
-                    block_dim: (crate::gpu::attention::THREADS, 1, 1),
-                    shared_mem_bytes: 0,
-                };
+                let shape = (self.nh, self.nkv, self.hd);
+                let cfg = crate::gpu::attention::chunk_launch(n, shape, chunks);
                 // SAFETY: as in gpu::attention; the chunk count covers every row's key list.
                 unsafe { b.launch(self.on(), cfg) }.map_err(driver)?;
             }
@@ -1953,7 +1952,7 @@ mod cuda {
         lm_head: &Mat,
         embed: &Embed,
         tensor_cores: bool,
-        head_dim: usize,
+        (head_dim, group): (usize, usize),
     ) -> Result<Funcs> {
         let step = |name: &str| -> Result<CudaFunction> {
             Ok(dev
@@ -2003,9 +2002,13 @@ mod cuda {
             qkv_rope: step("qkv_rope")?,
             silu_mul_q8: step("silu_mul_q8")?,
             gather_rows: step("gather_rows")?,
-            att_chunk: dev
-                .get_or_load_custom_func("attention_chunk_f32", "treespec_attention", ATT_PTX)?
-                .into_cuda_function(),
+            att_chunk: {
+                let f = dev
+                    .get_or_load_custom_func("attention_chunk_f32", "treespec_attention", ATT_PTX)?
+                    .into_cuda_function();
+                crate::gpu::attention::allow_chunk_smem(&f, group, head_dim).map_err(driver)?;
+                f
+            },
             att_combine: dev
                 .get_or_load_custom_func("attention_combine_f32", "treespec_attention", ATT_PTX)?
                 .into_cuda_function(),
