@@ -29,6 +29,8 @@
 
 #define ATT_CHUNK 128  // ranks a chunk (src/gpu/attention.rs: CHUNK)
 #define ATT_HD_MAX 256
+#define ATT_APART_HD 64   // heads up to this size stage keys and values at once (attention.rs)
+#define ATT_WHOLE_HD 128  // heads up to this size stage a whole chunk at a time, bigger ones half
 
 __device__ __forceinline__ float warp_max_f(float x) {
 #pragma unroll
@@ -82,9 +84,13 @@ __device__ __forceinline__ void stage_f32_rows(float *dst, const float *__restri
 // Partials layout: [n, nh, chunks, hd + 2] with (max, sum, acc[hd]).
 //
 // One block per (chunk, K/V head, row): warp w takes query head kvh * G + w of the K/V head's
-// group of G. The chunk's keys, then its values, are staged in shared memory once for the group
-// by cp.async, every copy in flight at once (rows hd + 4 floats apart: the lanes' float4 reads of
-// their own keys hit distinct banks); the values' copies fly while the softmax is worked out.
+// group of G. The chunk's keys and values are staged in shared memory once for the group by
+// cp.async, every copy in flight at once (rows hd + 4 floats apart: the lanes' float4 reads of
+// their own keys hit distinct banks): for heads of up to ATT_APART_HD both at once in buffers of
+// their own; for bigger heads the values take the keys' place once the scores are done, their
+// first copies flying while the softmax is worked out, and heads past ATT_WHOLE_HD stage half a
+// chunk at a time (so that a block fits the 99 KiB of shared memory of sm_86-sm_120 GPUs). Every
+// way gives the same sums.
 // Per (row, head, chunk), never depending on the other rows of the pass or of the block:
 // - scores: lane l takes ranks l, l + 32, l + 64, l + 96 of the chunk, each a dot product in
 //   dimension order (one fmaf chain), times the scale;
@@ -92,7 +98,7 @@ __device__ __forceinline__ void stage_f32_rows(float *dst, const float *__restri
 //   summed in rank order, then a warp butterfly (every lane ends with the same sum: each level
 //   adds the same two values, in either order);
 // - value-weighted sums: lane l takes dimensions l, l + 32, ..., over the ranks in order.
-extern "C" __global__ void attention_chunk_f32(
+extern "C" __global__ void __launch_bounds__(1024) attention_chunk_f32(
     const float *__restrict__ q,            // [nh, n, hd]
     const float *__restrict__ k,            // [nkv, *, hd], kv-head stride kv_stride
     const float *__restrict__ v,            // same layout as k
@@ -105,8 +111,11 @@ extern "C" __global__ void attention_chunk_f32(
   const int h = kvh * G + w;
   const int tid = lane + 32 * w, nt = 32 * G;
   const int ks = hd + 4;
-  float *kv = att_sm;                                         // [ATT_CHUNK][hd + 4]
-  float *qs = kv + ATT_CHUNK * ks;                            // [G][hd]
+  const bool apart = hd <= ATT_APART_HD;
+  const int sr = hd > ATT_WHOLE_HD ? ATT_CHUNK / 2 : ATT_CHUNK;  // rows a stage holds
+  float *kv = att_sm;                                            // [sr][hd + 4]: keys
+  float *vs = apart ? kv + sr * ks : kv;                         // values
+  float *qs = vs + sr * ks;                                      // [G][hd]
   float *ps = qs + G * hd;                                    // [G][ATT_CHUNK]
   unsigned int *kidx = (unsigned int *)(ps + G * ATT_CHUNK);  // [ATT_CHUNK]
 
@@ -124,34 +133,49 @@ extern "C" __global__ void attention_chunk_f32(
   for (int d = lane; d < hd; d += 32) qs[w * hd + d] = q[((size_t)h * n + i) * hd + d];
   for (int r = tid; r < len; r += nt) kidx[r] = key_of(row, start + r);
   __syncthreads();
-  stage_f32_rows(kv, kh, kidx, len, hd, tid, nt);
-  cp_async_wait_all();
-  __syncthreads();
+  if (apart) {  // sr is the whole chunk: keys and values at once
+    stage_f32_rows(kv, kh, kidx, len, hd, tid, nt);
+    stage_f32_rows(vs, vh, kidx, len, hd, tid, nt);
+    cp_async_wait_all();
+    __syncthreads();
+  }
 
   // s[j]: the score of rank lane + 32 j of the chunk.
   float s[ATT_CHUNK / 32];
-  const float4 *qr = reinterpret_cast<const float4 *>(qs + w * hd);
 #pragma unroll
-  for (int j = 0; j < ATT_CHUNK / 32; ++j) {
-    const int r = lane + 32 * j;
-    s[j] = -INFINITY;
-    if (r < len) {
-      const float4 *kr = reinterpret_cast<const float4 *>(kv + r * ks);
-      float acc = 0.f;
+  for (int j = 0; j < ATT_CHUNK / 32; ++j) s[j] = -INFINITY;
+  const float4 *qr = reinterpret_cast<const float4 *>(qs + w * hd);
+  for (int base = 0; base < len; base += sr) {
+    const int end = min(len, base + sr);
+    if (!apart) {
+      if (base > 0) __syncthreads();  // every warp is done with the previous stage's keys
+      stage_f32_rows(kv, kh, kidx + base, end - base, hd, tid, nt);
+      cp_async_wait_all();
+      __syncthreads();
+    }
+#pragma unroll
+    for (int j = 0; j < ATT_CHUNK / 32; ++j) {
+      const int r = lane + 32 * j;
+      if (r >= base && r < end) {
+        const float4 *kr = reinterpret_cast<const float4 *>(kv + (r - base) * ks);
+        float acc = 0.f;
 #pragma unroll 8
-      for (int e = 0; e < hd / 4; ++e) {
-        const float4 a = qr[e];
-        const float4 b = kr[e];
-        acc = fmaf(a.x, b.x, acc);
-        acc = fmaf(a.y, b.y, acc);
-        acc = fmaf(a.z, b.z, acc);
-        acc = fmaf(a.w, b.w, acc);
+        for (int e = 0; e < hd / 4; ++e) {
+          const float4 a = qr[e];
+          const float4 b = kr[e];
+          acc = fmaf(a.x, b.x, acc);
+          acc = fmaf(a.y, b.y, acc);
+          acc = fmaf(a.z, b.z, acc);
+          acc = fmaf(a.w, b.w, acc);
+        }
+        s[j] = acc * scale;
       }
-      s[j] = acc * scale;
     }
   }
-  __syncthreads();  // every warp is done with the keys: the values take their place
-  stage_f32_rows(kv, vh, kidx, len, hd, tid, nt);
+  if (!apart) {
+    __syncthreads();  // every warp is done with the keys: the first values take their place
+    stage_f32_rows(vs, vh, kidx, min(len, sr), hd, tid, nt);
+  }
 
   float m = s[0];
 #pragma unroll
@@ -169,20 +193,30 @@ extern "C" __global__ void attention_chunk_f32(
     }
   }
   sum = warp_sum_f(sum);
-  cp_async_wait_all();
-  __syncthreads();
+  __syncwarp();  // the warp's numerators
 
   const int nd = hd / 32;
   float acc[ATT_HD_MAX / 32];
 #pragma unroll
   for (int j = 0; j < ATT_HD_MAX / 32; ++j) acc[j] = 0.f;
+  for (int base = 0; base < len; base += sr) {
+    const int end = min(len, base + sr);
+    if (!apart) {
+      if (base > 0) {
+        __syncthreads();  // every warp is done with the previous stage's values
+        stage_f32_rows(vs, vh, kidx + base, end - base, hd, tid, nt);
+      }
+      cp_async_wait_all();
+      __syncthreads();
+    }
 #pragma unroll 4
-  for (int r = 0; r < len; ++r) {
-    const float p = pw[r];
-    const float *vr = kv + r * ks + lane;
+    for (int r = base; r < end; ++r) {
+      const float p = pw[r];
+      const float *vr = vs + (r - base) * ks + lane;
 #pragma unroll
-    for (int j = 0; j < ATT_HD_MAX / 32; ++j)
-      if (j < nd) acc[j] = fmaf(p, vr[32 * j], acc[j]);
+      for (int j = 0; j < ATT_HD_MAX / 32; ++j)
+        if (j < nd) acc[j] = fmaf(p, vr[32 * j], acc[j]);
+    }
   }
   float *out = part + (((size_t)i * nh + h) * chunks + chunk) * (hd + 2);
   if (lane == 0) {

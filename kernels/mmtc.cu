@@ -922,7 +922,7 @@ static __device__ void mmtc_staged(const void *__restrict__ vx0, const void *__r
 }
 
 // Entry points: grid (ceil(rows / (16 * WM)), ceil(n / 64)), block (32, 2 * WM) for WM of 1, 2
-// or 4 (`launch_mmtc` in src/gpu/products.rs picks it), static shared memory only. As the tile
+// or 4 (`launch_mmtc_staged` in src/gpu/products.rs picks it), static shared memory only. As the tile
 // kernels: dst[c * stride_col_dst + r] = W[r] . y[c], every row count a multiple of 16.
 #define TREESPEC_MMTC_STAGED(tag, q4k)                                                         \
   extern "C" __global__ void __launch_bounds__(256, 2) mmtc_##tag##_staged(                       \

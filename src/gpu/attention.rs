@@ -18,22 +18,36 @@ pub const CHUNK: usize = 128;
 pub const HEAD_DIM_MAX: usize = 256;
 
 /// Can the kernel run heads of this shape? (Head dimension a multiple of 32 up to
-/// [`HEAD_DIM_MAX`], query heads a multiple of the K/V heads, at most 32 query heads a K/V head:
-/// a warp each in one block.)
+/// [`HEAD_DIM_MAX`], query heads a multiple of the K/V heads, at most 32 query heads a K/V head
+/// (a warp each in one block), and a block's shared memory within [`CHUNK_SMEM_MAX`].)
 pub fn supports(n_heads: usize, n_kv_heads: usize, head_dim: usize) -> bool {
     head_dim.is_multiple_of(32)
         && head_dim <= HEAD_DIM_MAX
         && n_kv_heads > 0
         && n_heads.is_multiple_of(n_kv_heads)
         && n_heads / n_kv_heads <= 32
+        && chunk_smem_bytes(n_heads / n_kv_heads, head_dim) as usize <= CHUNK_SMEM_MAX
 }
 
+/// Shared memory a block of `attention_chunk_f32` may take: the 99 KiB of the GPUs with the least
+/// (sm_86, sm_89, sm_120; Hopper allows 227).
+const CHUNK_SMEM_MAX: usize = 99 * 1024;
+
+/// Heads of up to this size stage a chunk's keys and values at once, each in a buffer of its
+/// own; bigger ones the values in the keys' place (`ATT_APART_HD` in `kernels/attention.cu`).
+const APART_HD: usize = 64;
+
+/// Heads of up to this size stage a whole chunk at a time, bigger ones half (`ATT_WHOLE_HD`).
+const WHOLE_HD: usize = 128;
+
 /// Dynamic shared memory of `attention_chunk_f32` for `group` query heads a K/V head of `hd`:
-/// a chunk's keys (then its values) as rows of `hd + 4` floats, each warp's query and
-/// numerators, the chunk's cache rows.
-#[cfg(feature = "cuda")]
+/// a stage of a chunk's keys and values (one buffer or two, [`APART_HD`]; a chunk or half of
+/// one, [`WHOLE_HD`]) as rows of `hd + 4` floats, each warp's query and numerators, the chunk's
+/// cache rows.
 fn chunk_smem_bytes(group: usize, hd: usize) -> u32 {
-    ((CHUNK * (hd + 4) + group * hd + group * CHUNK + CHUNK) * 4) as u32
+    let buffers = if hd <= APART_HD { 2 } else { 1 };
+    let rows = if hd <= WHOLE_HD { CHUNK } else { CHUNK / 2 };
+    ((buffers * rows * (hd + 4) + group * hd + group * CHUNK + CHUNK) * 4) as u32
 }
 
 /// Let `attention_chunk_f32` (`f`) take its shared memory for heads of `hd`, `group` to a K/V
@@ -47,11 +61,13 @@ pub(crate) fn allow_chunk_smem(
 ) -> std::result::Result<(), cudarc::driver::DriverError> {
     use std::sync::atomic::{AtomicU32, Ordering};
     static MOST: AtomicU32 = AtomicU32::new(0);
-    let want = chunk_smem_bytes(group, hd);
-    let most = MOST.fetch_max(want, Ordering::SeqCst).max(want);
+    let most = MOST.load(Ordering::SeqCst).max(chunk_smem_bytes(group, hd));
     let attr =
         cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-    f.set_attribute(attr, most as i32)
+    // Recorded only once the GPU took it, so that a refused request does not stick.
+    f.set_attribute(attr, most as i32)?;
+    MOST.fetch_max(most, Ordering::SeqCst);
+    Ok(())
 }
 
 /// The launch of `attention_chunk_f32` for `n` rows over `chunks` chunks: a block per (chunk,
@@ -359,6 +375,8 @@ pub(super) fn selftest(
         (9, 3, 64, 129),
         (4, 4, 32, 5),
         (8, 2, 256, 250),
+        // 32 query heads a K/V head: blocks of 1024 threads.
+        (32, 1, 128, 140),
     ] {
         let n = 13;
         let parents: Vec<Option<usize>> = (0..n)

@@ -230,8 +230,15 @@ pub fn bench_products(dev: &candle_core::CudaDevice) -> Result<String> {
             }
             let [dp4a, block, tc, tile] =
                 times.map(|t| t.map_or("-".into(), |t| format!("{t:.1}")));
+            let (tc, tile) = match has_tc {
+                true => (
+                    format!("{tc} ({picked_tc:?})"),
+                    format!("{tile} ({other:?})"),
+                ),
+                false => (tc, tile),
+            };
             out.push_str(&format!(
-                "| {what} {tag} | {rows} x {cols} | {n} | {dp4a} ({}) | {block} | {tc} ({picked_tc:?}) | {tile} ({other:?}) |\n",
+                "| {what} {tag} | {rows} x {cols} | {n} | {dp4a} ({}) | {block} | {tc} | {tile} |\n",
                 picked.suffix()
             ));
         }
@@ -310,25 +317,42 @@ fn launch_mmtc_staged(
     (dst, dst_stride): (u64, usize),
     n: usize,
 ) -> Result<()> {
-    let (rows, cols) = (stack.rows, stack.cols);
+    let rows = stack.rows;
     let tiles = n.div_ceil(STAGED_ROWS);
     let wm = [4usize, 2, 1]
         .into_iter()
         .find(|wm| rows.div_ceil(16 * wm) * tiles >= STAGED_BLOCKS)
         .unwrap_or(1);
-    let mut b = Launch::new(f);
-    let (cols_i, rows_i) = (cols as i32, rows as i32);
-    let (sy, sd, n_i) = (yq as i32, dst_stride as i32, n as i32);
-    stack.args(&mut b);
-    b.arg(&y).arg(&dst).arg(&cols_i).arg(&rows_i);
-    b.arg(&sy).arg(&sd).arg(&n_i);
     let cfg = LaunchConfig {
         grid_dim: (rows.div_ceil(16 * wm) as u32, tiles as u32, 1),
         block_dim: (32, 2 * wm as u32, 1),
         shared_mem_bytes: 0,
     };
-    // SAFETY: as launch_mmtc: rows a multiple of 16 (warps past `rows` compute nothing), only
-    // activation rows below n read and written.
+    // Warps past `rows` compute nothing.
+    launch_with_rows(on, f, stack, (y, yq), (dst, dst_stride), n, cfg)
+}
+
+/// Launch `f`, a product kernel whose arguments are the stack's, the activations, the output,
+/// the row length, the stack's row count, the strides and `n` (`mmtc_<tag>_row*`,
+/// `mmtc_<tag>_staged`), as `cfg` says.
+fn launch_with_rows(
+    on: LaunchOn,
+    f: &CudaFunction,
+    stack: &Stack,
+    (y, yq): (u64, usize),
+    (dst, dst_stride): (u64, usize),
+    n: usize,
+    cfg: LaunchConfig,
+) -> Result<()> {
+    let mut b = Launch::new(f);
+    let (cols_i, rows_i) = (stack.cols as i32, stack.rows as i32);
+    let (sy, sd, n_i) = (yq as i32, dst_stride as i32, n as i32);
+    stack.args(&mut b);
+    b.arg(&y).arg(&dst).arg(&cols_i).arg(&rows_i);
+    b.arg(&sy).arg(&sd).arg(&n_i);
+    // SAFETY: the weight holds rows x cols (cols a multiple of 256), y n activation rows of
+    // cols / 32 Q8_1 blocks yq blocks apart (only rows below n are read), dst n rows of
+    // dst_stride floats (only rows below n, columns below `rows`, are written).
     unsafe { b.launch(on, cfg) }.map_err(driver)?;
     Ok(())
 }
@@ -364,22 +388,12 @@ pub(super) fn launch_mmtc_rows(
         let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
         f.set_attribute(attr, shared as i32).map_err(driver)?;
     }
-    let mut b = Launch::new(f);
-    let (cols_i, rows_i) = (cols as i32, rows as i32);
-    let (sy, sd, n_i) = (yq as i32, dst_stride as i32, n as i32);
-    stack.args(&mut b);
-    b.arg(&y).arg(&dst).arg(&cols_i).arg(&rows_i);
-    b.arg(&sy).arg(&sd).arg(&n_i);
     let cfg = LaunchConfig {
         grid_dim: (rows.div_ceil(per_block as usize) as u32, 1, 1),
         block_dim: (warps, per_block, 1),
         shared_mem_bytes: shared,
     };
-    // SAFETY: the weight holds rows x cols (cols a multiple of 256), y n activation rows of
-    // cols / 32 Q8_1 blocks yq blocks apart (only rows below n are read), dst n rows of
-    // dst_stride floats (only rows below n, columns below `rows`, are written).
-    unsafe { b.launch(on, cfg) }.map_err(driver)?;
-    Ok(())
+    launch_with_rows(on, f, stack, (y, yq), (dst, dst_stride), n, cfg)
 }
 
 /// `n` random activation rows of `cols` values quantised to Q8_1 as the kernels of
@@ -474,6 +488,7 @@ pub(crate) fn selftest_products(
             (1usize, Mmtc::Tiles(1)),
             (1, Mmtc::Staged),
             (5, Mmtc::Staged),
+            (max_n, Mmtc::Staged),
             (max_n, Mmtc::Tiles(8)),
         ];
         for n in [1usize, 2, 3, 4, 5, 8, 9, 16, 17, 40, 64, 65, max_n] {
@@ -594,7 +609,8 @@ pub(crate) fn selftest_stacked(
                 let y = stream.clone_htod(&bytes).map_err(driver)?;
                 let y_ptr = y.device_ptr(&stream).0;
                 let on = LaunchOn::new(&stream);
-                // 40 rows through the staged kernel, which the runtime takes for bigger stacks.
+                // 40 rows through the staged kernel, which the runtime takes for stacks of
+                // enough rows to fill the GPU.
                 let kernel = match n {
                     40 => Mmtc::Staged,
                     _ => mmtc_kernel(n, total, cols),

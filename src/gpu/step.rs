@@ -1692,7 +1692,8 @@ mod cuda {
                 return Ok(());
             }
             let stack = Stack::of(mats)?;
-            match self.tensor_core_kernel(first, n) {
+            // Chosen for the stack's rows (every tensor-core kernel sums a row alike).
+            match self.tensor_core_kernel(first, n, stack.rows) {
                 Some(kernel) => {
                     let f = &self.f.mmtc[&(first.tag, kernel)];
                     launch_mmtc(self.on(), f, &stack, kernel, (y, yq), dst, n)
@@ -1780,20 +1781,21 @@ mod cuda {
         /// (tensor cores, whose rows come in sixteens, or dp4a, with an even row count each: the
         /// chunked kernel takes rows in pairs), and `b`'s output columns right after `a`'s.
         fn stacks(&self, (a, a_off): &(Mat, usize), (b, b_off): &(Mat, usize), n: usize) -> bool {
-            let kernel = self.tensor_core_kernel(a, n);
-            let same =
-                a.tag == b.tag && a.cols == b.cols && kernel == self.tensor_core_kernel(b, n);
+            let tc = self.tensor_core_kernel(a, n, a.rows).is_some();
+            let same = a.tag == b.tag
+                && a.cols == b.cols
+                && tc == self.tensor_core_kernel(b, n, b.rows).is_some();
             let even = a.rows.is_multiple_of(2) && b.rows.is_multiple_of(2);
-            same && (kernel.is_some() || even) && *b_off == a_off + a.rows
+            same && (tc || even) && *b_off == a_off + a.rows
         }
 
-        /// The tensor-core product's kernel for `n` activation rows of `w` ([`mmtc_kernel`]),
-        /// or `None` where `w` goes through the dp4a product: tensor cores
+        /// The tensor-core product's kernel for `n` activation rows of `w` in a stack of `rows`
+        /// rows ([`mmtc_kernel`]), or `None` where `w` goes through the dp4a product: tensor cores
         /// off, a format without a tensor-core kernel, rows not a multiple of 16 or a row length
         /// not a multiple of 256.
-        fn tensor_core_kernel(&self, w: &Mat, n: usize) -> Option<Mmtc> {
+        fn tensor_core_kernel(&self, w: &Mat, n: usize, rows: usize) -> Option<Mmtc> {
             (self.tensor_cores && self.has_tensor_core_kernel(w))
-                .then(|| mmtc_kernel(n, w.rows, w.cols))
+                .then(|| mmtc_kernel(n, rows, w.cols))
         }
 
         /// Whether `w` has a tensor-core product: its format one with a kernel (loaded), rows a
