@@ -750,7 +750,7 @@ mod tests {
     fn the_self_test_passes_on_the_cpu() {
         let mut report = vec![];
         selftest(&Device::Cpu, &mut crate::gpu::Uniform(3), &mut report).unwrap();
-        assert_eq!(report.len(), 5);
+        assert_eq!(report.len(), 6);
     }
 
     /// Spans stay within the kernel's `WM_SPAN_MAX` (4) and cover every chunk; a short pass keeps a
