@@ -17,16 +17,21 @@ pub const CHUNK: usize = 128;
 /// Largest head dimension the kernel takes: `ATT_HD_MAX` in `kernels/attention.cu`.
 pub const HEAD_DIM_MAX: usize = 256;
 
-/// Can the kernel run heads of this shape? (Head dimension a multiple of 32 up to
-/// [`HEAD_DIM_MAX`], query heads a multiple of the K/V heads, at most 32 query heads a K/V head
-/// (a warp each in one block), and a block's shared memory within [`CHUNK_SMEM_MAX`].)
-pub fn supports(n_heads: usize, n_kv_heads: usize, head_dim: usize) -> bool {
-    head_dim.is_multiple_of(32)
+/// Can [`attention`] run heads of this shape on `device`? (Head dimension a multiple of 32 up to
+/// [`HEAD_DIM_MAX`], query heads a multiple of the K/V heads; on a GPU also at most 32 query
+/// heads a K/V head, a warp each in one block, and a block's shared memory within
+/// [`CHUNK_SMEM_MAX`]: limits of the kernel, not of the host's path.)
+pub fn supports(n_heads: usize, n_kv_heads: usize, head_dim: usize, device: &Device) -> bool {
+    let shape = head_dim.is_multiple_of(32)
         && head_dim <= HEAD_DIM_MAX
         && n_kv_heads > 0
-        && n_heads.is_multiple_of(n_kv_heads)
-        && n_heads / n_kv_heads <= 32
-        && chunk_smem_bytes(n_heads / n_kv_heads, head_dim) as usize <= CHUNK_SMEM_MAX
+        && n_heads.is_multiple_of(n_kv_heads);
+    shape && (!device.is_cuda() || kernel_fits(n_heads / n_kv_heads, head_dim))
+}
+
+/// Whether a block of `attention_chunk_f32` for `group` query heads a K/V head of `hd` can run.
+fn kernel_fits(group: usize, hd: usize) -> bool {
+    group <= 32 && chunk_smem_bytes(group, hd) as usize <= CHUNK_SMEM_MAX
 }
 
 /// Shared memory a block of `attention_chunk_f32` may take: the 99 KiB of the GPUs with the least
@@ -201,7 +206,7 @@ impl KeyTable {
 pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, table: &KeyTable) -> Result<Tensor> {
     let (nh, n, hd) = q.dims3()?;
     let (nkv, len, khd) = k.dims3()?;
-    if khd != hd || v.dims3()? != (nkv, len, hd) || !supports(nh, nkv, hd) {
+    if khd != hd || v.dims3()? != (nkv, len, hd) || !supports(nh, nkv, hd, q.device()) {
         return Err(Error::InvalidArgument(format!(
             "attention: queries {:?}, keys {:?}, values {:?}",
             q.dims(),

@@ -595,7 +595,8 @@ mod cuda {
                 return Err("not a GPU".into());
             };
             let cfg = w.cfg;
-            if !crate::gpu::attention::supports(cfg.n_heads, cfg.n_kv_heads, cfg.head_dim) {
+            let (nh, nkv) = (cfg.n_heads, cfg.n_kv_heads);
+            if !crate::gpu::attention::supports(nh, nkv, cfg.head_dim, device) {
                 return Err("head shape the attention kernel does not take".into());
             }
             let stream = dev.cuda_stream();

@@ -28,7 +28,7 @@ impl Visibility {
     /// (`TREESPEC_GPU_BATCH_INVARIANT=0`).
     pub fn listed_for(cfg: &ModelConfig, device: &Device) -> bool {
         (!device.is_cuda() || crate::model::weights::gpu_batch_invariant())
-            && crate::gpu::attention::supports(cfg.n_heads, cfg.n_kv_heads, cfg.head_dim)
+            && crate::gpu::attention::supports(cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, device)
     }
 
     /// `keys` for the kernel (`listed`) or as a dense mask for heads shaped as in `cfg`.
