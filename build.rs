@@ -1,18 +1,30 @@
-//! Build script: with the `cuda` feature, compiles the CUDA sources in `kernels/` to PTX (for
-//! the virtual architecture `compute_$CUDA_COMPUTE_CAP`, 80 when unset, which newer GPUs
-//! compile at load time) into `$OUT_DIR`, from where `src/gpu` embeds them. Without the feature
-//! it does nothing, so CPU builds need no CUDA toolkit.
+//! Build script: with the `cuda` feature, compiles each CUDA source in `kernels/` into a fatbin
+//! in `$OUT_DIR`, from where `src/gpu/modules.rs` embeds it. A fatbin carries machine code (SASS)
+//! for the GPUs treespec is for, so they load it without compiling, and PTX for the virtual
+//! architecture `compute_$CUDA_COMPUTE_CAP` (80 when unset), which a newer GPU's driver compiles
+//! at load time:
+//!
+//! - `TREESPEC_CUDA_SASS`: the compute capabilities to carry machine code for, comma-separated;
+//!   by default Hopper, datacentre Blackwell and workstation Blackwell (`90,100,120`), and the
+//!   build's own `CUDA_COMPUTE_CAP` when it is none of them; `none`: PTX alone (a quick build,
+//!   and the path a GPU newer than the build takes).
+//!
+//! Without the feature it does nothing, so CPU builds need no CUDA toolkit.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const KERNELS: &[&str] = &["topk", "attention", "step", "mmvq", "mmtc", "wide"];
 /// Headers the kernels include.
 const HEADERS: &[&str] = &["pdl.cuh", "stacked.cuh"];
+/// Machine code carried unless `TREESPEC_CUDA_SASS` says otherwise: sm_90 (H100, H200),
+/// sm_100 (B200), sm_120 (RTX 50xx, RTX PRO 6000).
+const SASS_DEFAULT: &[u32] = &[90, 100, 120];
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
+    println!("cargo:rerun-if-env-changed=TREESPEC_CUDA_SASS");
     for k in KERNELS {
         println!("cargo:rerun-if-changed=kernels/{k}.cu");
     }
@@ -31,27 +43,71 @@ fn main() {
         .filter(|c| c.is_ascii_digit())
         .collect();
     println!("cargo:rustc-env=TREESPEC_CUDA_COMPUTE_CAP={built}");
-    let cap = if built.is_empty() {
-        "80".to_string()
-    } else {
-        built
-    };
+    let cap: u32 = built.parse().unwrap_or(80);
+    let sass = sass_list(cap);
+    println!(
+        "cargo:rustc-env=TREESPEC_CUDA_SASS={}",
+        sass.iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let mut gencode: Vec<String> = sass
+        .iter()
+        .map(|c| format!("-gencode=arch=compute_{c},code=sm_{c}"))
+        .collect();
+    gencode.push(format!("-gencode=arch=compute_{cap},code=compute_{cap}"));
     let nvcc = std::env::var("NVCC").unwrap_or_else(|_| "nvcc".into());
-    for k in KERNELS {
-        let ptx = out.join(format!("{k}.ptx"));
-        let status = Command::new(&nvcc)
-            .args(["--ptx", "-O3", "-std=c++17", "--expt-relaxed-constexpr"])
-            .arg(format!("-arch=compute_{cap}"))
-            .arg(format!("kernels/{k}.cu"))
-            .arg("-o")
-            .arg(&ptx)
-            .status();
-        match status {
-            Ok(s) if s.success() => {}
-            Ok(s) => panic!("nvcc failed on kernels/{k}.cu ({s})"),
-            Err(e) => panic!(
-                "the cuda feature needs nvcc on PATH (or NVCC=...) to build kernels/{k}.cu: {e}"
-            ),
+    // One nvcc a source, all at once (the biggest, mmtc, takes most of the time).
+    let jobs: Vec<_> = KERNELS
+        .iter()
+        .map(|k| {
+            let (nvcc, gencode, out) = (nvcc.clone(), gencode.clone(), out.clone());
+            std::thread::spawn(move || compile(&nvcc, k, &gencode, &out))
+        })
+        .collect();
+    for job in jobs {
+        if let Err(why) = job.join().expect("an nvcc thread panicked") {
+            panic!("{why}");
         }
+    }
+}
+
+/// The compute capabilities to carry machine code for (see the header).
+fn sass_list(cap: u32) -> Vec<u32> {
+    let Ok(list) = std::env::var("TREESPEC_CUDA_SASS") else {
+        let mut all = SASS_DEFAULT.to_vec();
+        if !all.contains(&cap) {
+            all.insert(0, cap);
+        }
+        return all;
+    };
+    if list.trim() == "none" {
+        return vec![];
+    }
+    list.split(',')
+        .map(|c| match c.trim().parse::<u32>() {
+            Ok(c) if c >= 75 => c,
+            _ => panic!("TREESPEC_CUDA_SASS: {c:?} is not a compute capability from 75 (e.g. 90,100,120, or none)"),
+        })
+        .collect()
+}
+
+/// `kernels/{kernel}.cu` to `{out}/{kernel}.fatbin`.
+fn compile(nvcc: &str, kernel: &str, gencode: &[String], out: &Path) -> Result<(), String> {
+    let fatbin = out.join(format!("{kernel}.fatbin"));
+    let status = Command::new(nvcc)
+        .args(["--fatbin", "-O3", "-std=c++17", "--expt-relaxed-constexpr"])
+        .args(gencode)
+        .arg(format!("kernels/{kernel}.cu"))
+        .arg("-o")
+        .arg(&fatbin)
+        .status();
+    match status {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => Err(format!("nvcc failed on kernels/{kernel}.cu ({s})")),
+        Err(e) => Err(format!(
+            "the cuda feature needs nvcc on PATH (or NVCC=...) to build kernels/{kernel}.cu: {e}"
+        )),
     }
 }

@@ -11,11 +11,11 @@
 // keys[i][2..]: extra cache rows, ascending. The row sees cache rows 0..lead, then the extras: the
 // key of rank r is r for r < lead, else extra[r - lead]. Every reduction is indexed by rank:
 //
-// - attention_chunk_f32: one block per (chunk of CHUNK ranks, K/V head, row), a warp per query
-//   head of the K/V head's group. Scores are dot products in dimension order, a lane per key;
-//   softmax numerators use the chunk's own maximum; the chunk's sum runs in rank order per lane,
-//   then a warp butterfly; each value-weighted sum in rank order on one lane. Writes (max, sum,
-//   acc[hd]) per chunk.
+// - attention_chunk_f32: one block per (chunk of CHUNK ranks, K/V head, row), a warp per (query
+//   head of the K/V head's group, span of the chunk's ranks). Scores are dot products in dimension
+//   order, a lane per key; softmax numerators use the chunk's own maximum; a span's sum runs in
+//   rank order per lane, then a warp butterfly; each value-weighted sum in rank order on one lane;
+//   the spans' sums added in span order. Writes (max, sum, acc[hd]) per chunk.
 // - attention_combine_f32: one block per (query head, row); rescales the chunks to the common
 //   maximum and sums them in chunk order.
 //
@@ -83,21 +83,25 @@ __device__ __forceinline__ void stage_f32_rows(float *dst, const float *__restri
 
 // Partials layout: [n, nh, chunks, hd + 2] with (max, sum, acc[hd]).
 //
-// One block per (chunk, K/V head, row): warp w takes query head kvh * G + w of the K/V head's
-// group of G. The chunk's keys and values are staged in shared memory once for the group by
-// cp.async, every copy in flight at once (rows hd + 4 floats apart: the lanes' float4 reads of
-// their own keys hit distinct banks): for heads of up to ATT_APART_HD both at once in buffers of
-// their own; for bigger heads the values take the keys' place once the scores are done, their
-// first copies flying while the softmax is worked out, and heads past ATT_WHOLE_HD stage half a
-// chunk at a time (so that a block fits the 99 KiB of shared memory of sm_86-sm_120 GPUs). Every
-// way gives the same sums.
+// One block per (chunk, K/V head, row), of 32 x G x S threads: warp (w, s) takes query head
+// kvh * G + w of the K/V head's group of G, and the s-th of S equal spans of the chunk's ranks
+// (S = 1, 2 or 4, fixed by the heads' shape alone: src/gpu/attention.rs, `split`; more warps for
+// the few blocks of a one-row step, the same sums at every row count). The chunk's keys and values
+// are staged in shared memory once for the block by cp.async, every copy in flight at once (rows
+// hd + 4 floats apart: the lanes' float4 reads of their own keys hit distinct banks): for heads of
+// up to ATT_APART_HD both at once in buffers of their own; for bigger heads the values take the
+// keys' place once the scores are done, their first copies flying while the softmax is worked
+// out, and heads past ATT_WHOLE_HD stage half a chunk at a time (so that a block fits the 99 KiB
+// of shared memory of sm_86-sm_120 GPUs). Every way gives the same sums.
 // Per (row, head, chunk), never depending on the other rows of the pass or of the block:
-// - scores: lane l takes ranks l, l + 32, l + 64, l + 96 of the chunk, each a dot product in
+// - scores: in span s, lane l takes ranks s * CHUNK / S + l + 32 j, each a dot product in
 //   dimension order (one fmaf chain), times the scale;
-// - the chunk's maximum (order-free) by a warp butterfly; numerators expf(s - max), each lane's
-//   summed in rank order, then a warp butterfly (every lane ends with the same sum: each level
-//   adds the same two values, in either order);
-// - value-weighted sums: lane l takes dimensions l, l + 32, ..., over the ranks in order.
+// - the chunk's maximum (order-free) by warp butterflies and over the spans; numerators
+//   expf(s - max), each lane's summed in rank order, then a warp butterfly (every lane ends with
+//   the same sum: each level adds the same two values, in either order), the spans' sums added
+//   in span order;
+// - value-weighted sums: lane l takes dimensions l, l + 32, ..., over the span's ranks in order,
+//   the spans' sums added in span order.
 extern "C" __global__ void __launch_bounds__(1024) attention_chunk_f32(
     const float *__restrict__ q,            // [nh, n, hd]
     const float *__restrict__ k,            // [nkv, *, hd], kv-head stride kv_stride
@@ -108,8 +112,10 @@ extern "C" __global__ void __launch_bounds__(1024) attention_chunk_f32(
   extern __shared__ __align__(16) float att_sm[];
   const int chunk = blockIdx.x, kvh = blockIdx.y, i = blockIdx.z;
   const int lane = threadIdx.x, w = threadIdx.y, G = blockDim.y;
+  const int sp = threadIdx.z, S = blockDim.z;
+  const int span = ATT_CHUNK / S;  // ranks a warp takes: 128, 64 or 32
   const int h = kvh * G + w;
-  const int tid = lane + 32 * w, nt = 32 * G;
+  const int tid = lane + 32 * (w + G * sp), nt = 32 * G * S;
   const int ks = hd + 4;
   const bool apart = hd <= ATT_APART_HD;
   const int sr = hd > ATT_WHOLE_HD ? ATT_CHUNK / 2 : ATT_CHUNK;  // rows a stage holds
@@ -118,6 +124,8 @@ extern "C" __global__ void __launch_bounds__(1024) attention_chunk_f32(
   float *qs = vs + sr * ks;                                      // [G][hd]
   float *ps = qs + G * hd;                                    // [G][ATT_CHUNK]
   unsigned int *kidx = (unsigned int *)(ps + G * ATT_CHUNK);  // [ATT_CHUNK]
+  float *red = (float *)(kidx + ATT_CHUNK);                   // [S][G]: the spans' maxima, sums
+  float *accs = red + S * G;                                  // [S - 1][G][hd]: spans 1.. sums
 
   pdl_enter();
   const unsigned int *row = keys + (size_t)i * width;
@@ -130,7 +138,8 @@ extern "C" __global__ void __launch_bounds__(1024) attention_chunk_f32(
   const float *kh = k + (size_t)kvh * kv_stride;
   const float *vh = v + (size_t)kvh * kv_stride;
 
-  for (int d = lane; d < hd; d += 32) qs[w * hd + d] = q[((size_t)h * n + i) * hd + d];
+  if (sp == 0)
+    for (int d = lane; d < hd; d += 32) qs[w * hd + d] = q[((size_t)h * n + i) * hd + d];
   for (int r = tid; r < len; r += nt) kidx[r] = key_of(row, start + r);
   __syncthreads();
   if (apart) {  // sr is the whole chunk: keys and values at once
@@ -140,23 +149,24 @@ extern "C" __global__ void __launch_bounds__(1024) attention_chunk_f32(
     __syncthreads();
   }
 
-  // s[j]: the score of rank lane + 32 j of the chunk.
+  // s[j]: the score of rank first + lane + 32 j of the chunk (j < span / 32).
+  const int first = sp * span, last = min(len, first + span);
   float s[ATT_CHUNK / 32];
 #pragma unroll
   for (int j = 0; j < ATT_CHUNK / 32; ++j) s[j] = -INFINITY;
   const float4 *qr = reinterpret_cast<const float4 *>(qs + w * hd);
   for (int base = 0; base < len; base += sr) {
-    const int end = min(len, base + sr);
+    const int end = min(last, base + sr);
     if (!apart) {
       if (base > 0) __syncthreads();  // every warp is done with the previous stage's keys
-      stage_f32_rows(kv, kh, kidx + base, end - base, hd, tid, nt);
+      stage_f32_rows(kv, kh, kidx + base, min(len, base + sr) - base, hd, tid, nt);
       cp_async_wait_all();
       __syncthreads();
     }
 #pragma unroll
     for (int j = 0; j < ATT_CHUNK / 32; ++j) {
-      const int r = lane + 32 * j;
-      if (r >= base && r < end) {
+      const int r = first + lane + 32 * j;
+      if (32 * j < span && r >= base && r < end) {
         const float4 *kr = reinterpret_cast<const float4 *>(kv + (r - base) * ks);
         float acc = 0.f;
 #pragma unroll 8
@@ -181,18 +191,26 @@ extern "C" __global__ void __launch_bounds__(1024) attention_chunk_f32(
 #pragma unroll
   for (int j = 1; j < ATT_CHUNK / 32; ++j) m = fmaxf(m, s[j]);
   m = warp_max_f(m);
+  if (S > 1) {  // the chunk's maximum over the spans
+    if (lane == 0) red[sp * G + w] = m;
+    __syncthreads();
+    m = red[w];
+    for (int t = 1; t < S; ++t) m = fmaxf(m, red[t * G + w]);
+    __syncthreads();  // every warp has read the maxima: red takes the sums
+  }
   float *pw = ps + w * ATT_CHUNK;
   float sum = 0.f;
 #pragma unroll
   for (int j = 0; j < ATT_CHUNK / 32; ++j) {
-    const int r = lane + 32 * j;
-    if (r < len) {
+    const int r = first + lane + 32 * j;
+    if (32 * j < span && r < last) {
       const float e = expf(s[j] - m);
       pw[r] = e;
       sum += e;
     }
   }
   sum = warp_sum_f(sum);
+  if (S > 1 && lane == 0) red[sp * G + w] = sum;
   __syncwarp();  // the warp's numerators
 
   const int nd = hd / 32;
@@ -200,22 +218,39 @@ extern "C" __global__ void __launch_bounds__(1024) attention_chunk_f32(
 #pragma unroll
   for (int j = 0; j < ATT_HD_MAX / 32; ++j) acc[j] = 0.f;
   for (int base = 0; base < len; base += sr) {
-    const int end = min(len, base + sr);
+    const int end = min(last, base + sr);
     if (!apart) {
       if (base > 0) {
         __syncthreads();  // every warp is done with the previous stage's values
-        stage_f32_rows(vs, vh, kidx + base, end - base, hd, tid, nt);
+        stage_f32_rows(vs, vh, kidx + base, min(len, base + sr) - base, hd, tid, nt);
       }
       cp_async_wait_all();
       __syncthreads();
     }
 #pragma unroll 4
-    for (int r = base; r < end; ++r) {
+    for (int r = max(base, first); r < end; ++r) {
       const float p = pw[r];
       const float *vr = vs + (r - base) * ks + lane;
 #pragma unroll
       for (int j = 0; j < ATT_HD_MAX / 32; ++j)
         if (j < nd) acc[j] = fmaf(p, vr[32 * j], acc[j]);
+    }
+  }
+  if (S > 1) {  // spans 1.. hand their sums to span 0, which adds them in span order
+    if (sp > 0) {
+      float *a = accs + ((sp - 1) * G + w) * hd + lane;
+#pragma unroll
+      for (int j = 0; j < ATT_HD_MAX / 32; ++j)
+        if (j < nd) a[32 * j] = acc[j];
+    }
+    __syncthreads();
+    if (sp > 0) return;
+    for (int t = 1; t < S; ++t) {
+      sum += red[t * G + w];
+      const float *a = accs + ((t - 1) * G + w) * hd + lane;
+#pragma unroll
+      for (int j = 0; j < ATT_HD_MAX / 32; ++j)
+        if (j < nd) acc[j] += a[32 * j];
     }
   }
   float *out = part + (((size_t)i * nh + h) * chunks + chunk) * (hd + 2);

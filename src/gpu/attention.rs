@@ -26,12 +26,48 @@ pub fn supports(n_heads: usize, n_kv_heads: usize, head_dim: usize, device: &Dev
         && head_dim <= HEAD_DIM_MAX
         && n_kv_heads > 0
         && n_heads.is_multiple_of(n_kv_heads);
-    shape && (!device.is_cuda() || kernel_fits(n_heads / n_kv_heads, head_dim))
+    shape && (!device.is_cuda() || fits(n_heads / n_kv_heads, head_dim, 1))
 }
 
-/// Whether a block of `attention_chunk_f32` for `group` query heads a K/V head of `hd` can run.
-fn kernel_fits(group: usize, hd: usize) -> bool {
-    group <= 32 && chunk_smem_bytes(group, hd) as usize <= CHUNK_SMEM_MAX
+/// Whether a block of `attention_chunk_f32` for `group` query heads a K/V head of `hd`, each over
+/// `split` spans of a chunk (`split`), can run:
+/// a warp per (head, span), at most 1024 threads, within [`CHUNK_SMEM_MAX`].
+fn fits(group: usize, hd: usize, split: usize) -> bool {
+    group * split <= 32 && chunk_smem_bytes(group, hd, split) as usize <= CHUNK_SMEM_MAX
+}
+
+/// Spans of a chunk's ranks a block of `attention_chunk_f32` gives a warp each, for `group` query
+/// heads a K/V head of `hd`: two where they fit, else one. A one-row step over a few hundred keys
+/// has only (chunks x K/V heads) blocks, a handful; two warps a head halve each warp's chain of
+/// dependent products. Measured on the H200 (BENCHMARKS.md, section 32), two beat one at every
+/// row count but 64 (within 1%), and beat four at the step and from 32 rows. It depends on the heads'
+/// shape alone, never on the rows of a pass, so a step and a verify pass sum alike (the spans'
+/// sums are added in span order). `TREESPEC_ATT_SPLIT=1|2|4` sets it, for measurement (read
+/// once: a process sums one way).
+#[cfg(feature = "cuda")]
+fn split(group: usize, hd: usize) -> usize {
+    static CAP: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cap = *CAP.get_or_init(|| {
+        std::env::var("TREESPEC_ATT_SPLIT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|s| matches!(s, 1 | 2 | 4))
+            .unwrap_or(SPLIT_DEFAULT)
+    });
+    widest_split(group, hd, cap)
+}
+
+/// Spans a warp each unless `TREESPEC_ATT_SPLIT` says otherwise ([`split`]).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+const SPLIT_DEFAULT: usize = 2;
+
+/// The most spans of 4, 2 and 1, at most `cap`, that a block for `group` heads of `hd` fits.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn widest_split(group: usize, hd: usize, cap: usize) -> usize {
+    [4, 2, 1]
+        .into_iter()
+        .find(|&s| s <= cap && fits(group, hd, s))
+        .unwrap_or(1)
 }
 
 /// Shared memory a block of `attention_chunk_f32` may take: the 99 KiB of the GPUs with the least
@@ -45,14 +81,16 @@ const APART_HD: usize = 64;
 /// Heads of up to this size stage a whole chunk at a time, bigger ones half (`ATT_WHOLE_HD`).
 const WHOLE_HD: usize = 128;
 
-/// Dynamic shared memory of `attention_chunk_f32` for `group` query heads a K/V head of `hd`:
-/// a stage of a chunk's keys and values (one buffer or two, [`APART_HD`]; a chunk or half of
-/// one, [`WHOLE_HD`]) as rows of `hd + 4` floats, each warp's query and numerators, the chunk's
-/// cache rows.
-fn chunk_smem_bytes(group: usize, hd: usize) -> u32 {
+/// Dynamic shared memory of `attention_chunk_f32` for `group` query heads a K/V head of `hd`,
+/// each over `split` spans: a stage of a chunk's keys and values (one buffer or two,
+/// [`APART_HD`]; a chunk or half of one, [`WHOLE_HD`]) as rows of `hd + 4` floats, each head's
+/// query and numerators, the chunk's cache rows, each warp's maximum or sum, and the value sums
+/// of spans past the first.
+fn chunk_smem_bytes(group: usize, hd: usize, split: usize) -> u32 {
     let buffers = if hd <= APART_HD { 2 } else { 1 };
     let rows = if hd <= WHOLE_HD { CHUNK } else { CHUNK / 2 };
-    ((buffers * rows * (hd + 4) + group * hd + group * CHUNK + CHUNK) * 4) as u32
+    let spans = split * group + (split - 1) * group * hd;
+    ((buffers * rows * (hd + 4) + group * hd + group * CHUNK + CHUNK + spans) * 4) as u32
 }
 
 /// Let `attention_chunk_f32` (`f`) take its shared memory for heads of `hd`, `group` to a K/V
@@ -66,7 +104,8 @@ pub(crate) fn allow_chunk_smem(
 ) -> std::result::Result<(), cudarc::driver::DriverError> {
     use std::sync::atomic::{AtomicU32, Ordering};
     static MOST: AtomicU32 = AtomicU32::new(0);
-    let most = MOST.load(Ordering::SeqCst).max(chunk_smem_bytes(group, hd));
+    let need = chunk_smem_bytes(group, hd, split(group, hd));
+    let most = MOST.load(Ordering::SeqCst).max(need);
     let attr =
         cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
     // Recorded only once the GPU took it, so that a refused request does not stick.
@@ -76,7 +115,8 @@ pub(crate) fn allow_chunk_smem(
 }
 
 /// The launch of `attention_chunk_f32` for `n` rows over `chunks` chunks: a block per (chunk,
-/// K/V head, row), a warp per query head of the K/V head's group ([`allow_chunk_smem`] first).
+/// K/V head, row), a warp per (query head of the K/V head's group, span of the chunk: [`split`])
+/// ([`allow_chunk_smem`] first).
 #[cfg(feature = "cuda")]
 pub(crate) fn chunk_launch(
     n: usize,
@@ -84,10 +124,11 @@ pub(crate) fn chunk_launch(
     chunks: usize,
 ) -> cudarc::driver::LaunchConfig {
     let group = nh / nkv;
+    let split = split(group, hd);
     cudarc::driver::LaunchConfig {
         grid_dim: (chunks as u32, nkv as u32, n as u32),
-        block_dim: (32, group as u32, 1),
-        shared_mem_bytes: chunk_smem_bytes(group, hd),
+        block_dim: (32, group as u32, split as u32),
+        shared_mem_bytes: chunk_smem_bytes(group, hd, split),
     }
 }
 
@@ -380,8 +421,9 @@ pub(super) fn selftest(
         (9, 3, 64, 129),
         (4, 4, 32, 5),
         (8, 2, 256, 250),
-        // 32 query heads a K/V head: blocks of 1024 threads.
+        // 32 query heads a K/V head: blocks of 1024 threads (a warp a head); 16: two spans.
         (32, 1, 128, 140),
+        (16, 1, 128, 200),
     ] {
         let n = 13;
         let parents: Vec<Option<usize>> = (0..n)
@@ -543,7 +585,7 @@ mod cuda {
     use candle_core::{CudaDevice, Storage};
     use cudarc::driver::{LaunchConfig, PushKernelArg};
 
-    const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/attention.ptx"));
+    use crate::gpu::modules::{func, Module};
     /// The combine kernel's optional Q8_1 and f16 outputs, unused here (the GPU decoder step
     /// uses them).
     const NO_Q8: u64 = 0;
@@ -627,7 +669,7 @@ mod cuda {
                 .alloc_zeros::<f32>(n * nh * chunks * (hd + 2))
                 .map_err(driver)?;
             if let Some(name) = &wide_name {
-                let f = dev.get_or_load_custom_func(name, "treespec_attention", PTX)?;
+                let f = func(dev, Module::Attention, name)?;
                 allow_wide_smem(&f, hd).map_err(driver)?;
                 // The kernel reads the cache's f16 shadow (the GPU step keeps one beside it).
                 let (k16, v16) = (k.to_dtype(DType::F16)?, v.to_dtype(DType::F16)?);
@@ -645,7 +687,7 @@ mod cuda {
                 let v16v = v16s
                     .as_cuda_slice::<half::f16>()?
                     .slice(v16l.start_offset()..);
-                let mut b = f.builder();
+                let mut b = stream.launch_builder(&f);
                 b.arg(&qv)
                     .arg(&k16v)
                     .arg(&v16v)
@@ -665,11 +707,10 @@ mod cuda {
                 // sized [n, nh, chunks, hd + 2] with chunks covering the highest listed key.
                 unsafe { b.launch(wide_launch(n, (nh, nkv, hd), slots)) }.map_err(driver)?;
             } else {
-                let chunk_fn =
-                    dev.get_or_load_custom_func("attention_chunk_f32", "treespec_attention", PTX)?;
+                let chunk_fn = func(dev, Module::Attention, "attention_chunk_f32")?;
                 allow_chunk_smem(&chunk_fn, nh / nkv, hd).map_err(driver)?;
                 let cfg = chunk_launch(n, (nh, nkv, hd), chunks);
-                let mut b = chunk_fn.builder();
+                let mut b = stream.launch_builder(&chunk_fn);
                 b.arg(&qv)
                     .arg(&kv)
                     .arg(&vv)
@@ -690,9 +731,8 @@ mod cuda {
                 unsafe { b.launch(cfg) }.map_err(driver)?;
             }
             let all_i = wide_name.is_some() as i32;
-            let combine_fn =
-                dev.get_or_load_custom_func("attention_combine_f32", "treespec_attention", PTX)?;
-            let mut b = combine_fn.builder();
+            let combine_fn = func(dev, Module::Attention, "attention_combine_f32")?;
+            let mut b = stream.launch_builder(&combine_fn);
             b.arg(&part)
                 .arg(&tv)
                 .arg(&mut out)
@@ -755,7 +795,26 @@ mod tests {
     fn the_self_test_passes_on_the_cpu() {
         let mut report = vec![];
         selftest(&Device::Cpu, &mut crate::gpu::Uniform(3), &mut report).unwrap();
-        assert_eq!(report.len(), 6);
+        assert_eq!(report.len(), 7);
+    }
+
+    /// Two warps a head (the default) or four where a block has room (the models' shapes and most
+    /// of the self-test's), fewer where threads or shared memory run out; one whenever capped so.
+    #[test]
+    fn chunks_split_over_as_many_warps_as_fit() {
+        for (group, hd, want) in [
+            (6, 128, 4), // the 1.5B
+            (7, 64, 4),  // the 0.5B
+            (4, 128, 4), // Qwen3-8B
+            (4, 256, 4),
+            (16, 128, 2),
+            (32, 128, 1),
+        ] {
+            assert_eq!(widest_split(group, hd, 4), want, "{group} heads of {hd}");
+            assert_eq!(widest_split(group, hd, SPLIT_DEFAULT), want.min(2));
+            assert_eq!(widest_split(group, hd, 1), 1);
+            assert!(fits(group, hd, want));
+        }
     }
 
     /// Spans stay within the kernel's `WM_SPAN_MAX` (4) and cover every chunk; a short pass keeps a

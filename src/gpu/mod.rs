@@ -1,5 +1,6 @@
-//! treespec's own GPU kernels (CUDA sources in `kernels/`, compiled to PTX by `build.rs` with
-//! the `cuda` feature), each behind a function that runs its CPU reference on any other device.
+//! treespec's own GPU kernels (CUDA sources in `kernels/`, compiled by `build.rs` with the `cuda`
+//! feature into fatbins that `modules` loads), each behind a function that runs its CPU
+//! reference on any other device.
 //!
 //! - [`row_top_k`], [`row_argmax`] (`topk`): per-row top-k with the log-normaliser; argmax.
 //! - [`attention`] (`attention`): batch-invariant grouped-query attention over per-row key lists.
@@ -12,6 +13,8 @@ pub mod attention;
 pub mod crossover;
 #[cfg(feature = "cuda")]
 pub(crate) mod launch;
+#[cfg(feature = "cuda")]
+pub(crate) mod modules;
 #[cfg(feature = "cuda")]
 pub mod products;
 pub mod step;
@@ -33,6 +36,12 @@ pub fn selftest(device: &candle_core::Device) -> Result<Vec<String>> {
     attention::selftest(device, &mut rng, &mut report)?;
     #[cfg(feature = "cuda")]
     if let candle_core::Device::Cuda(dev) = device {
+        report.push(match modules::sass() {
+            "" => "treespec's kernels: PTX alone (compiled by the driver at load)".to_string(),
+            list => format!(
+                "treespec's kernels: machine code for compute capability {list}, PTX beside it"
+            ),
+        });
         // The tensor-core products use int8 MMA, which needs sm_80 (PTX built for 80 unless
         // CUDA_COMPUTE_CAP says otherwise).
         let tensor_cores = match crate::device::built_for() {

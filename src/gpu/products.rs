@@ -12,8 +12,7 @@ use candle_core::{Device, Tensor};
 use cudarc::driver::{sys, CudaFunction, CudaGraph, CudaStream, DevicePtr, LaunchConfig};
 use std::sync::Arc;
 
-const MMVQ_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/mmvq.ptx"));
-const MMTC_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/mmtc.ptx"));
+use crate::gpu::modules::{func, Module};
 /// Bytes of a Q8_1 block of 32 values.
 pub(super) const Q8_BYTES: usize = 36;
 /// Activation rows padded to this multiple (llama.cpp's MATRIX_ROW_PADDING).
@@ -829,9 +828,7 @@ pub(super) fn mmvq_func(
         true => format!("mmvq_{tag}_{suffix}_stacked"),
         false => format!("mmvq_{tag}_{suffix}"),
     };
-    Ok(dev
-        .get_or_load_custom_func(&name, "treespec_mmvq", MMVQ_PTX)?
-        .into_cuda_function())
+    func(dev, Module::Mmvq, &name)
 }
 
 /// The tensor-core product kernel `kernel` for weights of format `tag`.
@@ -848,9 +845,7 @@ pub(super) fn mmtc_func(
         Mmtc::Tiles(tiles) => format!("mmtc_{tag}_t{tiles}"),
         Mmtc::Staged => format!("mmtc_{tag}_staged"),
     };
-    Ok(dev
-        .get_or_load_custom_func(&name, "treespec_mmtc", MMTC_PTX)?
-        .into_cuda_function())
+    func(dev, Module::Mmtc, &name)
 }
 
 /// The launches `launch` makes on `stream`, captured as a CUDA graph (capture ends even

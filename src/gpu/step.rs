@@ -346,8 +346,7 @@ mod cuda {
 
     mod head_chain;
 
-    const STEP_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/step.ptx"));
-    const ATT_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/attention.ptx"));
+    use crate::gpu::modules::Module;
     /// Threads of the row kernels (`STEP_THREADS`).
     const THREADS: u32 = 256;
     /// Threads of the norm kernel: one row a block, 32 warps quantising its Q8_1 blocks side by
@@ -1958,9 +1957,7 @@ mod cuda {
         (head_dim, group): (usize, usize),
     ) -> Result<Funcs> {
         let step = |name: &str| -> Result<CudaFunction> {
-            Ok(dev
-                .get_or_load_custom_func(name, "treespec_step", STEP_PTX)?
-                .into_cuda_function())
+            crate::gpu::modules::func(dev, Module::Step, name)
         };
         // The dp4a kernels (single or stacked) for the formats of `mats`.
         let dp4a = |mats: &mut dyn Iterator<Item = &Mat>, stacked: bool| -> Result<_> {
@@ -2006,21 +2003,19 @@ mod cuda {
             silu_mul_q8: step("silu_mul_q8")?,
             gather_rows: step("gather_rows")?,
             att_chunk: {
-                let f = dev
-                    .get_or_load_custom_func("attention_chunk_f32", "treespec_attention", ATT_PTX)?
-                    .into_cuda_function();
+                let f = crate::gpu::modules::func(dev, Module::Attention, "attention_chunk_f32")?;
                 crate::gpu::attention::allow_chunk_smem(&f, group, head_dim).map_err(driver)?;
                 f
             },
-            att_combine: dev
-                .get_or_load_custom_func("attention_combine_f32", "treespec_attention", ATT_PTX)?
-                .into_cuda_function(),
+            att_combine: crate::gpu::modules::func(
+                dev,
+                Module::Attention,
+                "attention_combine_f32",
+            )?,
             // f16 MMA: on GPUs of sm_80 on (`tensor_cores`) in a build for them.
             att_wide: match crate::gpu::attention::wide_kernel(head_dim) {
                 Some(name) if tensor_cores => {
-                    let f = dev
-                        .get_or_load_custom_func(&name, "treespec_attention", ATT_PTX)?
-                        .into_cuda_function();
+                    let f = crate::gpu::modules::func(dev, Module::Attention, &name)?;
                     // Without its shared memory the kernel cannot run: wide passes then attend
                     // row by row, the rest of the step unchanged.
                     match crate::gpu::attention::allow_wide_smem(&f, head_dim) {

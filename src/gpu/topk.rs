@@ -121,7 +121,7 @@ mod cuda {
     };
     use std::sync::Arc;
 
-    const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/topk.ptx"));
+    use crate::gpu::modules::{func, Module};
     /// Threads per block of the first top-k launch: `TOPK_THREADS` in `kernels/topk.cu`.
     const THREADS: u32 = 256;
     /// Slices (blocks) per row of the first launch: `TOPK_SPLIT`.
@@ -162,7 +162,7 @@ mod cuda {
 
     pub(super) fn row_argmax(dev: &CudaDevice, logits: &Tensor) -> Result<Vec<u32>> {
         with_logits(logits, "argmax", vec![], |x, rows, cols| {
-            let func = dev.get_or_load_custom_func("row_argmax_f32", "treespec_topk", PTX)?;
+            let f = func(dev, Module::Topk, "row_argmax_f32")?;
             let stream = dev.cuda_stream();
             // SAFETY: uninitialised (no memset launch); the kernel writes every row's id.
             let mut ids = unsafe { stream.alloc::<u32>(rows) }.map_err(driver)?;
@@ -172,7 +172,7 @@ mod cuda {
                 block_dim: (ARGMAX_THREADS, 1, 1),
                 shared_mem_bytes: 0,
             };
-            let mut b = func.builder();
+            let mut b = stream.launch_builder(&f);
             b.arg(x).arg(&cols_i).arg(&mut ids);
             // SAFETY: a [rows, cols] f32 input and a [rows] output, as the kernel takes them.
             unsafe { b.launch(cfg) }.map_err(driver)?;
@@ -189,10 +189,10 @@ mod cuda {
     impl TopKFuncs {
         /// Load (once per device) the kernels.
         pub(crate) fn load(dev: &CudaDevice) -> Result<Self> {
-            let load = |name| dev.get_or_load_custom_func(name, "treespec_topk", PTX);
+            let load = |name| func(dev, Module::Topk, name);
             Ok(TopKFuncs {
-                part: load("row_top_k_part_f32")?.into_cuda_function(),
-                merge: load("row_top_k_merge_f32")?.into_cuda_function(),
+                part: load("row_top_k_part_f32")?,
+                merge: load("row_top_k_merge_f32")?,
             })
         }
     }
@@ -308,7 +308,7 @@ mod cuda {
                     "top-{k} of rows of {cols} logits"
                 )));
             }
-            let func = dev.get_or_load_custom_func("row_select_f32", "treespec_topk", PTX)?;
+            let f = func(dev, Module::Topk, "row_select_f32")?;
             let stream = dev.cuda_stream();
             // SAFETY: uninitialised (no memset launch); the kernel writes every output word.
             let mut out = unsafe { stream.alloc::<u32>(rows * (2 * k + 1)) }.map_err(driver)?;
@@ -318,7 +318,7 @@ mod cuda {
                 block_dim: (SELECT_THREADS, 1, 1),
                 shared_mem_bytes: 0,
             };
-            let mut b = func.builder();
+            let mut b = stream.launch_builder(&f);
             b.arg(x).arg(&cols_i).arg(&k_i).arg(&mut out);
             // SAFETY: a [rows, cols] f32 input and a [rows, 2k + 1] output, k <= cols.
             unsafe { b.launch(cfg) }.map_err(driver)?;

@@ -123,7 +123,6 @@ mod cuda {
     use std::collections::HashMap;
     use std::sync::Arc;
 
-    const WIDE_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/wide.ptx"));
     /// Threads of the conversion kernel.
     const THREADS: u32 = 256;
 
@@ -310,9 +309,7 @@ mod cuda {
     }
 
     fn convert_func(dev: &candle_core::CudaDevice) -> Result<CudaFunction> {
-        Ok(dev
-            .get_or_load_custom_func("q8_1_to_f16", "treespec_wide", WIDE_PTX)?
-            .into_cuda_function())
+        crate::gpu::modules::func(dev, crate::gpu::modules::Module::Wide, "q8_1_to_f16")
     }
 
     /// `n` rows of `cols` values from Q8_1 blocks at `y` (rows `yq` blocks apart) to f16 rows

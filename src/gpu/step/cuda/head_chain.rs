@@ -108,10 +108,8 @@ impl GpuStep {
         };
         let dev = &self.dev;
         let step = |name: &str| -> std::result::Result<CudaFunction, String> {
-            Ok(dev
-                .get_or_load_custom_func(name, "treespec_step", STEP_PTX)
-                .map_err(|e| e.to_string())?
-                .into_cuda_function())
+            crate::gpu::modules::func(dev, crate::gpu::modules::Module::Step, name)
+                .map_err(|e| e.to_string())
         };
         let (norm2_q8, next_token) = (step("norm2_q8")?, step("next_token")?);
         let top_k = TopKFuncs::load(dev).map_err(|e| e.to_string())?;

@@ -1,0 +1,86 @@
+//! treespec's kernel modules: each CUDA source in `kernels/`, compiled by `build.rs` into a
+//! fatbin (machine code for sm_90, sm_100 and sm_120 by default, and PTX that a newer GPU's
+//! driver compiles at load time), embedded in the binary and loaded once per CUDA context.
+//! candle's own loader takes PTX text only, so these are loaded here.
+
+use crate::error::{Error, Result};
+use candle_core::CudaDevice;
+use cudarc::driver::{CudaFunction, CudaModule};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// One of the kernel sources in `kernels/`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Module {
+    /// `attention.cu`: batch-invariant attention, its combination, the wide-pass kernels.
+    Attention,
+    /// `mmtc.cu`: the tensor-core quantised products.
+    Mmtc,
+    /// `mmvq.cu`: the dp4a quantised products.
+    Mmvq,
+    /// `step.cu`: the decoder step's fused kernels.
+    Step,
+    /// `topk.cu`: per-row argmax, top-k and select.
+    Topk,
+    /// `wide.cu`: conversions for the wide passes.
+    Wide,
+}
+
+impl Module {
+    /// The fatbin `build.rs` made of the source.
+    fn image(self) -> &'static [u8] {
+        macro_rules! fatbin {
+            ($name:literal) => {
+                include_bytes!(concat!(env!("OUT_DIR"), "/", $name, ".fatbin"))
+            };
+        }
+        match self {
+            Module::Attention => fatbin!("attention"),
+            Module::Mmtc => fatbin!("mmtc"),
+            Module::Mmvq => fatbin!("mmvq"),
+            Module::Step => fatbin!("step"),
+            Module::Topk => fatbin!("topk"),
+            Module::Wide => fatbin!("wide"),
+        }
+    }
+}
+
+/// The compute capabilities this build's kernels carry machine code for (`TREESPEC_CUDA_SASS`
+/// at build time; empty: PTX alone), as `build.rs` wrote them, e.g. "90,100,120".
+pub(crate) fn sass() -> &'static str {
+    env!("TREESPEC_CUDA_SASS")
+}
+
+/// Loaded modules, by (CUDA context, module): a module belongs to the context it was loaded in,
+/// and the target and a drafter on one GPU share it.
+type Loaded = HashMap<(usize, Module), Arc<CudaModule>>;
+
+/// The kernel `name` of `module` on `dev`, the module loaded on first use in `dev`'s context.
+pub(crate) fn func(dev: &CudaDevice, module: Module, name: &str) -> Result<CudaFunction> {
+    static LOADED: Mutex<Option<Loaded>> = Mutex::new(None);
+    let ctx = dev.cuda_stream().context().clone();
+    let key = (ctx.cu_ctx() as usize, module);
+    let loaded = {
+        let mut map = LOADED
+            .lock()
+            .map_err(|_| Error::Device("the kernel module table was poisoned".into()))?;
+        let map = map.get_or_insert_with(HashMap::new);
+        match map.get(&key) {
+            Some(m) => m.clone(),
+            None => {
+                let image = cudarc::nvrtc::Ptx::from_binary(module.image().to_vec());
+                let m = ctx.load_module(image).map_err(|e| {
+                    Error::Device(format!(
+                        "loading treespec's {module:?} kernels (machine code for compute capability {}, PTX beside it): {e:?}",
+                        if sass().is_empty() { "none" } else { sass() }
+                    ))
+                })?;
+                map.insert(key, m.clone());
+                m
+            }
+        }
+    };
+    loaded
+        .load_function(name)
+        .map_err(|e| Error::Device(format!("kernel {name} ({module:?} module): {e:?}")))
+}
