@@ -4,10 +4,12 @@
 //! architecture `compute_$CUDA_COMPUTE_CAP` (80 when unset), which a newer GPU's driver compiles
 //! at load time:
 //!
-//! - `TREESPEC_CUDA_SASS`: the compute capabilities to carry machine code for, comma-separated;
-//!   by default Hopper, datacentre Blackwell and workstation Blackwell (`90,100,120`), and the
-//!   build's own `CUDA_COMPUTE_CAP` when it is none of them; `none`: PTX alone (a quick build,
-//!   and the path a GPU newer than the build takes).
+//! - `TREESPEC_CUDA_SASS`: the compute capabilities to carry machine code for, comma-separated,
+//!   from 80 (the tensor-core kernels' int8 MMA); by default Hopper, datacentre Blackwell and
+//!   workstation Blackwell (`90,100,120`), and the build's own `CUDA_COMPUTE_CAP` (from 80) when
+//!   it is none of them, less any the installed nvcc cannot compile for (sm_100 and sm_120 need
+//!   CUDA 12.8), with a warning; `none`: PTX alone (a quick build, and the path a GPU newer than
+//!   the build takes).
 //!
 //! Without the feature it does nothing, so CPU builds need no CUDA toolkit.
 
@@ -44,7 +46,9 @@ fn main() {
         .collect();
     println!("cargo:rustc-env=TREESPEC_CUDA_COMPUTE_CAP={built}");
     let cap: u32 = built.parse().unwrap_or(80);
-    let sass = sass_list(cap);
+    println!("cargo:rustc-env=TREESPEC_CUDA_PTX={cap}");
+    let nvcc = std::env::var("NVCC").unwrap_or_else(|_| "nvcc".into());
+    let sass = compilable(&nvcc, sass_list(cap));
     println!(
         "cargo:rustc-env=TREESPEC_CUDA_SASS={}",
         sass.iter()
@@ -57,7 +61,6 @@ fn main() {
         .map(|c| format!("-gencode=arch=compute_{c},code=sm_{c}"))
         .collect();
     gencode.push(format!("-gencode=arch=compute_{cap},code=compute_{cap}"));
-    let nvcc = std::env::var("NVCC").unwrap_or_else(|_| "nvcc".into());
     // One nvcc a source, all at once (the biggest, mmtc, takes most of the time).
     let jobs: Vec<_> = KERNELS
         .iter()
@@ -75,20 +78,49 @@ fn main() {
 
 /// The compute capabilities to carry machine code for (see the header).
 fn sass_list(cap: u32) -> Vec<u32> {
-    let Ok(list) = std::env::var("TREESPEC_CUDA_SASS") else {
-        let mut all = SASS_DEFAULT.to_vec();
-        if !all.contains(&cap) {
-            all.insert(0, cap);
+    let list = std::env::var("TREESPEC_CUDA_SASS").unwrap_or_default();
+    match list.trim() {
+        "" => {
+            let mut all = SASS_DEFAULT.to_vec();
+            if cap >= 80 && !all.contains(&cap) {
+                all.insert(0, cap);
+            }
+            all
         }
-        return all;
-    };
-    if list.trim() == "none" {
-        return vec![];
+        "none" => vec![],
+        list => list
+            .split(',')
+            .map(|c| match c.trim().parse::<u32>() {
+                Ok(c) if c >= 80 => c,
+                _ => panic!(
+                    "TREESPEC_CUDA_SASS: {c:?} is not a compute capability from 80 (e.g. 90,100,120, or none)"
+                ),
+            })
+            .collect(),
     }
-    list.split(',')
-        .map(|c| match c.trim().parse::<u32>() {
-            Ok(c) if c >= 75 => c,
-            _ => panic!("TREESPEC_CUDA_SASS: {c:?} is not a compute capability from 75 (e.g. 90,100,120, or none)"),
+}
+
+/// `wanted` less the architectures `nvcc --list-gpu-code` does not name (an older toolkit), each
+/// dropped with a warning; all of `wanted` when nvcc cannot list them.
+fn compilable(nvcc: &str, wanted: Vec<u32>) -> Vec<u32> {
+    let Ok(out) = Command::new(nvcc).arg("--list-gpu-code").output() else {
+        return wanted;
+    };
+    if !out.status.success() {
+        return wanted;
+    }
+    let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+    let known: Vec<&str> = listed.split_whitespace().collect();
+    wanted
+        .into_iter()
+        .filter(|c| {
+            let ok = known.contains(&format!("sm_{c}").as_str());
+            if !ok {
+                println!(
+                    "cargo:warning=this nvcc cannot compile for sm_{c}: treespec's kernels carry no machine code for it (CUDA 12.8 or later can)"
+                );
+            }
+            ok
         })
         .collect()
 }
@@ -96,16 +128,22 @@ fn sass_list(cap: u32) -> Vec<u32> {
 /// `kernels/{kernel}.cu` to `{out}/{kernel}.fatbin`.
 fn compile(nvcc: &str, kernel: &str, gencode: &[String], out: &Path) -> Result<(), String> {
     let fatbin = out.join(format!("{kernel}.fatbin"));
-    let status = Command::new(nvcc)
+    // Output kept per source, so that the sources' messages do not interleave.
+    let output = Command::new(nvcc)
         .args(["--fatbin", "-O3", "-std=c++17", "--expt-relaxed-constexpr"])
         .args(gencode)
         .arg(format!("kernels/{kernel}.cu"))
         .arg("-o")
         .arg(&fatbin)
-        .status();
-    match status {
-        Ok(s) if s.success() => Ok(()),
-        Ok(s) => Err(format!("nvcc failed on kernels/{kernel}.cu ({s})")),
+        .output();
+    match output {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(format!(
+            "nvcc failed on kernels/{kernel}.cu ({}; {}; TREESPEC_CUDA_SASS picks the machine code):\n{}",
+            o.status,
+            gencode.join(" "),
+            String::from_utf8_lossy(&o.stderr)
+        )),
         Err(e) => Err(format!(
             "the cuda feature needs nvcc on PATH (or NVCC=...) to build kernels/{kernel}.cu: {e}"
         )),

@@ -75,15 +75,17 @@ fn capability(_device: &Device) -> Result<u32> {
 }
 
 /// Can kernels built for `built` (compute capability x 10) run on a GPU of `device`? candle's
-/// quantised kernels are machine code for one architecture (sm_90 is built as sm_90a, which runs
-/// on 9.0 alone; others run on later minor versions of the same major), and on any other GPU
-/// they return garbage without an error: refuse instead, naming the build to use.
+/// quantised kernels are machine code for one architecture (cudaforge builds 9.0 to 12.0 with
+/// the `a` suffix, sm_90a to sm_120a, which runs on that compute capability alone; later ones
+/// with `f`, and those before 9.0 plain, which run on later minor versions of the same major),
+/// and on any other GPU they return garbage without an error: refuse instead, naming the build to
+/// use.
 pub fn check_architecture(built: Option<u32>, device: u32) -> std::result::Result<(), String> {
     let Some(built) = built else {
         return Ok(());
     };
-    let runs = if built == 90 {
-        device == 90
+    let runs = if (90..=120).contains(&built) {
+        device == built
     } else {
         device / 10 == built / 10 && device >= built
     };
@@ -189,5 +191,9 @@ mod tests {
         assert!(check_architecture(Some(80), 86).is_ok());
         assert!(check_architecture(Some(86), 80).is_err());
         assert!(check_architecture(Some(120), 90).is_err());
+        // sm_100a and sm_120a run on 10.0 and 12.0 alone; sm_121f on later 12.x too.
+        assert!(check_architecture(Some(100), 103).is_err());
+        assert!(check_architecture(Some(120), 121).is_err());
+        assert!(check_architecture(Some(121), 121).is_ok());
     }
 }

@@ -36,12 +36,7 @@ pub fn selftest(device: &candle_core::Device) -> Result<Vec<String>> {
     attention::selftest(device, &mut rng, &mut report)?;
     #[cfg(feature = "cuda")]
     if let candle_core::Device::Cuda(dev) = device {
-        report.push(match modules::sass() {
-            "" => "treespec's kernels: PTX alone (compiled by the driver at load)".to_string(),
-            list => format!(
-                "treespec's kernels: machine code for compute capability {list}, PTX beside it"
-            ),
-        });
+        report.push(format!("treespec's kernels: {}", modules::carried()));
         // The tensor-core products use int8 MMA, which needs sm_80 (PTX built for 80 unless
         // CUDA_COMPUTE_CAP says otherwise).
         let tensor_cores = match crate::device::built_for() {

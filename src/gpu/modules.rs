@@ -51,6 +51,16 @@ pub(crate) fn sass() -> &'static str {
     env!("TREESPEC_CUDA_SASS")
 }
 
+/// What this build's kernels carry, in words: "machine code for compute capability 90,100,120
+/// and PTX for compute_90", or "PTX alone for compute_90".
+pub(crate) fn carried() -> String {
+    let ptx = env!("TREESPEC_CUDA_PTX");
+    match sass() {
+        "" => format!("PTX alone for compute_{ptx}, compiled by the driver at load"),
+        list => format!("machine code for compute capability {list} and PTX for compute_{ptx}"),
+    }
+}
+
 /// Loaded modules, by (CUDA context, module): a module belongs to the context it was loaded in,
 /// and the target and a drafter on one GPU share it.
 type Loaded = HashMap<(usize, Module), Arc<CudaModule>>;
@@ -71,8 +81,8 @@ pub(crate) fn func(dev: &CudaDevice, module: Module, name: &str) -> Result<CudaF
                 let image = cudarc::nvrtc::Ptx::from_binary(module.image().to_vec());
                 let m = ctx.load_module(image).map_err(|e| {
                     Error::Device(format!(
-                        "loading treespec's {module:?} kernels (machine code for compute capability {}, PTX beside it): {e:?}",
-                        if sass().is_empty() { "none" } else { sass() }
+                        "loading treespec's {module:?} kernels (this build carries {}): {e:?}",
+                        carried()
                     ))
                 })?;
                 map.insert(key, m.clone());
