@@ -30,8 +30,8 @@ pub fn supports(n_heads: usize, n_kv_heads: usize, head_dim: usize, device: &Dev
 }
 
 /// Whether a block of `attention_chunk_f32` for `group` query heads a K/V head of `hd`, each over
-/// `split` spans of a chunk (`split`), can run:
-/// a warp per (head, span), at most 1024 threads, within [`CHUNK_SMEM_MAX`].
+/// `split` spans of a chunk (`split`), can run: a warp per (head, span), at most 1024 threads,
+/// within [`CHUNK_SMEM_MAX`].
 fn fits(group: usize, hd: usize, split: usize) -> bool {
     group * split <= 32 && chunk_smem_bytes(group, hd, split) as usize <= CHUNK_SMEM_MAX
 }

@@ -45,17 +45,12 @@ impl Module {
     }
 }
 
-/// The compute capabilities this build's kernels carry machine code for (`TREESPEC_CUDA_SASS`
-/// at build time; empty: PTX alone), as `build.rs` wrote them, e.g. "90,100,120".
-pub(crate) fn sass() -> &'static str {
-    env!("TREESPEC_CUDA_SASS")
-}
-
-/// What this build's kernels carry, in words: "machine code for compute capability 90,100,120
-/// and PTX for compute_90", or "PTX alone for compute_90".
+/// What this build's kernels carry, in words (from `build.rs`: `TREESPEC_CUDA_SASS`, the compute
+/// capabilities with machine code, empty for PTX alone; `TREESPEC_CUDA_PTX`, the PTX's): "machine
+/// code for compute capability 90,100,120 and PTX for compute_90", or "PTX alone for compute_90".
 pub(crate) fn carried() -> String {
     let ptx = env!("TREESPEC_CUDA_PTX");
-    match sass() {
+    match env!("TREESPEC_CUDA_SASS") {
         "" => format!("PTX alone for compute_{ptx}, compiled by the driver at load"),
         list => format!("machine code for compute capability {list} and PTX for compute_{ptx}"),
     }
