@@ -11,23 +11,25 @@
 // keys[i][2..]: extra cache rows, ascending. The row sees cache rows 0..lead, then the extras: the
 // key of rank r is r for r < lead, else extra[r - lead]. Every reduction is indexed by rank:
 //
-// - attention_chunk_f32: one block per (chunk of CHUNK ranks, K/V head, row), a warp per (query
-//   head of the K/V head's group, span of the chunk's ranks). Scores are dot products in dimension
-//   order, a lane per key; softmax numerators use the chunk's own maximum; a span's sum runs in
-//   rank order per lane, then a warp butterfly; each value-weighted sum in rank order on one lane;
-//   the spans' sums added in span order. Writes (max, sum, acc[hd]) per chunk.
+// - attention_chunk_f32: one block per (chunk of the row's ranks, K/V head, row), a warp per
+//   (query head of the K/V head's group, span of the chunk's ranks). Scores are dot products in
+//   dimension order, a lane per key; softmax numerators use the chunk's own maximum; a span's sum
+//   runs in rank order per lane, then a warp butterfly; each value-weighted sum in rank order on
+//   one lane; the spans' sums added in span order. Writes (max, sum, acc[hd]) per chunk.
 // - attention_combine_f32: one block per (query head, row); rescales the chunks to the common
 //   maximum and sums them in chunk order.
 //
-// Chunks cut ranks at fixed multiples of CHUNK, so the same visible keys give the same chunks in a
-// one-row pass and in a 1024-row pass. CPU reference: `gpu::attention::reference`
-// (src/gpu/attention.rs); `treespec selftest --device cuda` compares them and checks invariance.
+// Chunks cut ranks at fixed multiples of 32, 64 or 128, the size a function of the row's own
+// count of keys (att_chunk_ranks), so the same visible keys give the same chunks in a one-row pass
+// and in a 1024-row pass. CPU reference: `gpu::attention::reference` (src/gpu/attention.rs);
+// `treespec selftest --device cuda` compares them and checks invariance.
 
 #include <cuda_fp16.h>
 
 #include "pdl.cuh"
 
-#define ATT_CHUNK 128  // ranks a chunk (src/gpu/attention.rs: CHUNK)
+#define ATT_CHUNK 128     // ranks a chunk at most (src/gpu/attention.rs: CHUNK)
+#define ATT_FEW_CHUNKS 16  // src/gpu/attention.rs: FEW_CHUNKS
 #define ATT_HD_MAX 256
 #define ATT_APART_HD 64   // heads up to this size stage keys and values at once (attention.rs)
 #define ATT_WHOLE_HD 128  // heads up to this size stage a whole chunk at a time, bigger ones half
@@ -42,6 +44,14 @@ __device__ __forceinline__ float warp_sum_f(float x) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffff, x, o, 32);
   return x;
+}
+
+// Ranks a chunk holds for a row that sees `count` keys: `fixed` where it is set (not 0), else the
+// fewest of 32 and 64 that cut the row into at most ATT_FEW_CHUNKS chunks, else ATT_CHUNK
+// (src/gpu/attention.rs: ranks_for, which says why).
+__device__ __forceinline__ int att_chunk_ranks(int fixed, int count) {
+  if (fixed > 0) return fixed;
+  return count <= ATT_FEW_CHUNKS * 32 ? 32 : count <= ATT_FEW_CHUNKS * 64 ? 64 : ATT_CHUNK;
 }
 
 __device__ __forceinline__ unsigned int key_of(const unsigned int *__restrict__ row, int r) {
@@ -83,18 +93,20 @@ __device__ __forceinline__ void stage_f32_rows(float *dst, const float *__restri
 
 // Partials layout: [n, nh, chunks, hd + 2] with (max, sum, acc[hd]).
 //
-// One block per (chunk, K/V head, row), of 32 x G x S threads: warp (w, s) takes query head
-// kvh * G + w of the K/V head's group of G, and the s-th of S equal spans of the chunk's ranks
-// (S = 1, 2 or 4, fixed by the heads' shape alone: src/gpu/attention.rs, `split`; more warps for
-// the few blocks of a one-row step, the same sums at every row count). The chunk's keys and values
-// are staged in shared memory once for the block by cp.async, every copy in flight at once (rows
-// hd + 4 floats apart: the lanes' float4 reads of their own keys hit distinct banks): for heads of
-// up to ATT_APART_HD both at once in buffers of their own; for bigger heads the values take the
-// keys' place once the scores are done, their first copies flying while the softmax is worked
-// out, and heads past ATT_WHOLE_HD stage half a chunk at a time (so that a block fits the 99 KiB
-// of shared memory of sm_86-sm_120 GPUs). Every way gives the same sums.
+// One block per (chunk of csz ranks, K/V head, row), of 32 x G x S threads: warp (w, s) takes
+// query head kvh * G + w of the K/V head's group of G, and the s-th span of max(32, csz / S) of
+// the chunk's ranks (S = 1, 2 or 4, fixed by the heads' shape alone: src/gpu/attention.rs,
+// `split`; more warps for the few blocks of a one-row step, the same sums at every row count;
+// spans past the chunk's end are empty and add zeros). Shared memory is laid out for chunks of
+// ATT_CHUNK. The chunk's keys and values are staged in shared memory once for the block by
+// cp.async, every copy in flight at once (rows hd + 4 floats apart: the lanes' float4 reads of
+// their own keys hit distinct banks): for heads of up to ATT_APART_HD both at once in buffers of
+// their own; for bigger heads the values take the keys' place once the scores are done, their
+// first copies flying while the softmax is worked out, and heads past ATT_WHOLE_HD stage at most
+// half of ATT_CHUNK at a time (so that a block fits the 99 KiB of shared memory of sm_86-sm_120
+// GPUs). Every way gives the same sums.
 // Per (row, head, chunk), never depending on the other rows of the pass or of the block:
-// - scores: in span s, lane l takes ranks s * CHUNK / S + l + 32 j, each a dot product in
+// - scores: in span s, lane l takes ranks s * span + l + 32 j, each a dot product in
 //   dimension order (one fmaf chain), times the scale;
 // - the chunk's maximum (order-free) by warp butterflies and over the spans; numerators
 //   expf(s - max), each lane's summed in rank order, then a warp butterfly (every lane ends with
@@ -108,20 +120,21 @@ extern "C" __global__ void __launch_bounds__(1024) attention_chunk_f32(
     const float *__restrict__ v,            // same layout as k
     const unsigned int *__restrict__ keys,  // [n, width]
     float *__restrict__ part,               // [n, nh, chunks, hd + 2]
-    int n, int nh, int nkv, int hd, long long kv_stride, int width, int chunks, float scale) {
+    int n, int nh, int nkv, int hd, long long kv_stride, int width, int chunks,
+    int fixed,  // ranks a chunk for every row; 0: by each row's count (att_chunk_ranks)
+    float scale) {
   extern __shared__ __align__(16) float att_sm[];
   const int chunk = blockIdx.x, kvh = blockIdx.y, i = blockIdx.z;
   const int lane = threadIdx.x, w = threadIdx.y, G = blockDim.y;
   const int sp = threadIdx.z, S = blockDim.z;
-  const int span = ATT_CHUNK / S;  // ranks a warp takes: 128, 64 or 32
   const int h = kvh * G + w;
   const int tid = lane + 32 * (w + G * sp), nt = 32 * G * S;
   const int ks = hd + 4;
   const bool apart = hd <= ATT_APART_HD;
-  const int sr = hd > ATT_WHOLE_HD ? ATT_CHUNK / 2 : ATT_CHUNK;  // rows a stage holds
-  float *kv = att_sm;                                            // [sr][hd + 4]: keys
-  float *vs = apart ? kv + sr * ks : kv;                         // values
-  float *qs = vs + sr * ks;                                      // [G][hd]
+  const int sr_max = hd > ATT_WHOLE_HD ? ATT_CHUNK / 2 : ATT_CHUNK;  // rows a stage buffer holds
+  float *kv = att_sm;                                                // [sr_max][hd + 4]: keys
+  float *vs = apart ? kv + sr_max * ks : kv;                         // values
+  float *qs = vs + sr_max * ks;                                      // [G][hd]
   float *ps = qs + G * hd;                                    // [G][ATT_CHUNK]
   unsigned int *kidx = (unsigned int *)(ps + G * ATT_CHUNK);  // [ATT_CHUNK]
   float *red = (float *)(kidx + ATT_CHUNK);                   // [S][G]: the spans' maxima, sums
@@ -130,11 +143,14 @@ extern "C" __global__ void __launch_bounds__(1024) attention_chunk_f32(
   pdl_enter();
   const unsigned int *row = keys + (size_t)i * width;
   const int count = (int)(row[0] + row[1]);
-  const int start = chunk * ATT_CHUNK;
+  const int csz = att_chunk_ranks(fixed, count);
+  const int start = chunk * csz;
   if (start >= count) {
     return;  // the combine kernel reads only this row's chunks that hold keys
   }
-  const int len = min(ATT_CHUNK, count - start);
+  const int len = min(csz, count - start);
+  const int span = max(32, csz / S);  // ranks a warp takes: 128, 64 or 32
+  const int sr = min(csz, sr_max);    // rows a stage holds
   const float *kh = k + (size_t)kvh * kv_stride;
   const float *vh = v + (size_t)kvh * kv_stride;
 
@@ -268,16 +284,18 @@ extern "C" __global__ void attention_combine_f32(
     const unsigned int *__restrict__ keys,  // [n, width]
     float *__restrict__ out,                // [n, nh * hd]; null: only the rows below
     int n, int nh, int hd, int width, int chunks,
+    int fixed,  // as attention_chunk_f32's; the wide kernel's: ATT_CHUNK
     void *__restrict__ q8, int qblocks,  // optional: out also as Q8_1 rows of qblocks
     int all,    // 1: every chunk holds a partial (attention_wide_mma's, by cache row; empty
-                // ones add nothing); 0: the row's first count / ATT_CHUNK, by rank
+                // ones add nothing); 0: the row's first count / csz, by rank
     __half *__restrict__ f16) {  // optional: out also as f16 rows (a wide pass's next product)
   pdl_enter();
   const int h = blockIdx.x;
   const int i = blockIdx.y;
   const unsigned int *row = keys + (size_t)i * width;
   const int count = (int)(row[0] + row[1]);
-  const int used = all ? chunks : (count + ATT_CHUNK - 1) / ATT_CHUNK;
+  const int csz = att_chunk_ranks(fixed, count);
+  const int used = all ? chunks : (count + csz - 1) / csz;
   const float *pr = part + ((size_t)i * nh + h) * chunks * (hd + 2);
   // The loops unrolled so that several chunks' loads are in flight (the sums keep chunk order).
   float m = -INFINITY;

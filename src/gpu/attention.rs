@@ -1,19 +1,83 @@
 //! Batch-invariant grouped-query attention over per-row key lists (`kernels/attention.cu`): each
 //! new row attends to the cached keys a [`VisibleKeys`] lists for it, in rank order, and its output
 //! depends only on those keys and its query, never on the other rows of the pass. On the GPU this
-//! is two launches per layer (chunks of 128 ranks, then their combination) in place of candle's
-//! matmul / scale / mask / softmax / matmul / transpose chain. On the host [`attention`] runs
-//! each row and head whole on one thread ([`host`]), so the CPU's passes are batch-invariant too
-//! (candle's matmuls are not: their summation order depends on the rows of the pass, which made
-//! a verify pass and a one-token step differ in the last bits and a near tie flip); [`reference`]
-//! is the definition both are tested against.
+//! is two launches per layer (chunks of 32 to 128 ranks, then their combination) in place of
+//! candle's matmul / scale / mask / softmax / matmul / transpose chain. On the host [`attention`]
+//! runs each row and head whole on one thread ([`host`]), so the CPU's passes are batch-invariant
+//! too (candle's matmuls are not: their summation order depends on the rows of the pass, which
+//! made a verify pass and a one-token step differ in the last bits and a near tie flip);
+//! [`reference`] is the definition both are tested against.
 
 use crate::error::{Error, Result};
 use crate::model::visibility::VisibleKeys;
 use candle_core::{DType, Device, Tensor};
 
-/// Ranks per chunk: `ATT_CHUNK` in `kernels/attention.cu`.
+/// Ranks per chunk at most, and the cache rows of each of the wide kernel's chunks: `ATT_CHUNK`
+/// in `kernels/attention.cu`.
 pub const CHUNK: usize = 128;
+
+/// A row is cut into at most this many chunks while chunks of 32 or 64 ranks can do it
+/// (`ATT_FEW_CHUNKS` in `kernels/attention.cu`).
+const FEW_CHUNKS: usize = 16;
+
+/// Ranks a chunk of `attention_chunk_f32` holds for a row that sees `count` keys: `fixed` where it
+/// is not 0, else ("by count") the fewest of 32 and 64 that cut the row into at most
+/// [`FEW_CHUNKS`] chunks, else [`CHUNK`] (`att_chunk_ranks` in `kernels/attention.cu`). By count,
+/// a one-row step over a few hundred keys is a few more blocks, each a shorter chain, while a long
+/// context keeps chunks of 128, whose partials cost less to combine: each size was the fastest
+/// step in its range on the H200 (BENCHMARKS.md, section 33). It depends on the row's own count of
+/// keys alone, which a tree node verified in a pass and the one-row step over the same keys share,
+/// so both cut them into the same chunks and sum alike.
+pub fn ranks_for(fixed: usize, count: usize) -> usize {
+    match fixed {
+        0 => [32, 64]
+            .into_iter()
+            .find(|c| count <= FEW_CHUNKS * c)
+            .unwrap_or(CHUNK),
+        c => c,
+    }
+}
+
+/// Chunks of [`CHUNK`] ranks for every row unless `TREESPEC_ATT_CHUNK` says otherwise: the kernel
+/// by count has passed its self-test only in review, not yet on a GPU (its sizes were measured one
+/// at a time, for every row alike).
+const CHUNK_DEFAULT: usize = CHUNK;
+
+/// This process's chunk sizes, for [`ranks_for`]: `TREESPEC_ATT_CHUNK=32|64|128` one size for
+/// every row, `auto` by each row's count (0), else [`CHUNK_DEFAULT`]. Read once: a process sums one
+/// way.
+pub(crate) fn fixed_chunk_ranks() -> usize {
+    static SET: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *SET.get_or_init(|| match std::env::var("TREESPEC_ATT_CHUNK").as_deref() {
+        Ok("auto") => 0,
+        Ok(v) => v
+            .parse()
+            .ok()
+            .filter(|c| matches!(c, 32 | 64 | 128))
+            .unwrap_or(CHUNK_DEFAULT),
+        Err(_) => CHUNK_DEFAULT,
+    })
+}
+
+/// Chunks a pass's partials need when no row sees more than `max_count` keys, chunks sized by
+/// `fixed` as [`ranks_for`] says: the most any such row is cut into (by count, a row just below 512
+/// or 1,024 keys has more chunks than one just above).
+pub fn chunks_for(fixed: usize, max_count: usize) -> usize {
+    [FEW_CHUNKS * 32, FEW_CHUNKS * 64, max_count]
+        .into_iter()
+        .map(|c| c.min(max_count))
+        .map(|c| c.div_ceil(ranks_for(fixed, c)))
+        .max()
+        .unwrap_or(0)
+        .max(1)
+}
+
+/// [`chunks_for`] with this process's sizes ([`fixed_chunk_ranks`]).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn chunks_upto(max_count: usize) -> usize {
+    chunks_for(fixed_chunk_ranks(), max_count)
+}
+
 /// Largest head dimension the kernel takes: `ATT_HD_MAX` in `kernels/attention.cu`.
 pub const HEAD_DIM_MAX: usize = 256;
 
@@ -268,9 +332,26 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, table: &KeyTable) -> Result
     }
     #[cfg(feature = "cuda")]
     if let Device::Cuda(dev) = q.device() {
-        return cuda::attention(dev, q, k, v, table, None);
+        return cuda::attention(dev, q, k, v, table, None, fixed_chunk_ranks());
     }
     host(q, k, v, &table.keys)
+}
+
+/// [`attention`] with chunks sized by `fixed` ([`ranks_for`]) on a GPU, for the self-test; the
+/// host's path has no chunks.
+fn attention_chunked(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    table: &KeyTable,
+    fixed: usize,
+) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(dev) = q.device() {
+        return cuda::attention(dev, q, k, v, table, None, fixed);
+    }
+    let _ = fixed;
+    attention(q, k, v, table)
 }
 
 /// The dot product of two rows of a head's width (a multiple of 32), summed in eight lanes
@@ -415,16 +496,27 @@ pub(super) fn selftest(
     report: &mut Vec<String>,
 ) -> Result<()> {
     use crate::model::decoder::BlockMask;
-    for (nh, nkv, hd, prefix) in [
-        (12usize, 2usize, 128usize, 300usize),
-        (14, 2, 64, 37),
-        (9, 3, 64, 129),
-        (4, 4, 32, 5),
-        (8, 2, 256, 250),
-        // 32 query heads a K/V head: blocks of 1024 threads (a warp a head); 16: two spans.
-        (32, 1, 128, 140),
-        (16, 1, 128, 200),
-    ] {
+    // On a GPU, chunks of 128 for every row and chunks by each row's count; the host has none.
+    let ways: &[usize] = if device.is_cuda() {
+        &[CHUNK, 0]
+    } else {
+        &[CHUNK]
+    };
+    for (&fixed, (nh, nkv, hd, prefix)) in ways.iter().flat_map(|f| {
+        [
+            (12usize, 2usize, 128usize, 300usize),
+            (14, 2, 64, 37),
+            (9, 3, 64, 129),
+            (4, 4, 32, 5),
+            // Tree rows on both sides of 512 and of 1,024 keys: chunks of 32 and 64 ranks in one
+            // pass, and of 64 and 128.
+            (8, 2, 256, 505),
+            // 32 query heads a K/V head: blocks of 1024 threads (a warp a head); 16: two spans.
+            (32, 1, 128, 1017),
+            (16, 1, 128, 200),
+        ]
+        .map(|shape| (f, shape))
+    }) {
         let n = 13;
         let parents: Vec<Option<usize>> = (0..n)
             .map(|i| match i {
@@ -443,13 +535,18 @@ pub(super) fn selftest(
         let q = Tensor::from_vec(q_host.clone(), (nh, n, hd), device)?;
         let k = Tensor::from_vec(k_host.clone(), (nkv, len, hd), device)?;
         let v = Tensor::from_vec(v_host.clone(), (nkv, len, hd), device)?;
-        let got = attention(&q, &k, &v, &KeyTable::new(&keys, device)?)?;
+        let got = attention_chunked(&q, &k, &v, &KeyTable::new(&keys, device)?, fixed)?;
         let got = got.to_device(&Device::Cpu)?.to_vec2::<f32>()?;
         let want = reference(&q, &k, &v, &keys)?.to_vec2::<f32>()?;
+        let way = match (device.is_cuda(), fixed) {
+            (false, _) => String::new(),
+            (true, 0) => ", chunks by count".to_string(),
+            (true, c) => format!(", chunks of {c}"),
+        };
         let err = max_abs_diff(&got, &want);
         if err > 1e-4 || err.is_nan() {
             return Err(Error::Device(format!(
-                "attention [{nh}/{nkv} heads x {hd}, {n} rows over {prefix}]: max error {err:e}"
+                "attention [{nh}/{nkv} heads x {hd}, {n} rows over {prefix}{way}]: max error {err:e}"
             )));
         }
         // Invariance: row i alone, its keys copied to consecutive cache rows.
@@ -472,7 +569,7 @@ pub(super) fn selftest(
                 .collect();
             let q1 = Tensor::from_vec(q1, (nh, 1, hd), device)?;
             let one = VisibleKeys::new(None, None, 1, c - 1);
-            let alone = attention(&q1, &k1, &v1, &KeyTable::new(&one, device)?)?;
+            let alone = attention_chunked(&q1, &k1, &v1, &KeyTable::new(&one, device)?, fixed)?;
             let alone = alone.to_device(&Device::Cpu)?.to_vec2::<f32>()?;
             if alone[0]
                 .iter()
@@ -480,12 +577,12 @@ pub(super) fn selftest(
                 .any(|(a, b)| a.to_bits() != b.to_bits())
             {
                 return Err(Error::Device(format!(
-                    "attention [{nh}/{nkv} heads x {hd}]: tree row {i} differs from the same keys in a one-row pass"
+                    "attention [{nh}/{nkv} heads x {hd}{way}]: tree row {i} differs from the same keys in a one-row pass"
                 )));
             }
         }
         report.push(format!(
-            "attention [{nh}/{nkv} heads x {hd}, {n} tree rows over {prefix}]: max error {err:.1e}, rows batch-invariant"
+            "attention [{nh}/{nkv} heads x {hd}, {n} tree rows over {prefix}{way}]: max error {err:.1e}, rows batch-invariant"
         ));
     }
     #[cfg(feature = "cuda")]
@@ -560,7 +657,7 @@ fn selftest_wide(
             let table = KeyTable::new(&keys, &device)?;
             // Spans of one, two and four chunks a block, and the pass's own choice.
             for span in [0usize, 1, 2, 4] {
-                let got = cuda::attention(dev, &q, &k, &v, &table, Some(span))?;
+                let got = cuda::attention(dev, &q, &k, &v, &table, Some(span), CHUNK)?;
                 let got = got.to_device(&Device::Cpu)?.to_vec2::<f32>()?;
                 let err = max_abs_diff(&got, &want);
                 if err > 2e-2 || err.is_nan() {
@@ -603,6 +700,8 @@ mod cuda {
         // Wide (`Some`): through the wide kernel, with spans of this many chunks (0: the pass's
         // own choice, `wide_span`).
         wide: Option<usize>,
+        // Else chunks sized by `ranks_for(fixed, ..)`.
+        fixed: usize,
     ) -> Result<Tensor> {
         let q = q.to_dtype(DType::F32)?.contiguous()?;
         let (nh, n, hd) = q.dims3()?;
@@ -626,7 +725,7 @@ mod cuda {
             ));
         }
         let kv_stride = k.stride()[0] as i64;
-        let chunks = table.max_count.div_ceil(CHUNK).max(1);
+        let chunks = chunks_for(fixed, table.max_count);
         let stream = dev.cuda_stream();
         let mut out = stream.alloc_zeros::<f32>(n * nh * hd).map_err(driver)?;
         {
@@ -656,6 +755,11 @@ mod cuda {
                 None => chunks,
             };
             let chunks_i = chunks as i32;
+            // Ranks (cache rows, wide) a chunk; 0: by each row's count.
+            let csz_i = match wide_name {
+                Some(_) => CHUNK,
+                None => fixed,
+            } as i32;
             // Wide: partials a span of chunks each.
             let (span, slots) = match wide_name {
                 Some(_) => match wide {
@@ -723,6 +827,7 @@ mod cuda {
                     .arg(&kv_stride)
                     .arg(&width_i)
                     .arg(&chunks_i)
+                    .arg(&csz_i)
                     .arg(&scale);
                 // SAFETY: arguments in the kernel's order and types; every key the table lists
                 // is below the cache length (checked by the caller), hd <= ATT_HD_MAX and a
@@ -741,6 +846,7 @@ mod cuda {
                 .arg(&hd_i)
                 .arg(&width_i)
                 .arg(&slots_i)
+                .arg(&csz_i)
                 .arg(&NO_Q8)
                 .arg(&0i32)
                 .arg(&all_i)
@@ -814,6 +920,34 @@ mod tests {
             assert_eq!(widest_split(group, hd, SPLIT_DEFAULT), want.min(2));
             assert_eq!(widest_split(group, hd, 1), 1);
             assert!(fits(group, hd, want));
+        }
+    }
+
+    /// Rows of up to 512 keys take chunks of 32 ranks, up to 1,024 of 64, longer ones of 128; a
+    /// pass's partials have room for every row's chunks, and no more than the most of them.
+    #[test]
+    fn chunks_grow_with_the_rows_keys_and_the_partials_hold_them_all() {
+        for (count, want) in [
+            (1, 32),
+            (512, 32),
+            (513, 64),
+            (1024, 64),
+            (1025, 128),
+            (9000, 128),
+        ] {
+            assert_eq!(ranks_for(0, count), want, "{count} keys");
+            assert_eq!(ranks_for(64, count), 64);
+        }
+        for fixed in [0, 32, 64, 128] {
+            let mut most = 0;
+            for max_count in 0..5000usize {
+                most = most.max(max_count.div_ceil(ranks_for(fixed, max_count)));
+                assert_eq!(
+                    chunks_for(fixed, max_count),
+                    most.max(1),
+                    "up to {max_count}"
+                );
+            }
         }
     }
 

@@ -820,7 +820,7 @@ mod cuda {
             // Attention chunks: by rank on the batch-invariant path, by cache row on the wide one.
             let chunks = match wide && self.wide_attention() {
                 true => crate::gpu::attention::wide_chunks(input.keys),
-                false => max_count.div_ceil(crate::gpu::attention::CHUNK).max(1),
+                false => crate::gpu::attention::chunks_upto(max_count),
             }
             .next_power_of_two();
             let meta = Meta::new(n, width);
@@ -1831,6 +1831,11 @@ mod cuda {
                 None => (1, chunks),
             };
             let (span_i, slots_i) = (span as i32, slots as i32);
+            // Ranks (cache rows, wide) a chunk; 0: by each row's count.
+            let csz_i = match wide {
+                Some(_) => crate::gpu::attention::CHUNK,
+                None => crate::gpu::attention::fixed_chunk_ranks(),
+            } as i32;
             if let Some(f) = wide {
                 let mut b = Launch::new(f);
                 b.arg(&q)
@@ -1867,6 +1872,7 @@ mod cuda {
                     .arg(&self.kv_stride)
                     .arg(&width_i)
                     .arg(&chunks_i)
+                    .arg(&csz_i)
                     .arg(&scale);
                 let shape = (self.nh, self.nkv, self.hd);
                 let cfg = crate::gpu::attention::chunk_launch(n, shape, chunks);
@@ -1883,6 +1889,7 @@ mod cuda {
                 .arg(&hd_i)
                 .arg(&width_i)
                 .arg(&slots_i)
+                .arg(&csz_i)
                 .arg(&q8)
                 .arg(&qb_i)
                 .arg(&all_i)

@@ -209,10 +209,7 @@ impl GpuStep {
             block[meta.out_slots] = 0;
             block[meta.table..].copy_from_slice(&VisibleKeys::one_causal(p).packed_to(2));
         }
-        let chunks = (first + steps)
-            .div_ceil(crate::gpu::attention::CHUNK)
-            .max(1)
-            .next_power_of_two();
+        let chunks = crate::gpu::attention::chunks_upto(first + steps).next_power_of_two();
         self.ensure(n.max(1), chunks, host.len(), 0)?;
         if allocated < depth {
             let s = &self.stream;
