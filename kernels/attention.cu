@@ -287,7 +287,7 @@ extern "C" __global__ void attention_combine_f32(
     int fixed,  // as attention_chunk_f32's; the wide kernel's: ATT_CHUNK
     void *__restrict__ q8, int qblocks,  // optional: out also as Q8_1 rows of qblocks
     int all,    // 1: every chunk holds a partial (attention_wide_mma's, by cache row; empty
-                // ones add nothing); 0: the row's first count / csz, by rank
+                // ones add nothing); 0: the row's first ceil(count / csz), by rank
     __half *__restrict__ f16) {  // optional: out also as f16 rows (a wide pass's next product)
   pdl_enter();
   const int h = blockIdx.x;

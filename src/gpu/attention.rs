@@ -103,11 +103,12 @@ fn fits(group: usize, hd: usize, split: usize) -> bool {
 /// Spans of a chunk's ranks a block of `attention_chunk_f32` gives a warp each, for `group` query
 /// heads a K/V head of `hd`: two where they fit, else one. A one-row step over a few hundred keys
 /// has only (chunks x K/V heads) blocks, a handful; two warps a head halve each warp's chain of
-/// dependent products. Measured on the H200 (BENCHMARKS.md, section 32), two beat one at every
-/// row count but 64 (within 1%), and beat four at the step and from 32 rows. It depends on the heads'
-/// shape alone, never on the rows of a pass, so a step and a verify pass sum alike (the spans'
-/// sums are added in span order). `TREESPEC_ATT_SPLIT=1|2|4` sets it, for measurement (read
-/// once: a process sums one way).
+/// dependent products in chunks of 128 ranks (measured on the H200, BENCHMARKS.md section 32: two
+/// beat one at every row count but 64, within 1%, and beat four at the step and from 32 rows). A
+/// span holds at least 32 ranks, so in chunks of 64 with four spans, or of 32 with two or four, the
+/// spans past the chunk's end are empty. It depends on the heads' shape alone, never on the rows
+/// of a pass, so a step and a verify pass sum alike (the spans' sums are added in span order).
+/// `TREESPEC_ATT_SPLIT=1|2|4` sets it, for measurement (read once: a process sums one way).
 #[cfg(feature = "cuda")]
 fn split(group: usize, hd: usize) -> usize {
     static CAP: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
@@ -496,23 +497,24 @@ pub(super) fn selftest(
     report: &mut Vec<String>,
 ) -> Result<()> {
     use crate::model::decoder::BlockMask;
-    // On a GPU, chunks of 128 for every row and chunks by each row's count; the host has none.
+    // On a GPU, chunks of 128 for every row, by each row's count, of 32 and of 64 for every row;
+    // the host has none.
     let ways: &[usize] = if device.is_cuda() {
-        &[CHUNK, 0]
+        &[CHUNK, 0, 32, 64]
     } else {
         &[CHUNK]
     };
     for (&fixed, (nh, nkv, hd, prefix)) in ways.iter().flat_map(|f| {
         [
-            (12usize, 2usize, 128usize, 300usize),
+            // By count, the root row (prefix + 1 keys) and the rows below it fall on both sides of
+            // 512 and of 1,024 keys: chunks of 32 and 64 ranks in one pass, and of 64 and 128.
+            (12usize, 2usize, 128usize, 511usize),
             (14, 2, 64, 37),
-            (9, 3, 64, 129),
+            (9, 3, 64, 700),
             (4, 4, 32, 5),
-            // Tree rows on both sides of 512 and of 1,024 keys: chunks of 32 and 64 ranks in one
-            // pass, and of 64 and 128.
-            (8, 2, 256, 505),
+            (8, 2, 256, 1023),
             // 32 query heads a K/V head: blocks of 1024 threads (a warp a head); 16: two spans.
-            (32, 1, 128, 1017),
+            (32, 1, 128, 1023),
             (16, 1, 128, 200),
         ]
         .map(|shape| (f, shape))
@@ -703,6 +705,8 @@ mod cuda {
         // Else chunks sized by `ranks_for(fixed, ..)`.
         fixed: usize,
     ) -> Result<Tensor> {
+        // The kernel's shared memory holds chunks of at most CHUNK ranks.
+        debug_assert!(matches!(fixed, 0 | 32 | 64 | 128), "chunk size {fixed}");
         let q = q.to_dtype(DType::F32)?.contiguous()?;
         let (nh, n, hd) = q.dims3()?;
         let nkv = k.dim(0)?;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Written in session 18 for the next session's first call (no device time was left to start it):
 # chunks by each row's count of keys (TREESPEC_ATT_CHUNK=auto: 32 ranks up to 512 keys, 64 up to
-# 1,024, else 128) against 128 for every row (the default): selftest (both ways; tree rows across
+# 1,024, else 128) against 128 for every row (the default): selftest (four ways; trees across
 # 512 and 1,024 keys bit for bit one-row passes), v(n) and the drafter's step after 256, 1,024 and
 # 4,096 tokens, interleaved; exactness of every mode on the synthetic pair by count. If all pass
 # and the steps are as in section 33, make by count the default (CHUNK_DEFAULT in
