@@ -39,8 +39,8 @@ pub fn ranks_for(fixed: usize, count: usize) -> usize {
 }
 
 /// Chunks of [`CHUNK`] ranks for every row unless `TREESPEC_ATT_CHUNK` says otherwise: the kernel
-/// by count has passed its self-test only in review, not yet on a GPU (its sizes were measured one
-/// at a time, for every row alike).
+/// by count has been read but not yet run on a GPU (its sizes were measured one at a time, each for
+/// every row alike).
 const CHUNK_DEFAULT: usize = CHUNK;
 
 /// This process's chunk sizes, for [`ranks_for`]: `TREESPEC_ATT_CHUNK=32|64|128` one size for
