@@ -310,6 +310,18 @@ impl KeyTable {
 /// Attention of `q` `[heads, n, hd]` over `k`, `v` `[kv_heads, len, hd]` (views of a cache),
 /// each row over the keys `table` lists for it, scaled by `1 / sqrt(hd)`: `[n, heads * hd]`.
 pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, table: &KeyTable) -> Result<Tensor> {
+    attention_chunked(q, k, v, table, fixed_chunk_ranks())
+}
+
+/// [`attention`] with chunks sized by `fixed` ([`ranks_for`]) on a GPU (the self-test runs each
+/// size; the host's path has no chunks).
+fn attention_chunked(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    table: &KeyTable,
+    fixed: usize,
+) -> Result<Tensor> {
     let (nh, n, hd) = q.dims3()?;
     let (nkv, len, khd) = k.dims3()?;
     if khd != hd || v.dims3()? != (nkv, len, hd) || !supports(nh, nkv, hd, q.device()) {
@@ -333,26 +345,10 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, table: &KeyTable) -> Result
     }
     #[cfg(feature = "cuda")]
     if let Device::Cuda(dev) = q.device() {
-        return cuda::attention(dev, q, k, v, table, None, fixed_chunk_ranks());
-    }
-    host(q, k, v, &table.keys)
-}
-
-/// [`attention`] with chunks sized by `fixed` ([`ranks_for`]) on a GPU, for the self-test; the
-/// host's path has no chunks.
-fn attention_chunked(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    table: &KeyTable,
-    fixed: usize,
-) -> Result<Tensor> {
-    #[cfg(feature = "cuda")]
-    if let Device::Cuda(dev) = q.device() {
         return cuda::attention(dev, q, k, v, table, None, fixed);
     }
     let _ = fixed;
-    attention(q, k, v, table)
+    host(q, k, v, &table.keys)
 }
 
 /// The dot product of two rows of a head's width (a multiple of 32), summed in eight lanes
