@@ -38,13 +38,13 @@ pub fn ranks_for(fixed: usize, count: usize) -> usize {
     }
 }
 
-/// Chunks of [`CHUNK`] ranks for every row unless `TREESPEC_ATT_CHUNK` says otherwise: the kernel
-/// by count has been read but not yet run on a GPU (its sizes were measured one at a time, each for
-/// every row alike).
-const CHUNK_DEFAULT: usize = CHUNK;
+/// Chunks by each row's count of keys (0, see [`ranks_for`]) unless `TREESPEC_ATT_CHUNK` says
+/// otherwise: on the H200 it made the 1.5B's step 10% faster after 256 tokens than chunks of 128
+/// for every row, and left it as it was past 1,024 (BENCHMARKS.md, section 34).
+const CHUNK_DEFAULT: usize = 0;
 
 /// This process's chunk sizes, for [`ranks_for`]: `TREESPEC_ATT_CHUNK=32|64|128` one size for
-/// every row, `auto` by each row's count (0), else [`CHUNK_DEFAULT`]. Read once: a process sums one
+/// every row, `auto` by each row's count (0), else [`CHUNK_DEFAULT`] (by count). Read once: a process sums one
 /// way.
 pub(crate) fn fixed_chunk_ranks() -> usize {
     static SET: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
