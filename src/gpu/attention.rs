@@ -39,13 +39,13 @@ pub fn ranks_for(fixed: usize, count: usize) -> usize {
 }
 
 /// Chunks by each row's count of keys (0, see [`ranks_for`]) unless `TREESPEC_ATT_CHUNK` says
-/// otherwise: on the H200 it made the 1.5B's step 10% faster after 256 tokens than chunks of 128
-/// for every row, and left it as it was past 1,024 (BENCHMARKS.md, section 34).
+/// otherwise: on the H200, against chunks of 128 for every row, it made the 1.5B's step 10% faster
+/// after 256 tokens and 8% after 700, and left it as it was past 1,024 (BENCHMARKS.md, section 34).
 const CHUNK_DEFAULT: usize = 0;
 
 /// This process's chunk sizes, for [`ranks_for`]: `TREESPEC_ATT_CHUNK=32|64|128` one size for
-/// every row, `auto` by each row's count (0), else [`CHUNK_DEFAULT`] (by count). Read once: a process sums one
-/// way.
+/// every row, `auto` by each row's count (0), else [`CHUNK_DEFAULT`] (by count). Read once: a
+/// process sums one way.
 pub(crate) fn fixed_chunk_ranks() -> usize {
     static SET: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *SET.get_or_init(|| match std::env::var("TREESPEC_ATT_CHUNK").as_deref() {
@@ -101,12 +101,16 @@ fn fits(group: usize, hd: usize, split: usize) -> bool {
 }
 
 /// Spans of a chunk's ranks a block of `attention_chunk_f32` gives a warp each, for `group` query
-/// heads a K/V head of `hd`: two where they fit, else one. A one-row step over a few hundred keys
-/// has only (chunks x K/V heads) blocks, a handful; two warps a head halve each warp's chain of
-/// dependent products in chunks of 128 ranks (measured on the H200, BENCHMARKS.md section 32: two
-/// beat one at every row count but 64, within 1%, and beat four at the step and from 32 rows). A
-/// span holds at least 32 ranks, so in chunks of 64 with four spans, or of 32 with two or four, the
-/// spans past the chunk's end are empty. It depends on the heads' shape alone, never on the rows
+/// heads a K/V head of `hd`: two where they fit, else one. A one-row step has only (chunks x K/V
+/// heads) blocks; two warps a head halve each warp's chain of dependent products in chunks of 128
+/// ranks (measured on the H200, BENCHMARKS.md section 32: two beat one at every row count but 64,
+/// within 1%, and beat four at the step and from 32 rows), and of 64 (section 34, after 700
+/// tokens: the step 2% faster and passes of 8 rows 3%, passes of 16-64 rows 1-4% slower). A span
+/// holds at least 32 ranks, so in chunks of 64 with four spans, or of 32 with two or four, the
+/// spans past the chunk's end are empty: with chunks of 32 (rows of up to 512 keys) the second
+/// warp idles, and one warp a head made passes of 16-64 rows 3-4% faster there and the step no
+/// slower (section 34). A split chosen per pass would have to sum a chunk of 32 alike with one
+/// warp and two, bit for bit, to keep steps and verify passes equal: untried. It depends on the heads' shape alone, never on the rows
 /// of a pass, so a step and a verify pass sum alike (the spans' sums are added in span order).
 /// `TREESPEC_ATT_SPLIT=1|2|4` sets it, for measurement (read once: a process sums one way).
 #[cfg(feature = "cuda")]
