@@ -104,14 +104,15 @@ fn fits(group: usize, hd: usize, split: usize) -> bool {
 /// heads a K/V head of `hd`: two where they fit, else one. A one-row step has only (chunks x K/V
 /// heads) blocks; two warps a head halve each warp's chain of dependent products in chunks of 128
 /// ranks (measured on the H200, BENCHMARKS.md section 32: two beat one at every row count but 64,
-/// within 1%, and beat four at the step and from 32 rows), and of 64 (section 34, after 700
-/// tokens: the step 2% faster and passes of 8 rows 3%, passes of 16-64 rows 1-4% slower). A span
+/// within 1%, and beat four at the step and from 32 rows), and of 64 (section 34, after 700 tokens:
+/// the step 2% faster and passes of 8 rows 3% faster, passes of 16-64 rows 1-4% slower). A span
 /// holds at least 32 ranks, so in chunks of 64 with four spans, or of 32 with two or four, the
-/// spans past the chunk's end are empty: with chunks of 32 (rows of up to 512 keys) the second
-/// warp idles, and one warp a head made passes of 16-64 rows 3-4% faster there and the step no
-/// slower (section 34). A split chosen per pass would have to sum a chunk of 32 alike with one
-/// warp and two, bit for bit, to keep steps and verify passes equal: untried. It depends on the heads' shape alone, never on the rows
-/// of a pass, so a step and a verify pass sum alike (the spans' sums are added in span order).
+/// spans past the chunk's end are empty: with chunks of 32 (rows of up to 512 keys) the second warp
+/// idles, and one warp a head made passes of 16-64 rows 3-4% faster there and the step no slower
+/// (section 34). A split chosen per pass would have to sum a chunk of 32 alike with one warp and
+/// two, bit for bit, to keep steps and verify passes equal: untried. This split depends on the
+/// heads' shape alone, never on the rows of a pass, so a step and a verify pass sum alike (the
+/// spans' sums are added in span order).
 /// `TREESPEC_ATT_SPLIT=1|2|4` sets it, for measurement (read once: a process sums one way).
 #[cfg(feature = "cuda")]
 fn split(group: usize, hd: usize) -> usize {
