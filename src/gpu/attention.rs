@@ -72,6 +72,14 @@ pub fn chunks_for(fixed: usize, max_count: usize) -> usize {
         .max(1)
 }
 
+/// The chunk size the kernels take (`fixed` in `attention_chunk_f32` and `attention_combine_f32`):
+/// the wide kernel's chunks are [`CHUNK`] cache rows, the others' sized by `fixed` as
+/// [`ranks_for`] says (0: by each row's count).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn chunk_arg(wide: bool, fixed: usize) -> i32 {
+    (if wide { CHUNK } else { fixed }) as i32
+}
+
 /// [`chunks_for`] with this process's sizes ([`fixed_chunk_ranks`]).
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) fn chunks_upto(max_count: usize) -> usize {
@@ -760,11 +768,7 @@ mod cuda {
                 None => chunks,
             };
             let chunks_i = chunks as i32;
-            // Ranks (cache rows, wide) a chunk; 0: by each row's count.
-            let csz_i = match wide_name {
-                Some(_) => CHUNK,
-                None => fixed,
-            } as i32;
+            let csz_i = chunk_arg(wide_name.is_some(), fixed);
             // Wide: partials a span of chunks each.
             let (span, slots) = match wide_name {
                 Some(_) => match wide {

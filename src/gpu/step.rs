@@ -1831,11 +1831,10 @@ mod cuda {
                 None => (1, chunks),
             };
             let (span_i, slots_i) = (span as i32, slots as i32);
-            // Ranks (cache rows, wide) a chunk; 0: by each row's count.
-            let csz_i = match wide {
-                Some(_) => crate::gpu::attention::CHUNK,
-                None => crate::gpu::attention::fixed_chunk_ranks(),
-            } as i32;
+            let csz_i = crate::gpu::attention::chunk_arg(
+                wide.is_some(),
+                crate::gpu::attention::fixed_chunk_ranks(),
+            );
             if let Some(f) = wide {
                 let mut b = Launch::new(f);
                 b.arg(&q)
