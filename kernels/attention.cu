@@ -279,6 +279,10 @@ extern "C" __global__ void __launch_bounds__(1024) attention_chunk_f32(
     if (j < nd) out[2 + lane + 32 * j] = acc[j];
 }
 
+// Grid: (nh / heads a block, n); block hd * (heads a block) threads, one a value of a head's
+// output: where `q8` is set with `group` 256 (the products of kernels/mmq.cu: a super-block's
+// eight Q8_1 blocks share d), 256 / hd heads a block (nh * hd a multiple of 256), so that a
+// super-block's values are one block's; else one head a block.
 extern "C" __global__ void attention_combine_f32(
     const float *__restrict__ part,         // [n, nh, chunks, hd + 2]
     const unsigned int *__restrict__ keys,  // [n, width]
@@ -288,9 +292,12 @@ extern "C" __global__ void attention_combine_f32(
     void *__restrict__ q8, int qblocks,  // optional: out also as Q8_1 rows of qblocks
     int all,    // 1: every chunk holds a partial (attention_wide_mma's, by cache row; empty
                 // ones add nothing); 0: the row's first ceil(count / csz), by rank
-    __half *__restrict__ f16) {  // optional: out also as f16 rows (a wide pass's next product)
+    __half *__restrict__ f16,  // optional: out also as f16 rows (a wide pass's next product)
+    int group) {               // values of q8 that share d: 32 or 256
+  __shared__ float amax_warps[ATT_HD_MAX / 32];
   pdl_enter();
-  const int h = blockIdx.x;
+  const int h = blockIdx.x * (blockDim.x / hd) + threadIdx.x / hd;
+  const int d = threadIdx.x % hd;
   const int i = blockIdx.y;
   const unsigned int *row = keys + (size_t)i * width;
   const int count = (int)(row[0] + row[1]);
@@ -308,31 +315,34 @@ extern "C" __global__ void attention_combine_f32(
     if (all && pc[1] == 0.f) continue;  // an empty chunk of a wide pass (never one by rank)
     l += pc[1] * expf(pc[0] - m);
   }
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float acc = 0.f;
+  float acc = 0.f;
 #pragma unroll 8
-    for (int c = 0; c < used; ++c) {
-      const float *pc = pr + (size_t)c * (hd + 2);
-      if (all && pc[1] == 0.f) continue;
-      acc += pc[2 + d] * expf(pc[0] - m);
-    }
-    const float o = count > 0 ? acc / l : 0.f;
-    if (out != nullptr) out[(size_t)i * nh * hd + (size_t)h * hd + d] = o;
-    if (f16 != nullptr) f16[(size_t)i * nh * hd + (size_t)h * hd + d] = __float2half_rn(o);
-    if (q8 != nullptr) {
-      // hd is a multiple of 32 and the block has hd threads: each warp quantises its 32 values
-      // into one block, as the stand-alone quantiser of mmvq.cu does.
-      const float amax = warp_max_f(fabsf(o));
-      const float s = warp_sum_f(o);
-      const float dq = amax / 127.0f;
-      const int b = (h * hd + d) / 32;
-      unsigned char *blk = (unsigned char *)q8 + ((size_t)i * qblocks + b) * 36;
-      blk[4 + (d & 31)] = (unsigned char)(signed char)(amax == 0.0f ? 0 : (int)roundf(o / dq));
-      if ((d & 31) == 0) {
-        const __half2 ds = __halves2half2(__float2half(dq), __float2half(s));
-        *reinterpret_cast<__half2 *>(blk) = ds;
-      }
-    }
+  for (int c = 0; c < used; ++c) {
+    const float *pc = pr + (size_t)c * (hd + 2);
+    if (all && pc[1] == 0.f) continue;
+    acc += pc[2 + d] * expf(pc[0] - m);
+  }
+  const float o = count > 0 ? acc / l : 0.f;
+  if (out != nullptr) out[(size_t)i * nh * hd + (size_t)h * hd + d] = o;
+  if (f16 != nullptr) f16[(size_t)i * nh * hd + (size_t)h * hd + d] = __float2half_rn(o);
+  if (q8 == nullptr) return;
+  // hd is a multiple of 32: each warp's 32 values are one Q8_1 block, as the stand-alone
+  // quantiser of mmvq.cu makes it; with group 256 the block's (a super-block's) largest sets d.
+  float amax = warp_max_f(fabsf(o));
+  if (group == 256) {
+    const int warp = threadIdx.x >> 5;
+    if ((threadIdx.x & 31) == 0) amax_warps[warp] = amax;
+    __syncthreads();
+    for (int k = 0; k < (int)(blockDim.x >> 5); ++k) amax = fmaxf(amax, amax_warps[k]);
+  }
+  const float s = warp_sum_f(o);
+  const float dq = amax / 127.0f;
+  const int b = (h * hd + d) / 32;
+  unsigned char *blk = (unsigned char *)q8 + ((size_t)i * qblocks + b) * 36;
+  blk[4 + (d & 31)] = (unsigned char)(signed char)(amax == 0.0f ? 0 : (int)roundf(o / dq));
+  if ((d & 31) == 0) {
+    const __half2 ds = __halves2half2(__float2half(dq), __float2half(s));
+    *reinterpret_cast<__half2 *>(blk) = ds;
   }
 }
 

@@ -6,7 +6,10 @@
 //
 // Activations for the quantised products are written straight in llama.cpp's Q8_1 layout (blocks
 // of 32: half scale d = amax / 127, half sum, 32 int8), with the formula of the stand-alone
-// quantiser in mmvq.cu, rows padded with zero blocks to `qblocks` (MATRIX_ROW_PADDING).
+// quantiser in mmvq.cu, rows padded with zero blocks to `qblocks` (MATRIX_ROW_PADDING). A
+// quantiser's `group` is the values that share d: 32 (each block its own, llama.cpp's Q8_1, for
+// the dp4a products) or 256 (the eight blocks of a super-block share the largest one's d: the
+// products of kernels/mmq.cu, whose contract needs it; src/gpu/mmq.rs `ACT_GROUP`).
 //
 // - norm_q8: x += delta (optional), then RMSNorm(x) * w quantised to Q8_1, into the row's slot.
 // - qkv_rope: bias, per-head RMSNorm (Qwen3), RoPE from the row's position; queries to [nh, n, hd],
@@ -54,6 +57,28 @@ __device__ __forceinline__ void warp_quantize(float xi, block_q8_1_t *b, int lan
   }
 }
 
+// One warp quantises 256 values (v[k]: value 32 k + lane) into the eight Q8_1 blocks at b, with
+// one d for all eight (`group` 256) or one a block (32: eight times warp_quantize).
+__device__ __forceinline__ void warp_quantize8(const float v[8], block_q8_1_t *b, int lane,
+                                               int group) {
+  if (group != 256) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) warp_quantize(v[k], b + k, lane);
+    return;
+  }
+  float m = 0.f;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) m = fmaxf(m, fabsf(v[k]));
+  const float amax = warp_max(m);
+  const float d = amax / 127.0f;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const float sum = warp_sum(v[k]);
+    b[k].qs[lane] = (amax == 0.0f) ? 0 : (int8_t)roundf(v[k] / d);
+    if (lane == 0) b[k].ds = make_half2(__float2half(d), __float2half(sum));
+  }
+}
+
 // Sum over a block of STEP_THREADS threads in a fixed order (warp butterflies, then the warps in
 // order by thread 0); every thread gets the total.
 __device__ __forceinline__ float block_sum(float v, float *scratch) {
@@ -81,7 +106,7 @@ __device__ __forceinline__ float block_sum(float v, float *scratch) {
 extern "C" __global__ void norm_q8(float *__restrict__ x, const float *__restrict__ delta,
                                    const float *__restrict__ w, const int *__restrict__ slots,
                                    block_q8_1_t *__restrict__ q8, int h, int qblocks, int stride,
-                                   float eps, __half *__restrict__ f16) {
+                                   float eps, __half *__restrict__ f16, int group) {
   __shared__ float scratch[33];
   pdl_enter();
   const int r = blockIdx.x;
@@ -100,6 +125,20 @@ extern "C" __global__ void norm_q8(float *__restrict__ x, const float *__restric
   if (slot < 0) return;
   const float inv = rsqrtf(total / (float)h + eps);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  if (group == 256) {
+    // A super-block a warp (qblocks is then a multiple of 8).
+    for (int sb = warp; sb < qblocks / 8; sb += warps) {
+      float v[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int i = sb * 256 + k * QK8_1 + lane;
+        v[k] = i < h ? xr[i] * inv * w[i] : 0.f;
+        if (f16 != nullptr && i < h) f16[(size_t)slot * h + i] = __float2half_rn(v[k]);
+      }
+      if (q8 != nullptr) warp_quantize8(v, q8 + (size_t)slot * stride + 8 * sb, lane, group);
+    }
+    return;
+  }
   for (int b = warp; b < qblocks; b += warps) {
     const int i = b * QK8_1 + lane;
     const float v = i < h ? xr[i] * inv * w[i] : 0.f;
@@ -180,15 +219,15 @@ extern "C" __global__ void qkv_rope(const float *__restrict__ proj, int stride,
 }
 
 // Grid: (n rows, ceil(qblocks / (8 * SILU_BLOCKS))); block STEP_THREADS (8 warps, SILU_BLOCKS
-// Q8_1 blocks each, their loads issued together). gu[r] = [gate (ffn) | up (ffn)] with row
-// stride `stride`. With `f16` set, the row also as ffn halves at f16 + r * ffn (as norm_q8), and
-// q8 may be null. With `gu16` set (a wide pass, whose gate/up product wrote halves), gate and up
-// are read from it instead of gu, same layout in halves.
-#define SILU_BLOCKS 4
+// Q8_1 blocks each, their loads issued together: a super-block, quantised as `group` says).
+// gu[r] = [gate (ffn) | up (ffn)] with row stride `stride`. With `f16` set, the row also as ffn
+// halves at f16 + r * ffn (as norm_q8), and q8 may be null. With `gu16` set (a wide pass, whose
+// gate/up product wrote halves), gate and up are read from it instead of gu, same layout in halves.
+#define SILU_BLOCKS 8
 extern "C" __global__ void silu_mul_q8(const float *__restrict__ gu, int stride, int ffn,
                                        block_q8_1_t *__restrict__ q8, int qblocks,
                                        __half *__restrict__ f16,
-                                       const __half *__restrict__ gu16) {
+                                       const __half *__restrict__ gu16, int group) {
   pdl_enter();
   const int r = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -207,18 +246,19 @@ extern "C" __global__ void silu_mul_q8(const float *__restrict__ gu, int stride,
       u[k] = in ? gu[at + ffn] : 0.f;
     }
   }
+  // qblocks is a multiple of 16: a warp's blocks are all in the row or all past it.
+  if (b0 >= qblocks) return;
+  float v[SILU_BLOCKS];
 #pragma unroll
   for (int k = 0; k < SILU_BLOCKS; ++k) {
-    const int b = b0 + k;
-    if (b >= qblocks) return;
-    const int i = b * QK8_1 + lane;
-    float v = 0.f;
+    const int i = (b0 + k) * QK8_1 + lane;
+    v[k] = 0.f;
     if (i < ffn) {
-      v = g[k] / (1.0f + expf(-g[k])) * u[k];
-      if (f16 != nullptr) f16[(size_t)r * ffn + i] = __float2half_rn(v);
+      v[k] = g[k] / (1.0f + expf(-g[k])) * u[k];
+      if (f16 != nullptr) f16[(size_t)r * ffn + i] = __float2half_rn(v[k]);
     }
-    if (q8 != nullptr) warp_quantize(v, q8 + (size_t)r * qblocks + b, lane);
   }
+  if (q8 != nullptr) warp_quantize8(v, q8 + (size_t)r * qblocks + b0, lane, group);
 }
 
 // Grid: (n rows, ceil(h / STEP_THREADS)); x[r] = table[ids[r]].
@@ -237,7 +277,7 @@ extern "C" __global__ void gather_rows(const float *__restrict__ table,
 // launch, o recomputed from x rather than stored. `qblocks` blocks are written (zero past h).
 extern "C" __global__ void norm2_q8(const float *__restrict__ x, const float *__restrict__ w1,
                                     const float *__restrict__ w2, block_q8_1_t *__restrict__ q8,
-                                    int h, int qblocks, float eps) {
+                                    int h, int qblocks, float eps, int group) {
   __shared__ float scratch[33];
   pdl_enter();
   float ss = 0.f;
@@ -250,6 +290,19 @@ extern "C" __global__ void norm2_q8(const float *__restrict__ x, const float *__
   }
   const float inv2 = rsqrtf(block_sum(ss2, scratch) / (float)h + eps);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  if (group == 256) {
+    // A super-block a warp (qblocks is then a multiple of 8).
+    for (int sb = warp; sb < qblocks / 8; sb += warps) {
+      float v[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int i = sb * 256 + k * QK8_1 + lane;
+        v[k] = i < h ? x[i] * inv1 * w1[i] * inv2 * w2[i] : 0.f;
+      }
+      warp_quantize8(v, q8 + 8 * sb, lane, group);
+    }
+    return;
+  }
   for (int b = warp; b < qblocks; b += warps) {
     const int i = b * QK8_1 + lane;
     const float v = i < h ? x[i] * inv1 * w1[i] * inv2 * w2[i] : 0.f;

@@ -859,7 +859,8 @@ mod cuda {
                 .arg(&NO_Q8)
                 .arg(&0i32)
                 .arg(&all_i)
-                .arg(&NO_Q8);
+                .arg(&NO_Q8)
+                .arg(&32i32);
             let cfg = LaunchConfig {
                 grid_dim: (nh as u32, n as u32, 1),
                 block_dim: (hd as u32, 1, 1),

@@ -5,14 +5,16 @@
 //! - [`row_top_k`], [`row_argmax`] (`topk`): per-row top-k with the log-normaliser; argmax.
 //! - [`attention`] (`attention`): batch-invariant grouped-query attention over per-row key lists.
 //! - [`step`] (`step`, `attention`): the decoder's forward pass, whose quantised products
-//!   (`products`, CUDA builds) run on dp4a (`mmvq`) or tensor cores (`mmtc`, Q4_K and Q6_K),
-//!   and, for passes of many rows, through cuBLAS on f16 copies of the weights ([`wide`]), from
-//!   a row count measured per GPU and model shape ([`crossover`]).
+//!   (`products`, CUDA builds) run on dp4a (`mmvq`) or tensor cores (`mmtc`, Q4_K and Q6_K) or,
+//!   with `TREESPEC_MMQ=1`, in the K-quant family of one summation contract ([`mmq`]), and, for
+//!   passes of many rows, through cuBLAS on f16 copies of the weights ([`wide`]), from a row
+//!   count measured per GPU and model shape ([`crossover`]).
 
 pub mod attention;
 pub mod crossover;
 #[cfg(feature = "cuda")]
 pub(crate) mod launch;
+pub mod mmq;
 #[cfg(feature = "cuda")]
 pub(crate) mod modules;
 #[cfg(feature = "cuda")]
@@ -37,7 +39,7 @@ pub fn selftest(device: &candle_core::Device) -> Result<Vec<String>> {
     #[cfg(feature = "cuda")]
     if let candle_core::Device::Cuda(dev) = device {
         report.push(format!("treespec's kernels: {}", modules::carried()));
-        // The tensor-core products use int8 MMA, which needs sm_80 (PTX built for 80 unless
+        // The K-quant products' tiles use int8 MMA, which needs sm_80 (PTX built for 80 unless
         // CUDA_COMPUTE_CAP says otherwise).
         let tensor_cores = match crate::device::built_for() {
             Some(cap) if cap < 80 => {
@@ -51,6 +53,8 @@ pub fn selftest(device: &candle_core::Device) -> Result<Vec<String>> {
         products::selftest_stacked(dev, &mut rng, &mut report, tensor_cores)?;
         if tensor_cores {
             products::selftest_products(dev, &mut rng, &mut report)?;
+            mmq::selftest(dev, &mut rng, &mut report)?;
+            mmq::selftest_stacked(dev, &mut rng, &mut report)?;
         }
         wide::selftest(dev, &mut rng, &mut report)?;
     }
@@ -140,10 +144,10 @@ pub fn profiler_range<T>(device: &candle_core::Device, f: impl FnOnce() -> Resul
 }
 
 /// A xorshift generator of uniform values in [0, 1) for the self-tests' inputs.
-pub(crate) struct Uniform(u64);
+pub(crate) struct Uniform(pub(crate) u64);
 
 impl Uniform {
-    fn next(&mut self) -> f32 {
+    pub(crate) fn next(&mut self) -> f32 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;

@@ -14,6 +14,8 @@ use std::sync::{Arc, Mutex};
 pub(crate) enum Module {
     /// `attention.cu`: batch-invariant attention, its combination, the wide-pass kernels.
     Attention,
+    /// `mmq.cu`: the K-quant products of one summation contract (dp4a and tensor cores).
+    Mmq,
     /// `mmtc.cu`: the tensor-core quantised products.
     Mmtc,
     /// `mmvq.cu`: the dp4a quantised products.
@@ -36,6 +38,7 @@ impl Module {
         }
         match self {
             Module::Attention => fatbin!("attention"),
+            Module::Mmq => fatbin!("mmq"),
             Module::Mmtc => fatbin!("mmtc"),
             Module::Mmvq => fatbin!("mmvq"),
             Module::Step => fatbin!("step"),

@@ -1,5 +1,6 @@
 //! The quantised matrix products of the GPU decoder step (`gpu::step`): which kernel takes a
-//! pass, on dp4a (`kernels/mmvq.cu`, [`Dp4a`]) or tensor cores (`kernels/mmtc.cu`, [`Mmtc`]),
+//! pass, on dp4a (`kernels/mmvq.cu`, [`Dp4a`]) or tensor cores (`kernels/mmtc.cu`, [`Mmtc`]; the
+//! K-quant family of one summation contract, opt-in for now, is [`crate::gpu::mmq`]),
 //! of one matrix or a [`Stack`] of up to three; their launches; and their checks and timings
 //! (`treespec selftest`, `treespec bench --products`). Every kernel computes a row bit for bit
 //! as the others of its family do, so a pass may take any of them (batch invariance).
@@ -31,7 +32,7 @@ pub(super) fn qblocks(width: usize) -> usize {
 /// Up to three weights of one format and row length whose products one launch computes,
 /// output rows back to back, as the kernels take them (`kernels/stacked.cuh`): the three
 /// pointers and the rows where the second and the third start.
-pub(super) struct Stack {
+pub(crate) struct Stack {
     pub(super) ptrs: [u64; 3],
     pub(super) split: [i32; 2],
     pub(super) rows: usize,
@@ -137,7 +138,8 @@ pub(super) fn launch_mmvq(
 
 /// Time the dp4a and the tensor-core products on the shapes of Qwen2.5-1.5B's matrices
 /// (random weights), for 1 to 64 activation rows, each launch replayed from a CUDA graph of
-/// 50: a markdown table of microseconds a launch.
+/// 50, then the K-quant family of [`crate::gpu::mmq`] on the 1.5B's and the 8B's shapes:
+/// markdown tables of microseconds a launch.
 pub fn bench_products(dev: &candle_core::CudaDevice) -> Result<String> {
     let stream = dev.cuda_stream();
     let device = Device::Cuda(dev.clone());
@@ -242,6 +244,8 @@ pub fn bench_products(dev: &candle_core::CudaDevice) -> Result<String> {
             ));
         }
     }
+    out.push('\n');
+    out.push_str(&crate::gpu::mmq::bench(dev)?);
     Ok(out)
 }
 

@@ -6,15 +6,17 @@
 //! without candle's allocation and layout work).
 //!
 //! Every kernel of the default path is batch-invariant (`kernels/step.cu`, `kernels/mmvq.cu`,
-//! `kernels/mmtc.cu`, `kernels/attention.cu`; not the wide passes' cuBLAS products and
+//! `kernels/mmtc.cu`, `kernels/mmq.cu`, `kernels/attention.cu`; not the wide passes' cuBLAS products and
 //! tensor-core attention over the caches' f16 shadows, [`crate::gpu::wide`], which take a
 //! prompt's passes of many rows, and verify passes only with `--wide-verify`): a row's values
 //! never depend on how many rows the pass holds, so a verify pass of any size gives each row bit
 //! for bit what a one-row decoding step gives it, and the quantised products take all rows in
 //! one launch (chunks of four activation rows, or 8-row tensor-core tiles, along the grid)
-//! instead of one launch per four rows. A target's Q4_K /
-//! Q6_K products run on tensor cores for passes of several rows and on a one-row kernel that
-//! sums in the same order ([`tensor_cores_for`]); the rest on dp4a. q/k/v and gate/up run
+//! instead of one launch per four rows. A target's Q4_K / Q6_K products run on tensor cores
+//! (`kernels/mmtc.cu`) for passes of several rows and on a one-row kernel that sums in the same
+//! order ([`tensor_cores_for`]), or with `TREESPEC_MMQ=1` in the K-quant family of one summation
+//! contract ([`crate::gpu::mmq`], [`mmq_requested`]), whose activations the quantisers then write
+//! with one scale a super-block of 256 values; the rest on dp4a. q/k/v and gate/up run
 //! stacked in one launch where they share a format and kernel. On sm_90 and later (with a build
 //! for it) the step's row, attention and tensor-core kernels are programmatic dependent launches
 //! (`gpu::launch`): their blocks start while the kernel before them finishes, the products'
@@ -170,17 +172,26 @@ pub enum ChainStart<'a> {
 #[cfg(feature = "cuda")]
 pub use cuda::GpuStep;
 
-/// Whether a model's Q4_K / Q6_K products run on tensor cores (`kernels/mmtc.cu`, GPUs from
-/// sm_80 on): a target's do (on the H200 a verify pass of 2-8 rows then costs 1.35-1.5 one-row
-/// steps against 1.5-2.1, and its one-row steps take a dp4a kernel that sums in the same order,
-/// ~4% slower than candle's), a drafter's do not (its passes are mostly one row).
-/// `TREESPEC_TENSOR_CORES=1` or `=0` sets both.
+/// Whether a model's Q4_K / Q6_K products run on tensor cores (`kernels/mmtc.cu`, or the K-quant
+/// family of [`crate::gpu::mmq`] where [`mmq_requested`]; GPUs from sm_80 on): a target's do (on
+/// the H200 a verify pass of 2-8 rows then costs 1.35-1.5 one-row steps against 1.5-2.1, and its
+/// one-row steps take a dp4a kernel that sums in the same order), a drafter's do not (its passes
+/// are mostly one row). `TREESPEC_TENSOR_CORES=1` or `=0` sets both.
 pub fn tensor_cores_for(drafter: bool) -> bool {
     match std::env::var("TREESPEC_TENSOR_CORES").as_deref() {
         Ok("1") => true,
         Ok("0") => false,
         _ => !drafter,
     }
+}
+
+/// `TREESPEC_MMQ=1`: a model whose products run on tensor cores ([`tensor_cores_for`]) takes the
+/// K-quant family of one summation contract ([`crate::gpu::mmq`]: int8 tensor cores with a float
+/// term a super-block, one order for every row count) instead of `kernels/mmtc.cu`. Opt-in
+/// while its one-row step is slower (BENCHMARKS.md section 35: on the H200 the 8B shape's step
+/// 3.80 ms against 3.33, its verify pass of 64 rows 18.4 ms against 24.7).
+pub fn mmq_requested() -> bool {
+    std::env::var("TREESPEC_MMQ").as_deref() == Ok("1")
 }
 
 /// A step's wide products ([`crate::gpu::wide`]), for its runtime line and its callers.
@@ -330,10 +341,18 @@ fn mat(
 mod cuda {
     use super::*;
     use crate::gpu::launch::{Launch, LaunchOn};
+    use crate::gpu::mmq::{launch_mmq, mmq_func, mmq_kernel, Mmq, MmqScratch, ACT_GROUP};
     use crate::gpu::products::{
         capture, driver, launch_mmtc, launch_mmvq, mmtc_func, mmtc_kernel, mmvq_func, qblocks,
         replay_micros, Dp4a, Mmtc, Stack, Q8_BYTES,
     };
+
+    /// A tensor-core product's kernel: of `kernels/mmtc.cu`, or of the K-quant family.
+    #[derive(Clone, Copy)]
+    enum TcKernel {
+        Mmtc(Mmtc),
+        Mmq(Mmq),
+    }
     use crate::gpu::wide::{Out, WideProducts};
     use crate::model::config::RopeStyle;
     use crate::model::weights::Embedding;
@@ -405,6 +424,8 @@ mod cuda {
         /// A wide pass's activation rows in f16 (`rows x` the widest product input), where the
         /// step has wide products ([`crate::gpu::wide`]) and `rows` reaches them.
         half: Option<CudaSlice<u16>>,
+        /// The K-quant products' workspace for passes split over chunks (with tensor cores).
+        mmq: Option<MmqScratch>,
     }
 
     struct Funcs {
@@ -425,6 +446,8 @@ mod cuda {
         mmvq_stacked: HashMap<(&'static str, Dp4a), CudaFunction>,
         /// Tensor-core products (`kernels/mmtc.cu`) by (format, kernel).
         mmtc: HashMap<(&'static str, Mmtc), CudaFunction>,
+        /// The K-quant family (`kernels/mmq.cu`) by (format, kernel).
+        mmq: HashMap<(&'static str, Mmq), CudaFunction>,
         get_rows: Option<CudaFunction>,
     }
 
@@ -548,8 +571,13 @@ mod cuda {
         /// Passes run eagerly on a shape's first sight or captured on its second (see
         /// [`Self::cold_passes`]).
         cold: u64,
-        /// Q4_K / Q6_K products on tensor cores (`kernels/mmtc.cu`) rather than the dp4a kernel.
+        /// Q4_K / Q6_K products on tensor cores rather than on the dp4a kernel.
         tensor_cores: bool,
+        /// Those products in the K-quant family (`kernels/mmq.cu`, [`super::mmq_requested`] and
+        /// a model shape it fits: the hidden size and the attention output, whose combine kernel
+        /// quantises whole heads, in super-blocks) rather than `kernels/mmtc.cu`; the
+        /// activations then share a scale a super-block ([`Self::act_group`]).
+        mmq: bool,
         /// Where graphs replay when not on candle's stream (see [`GpuStep::set_high_priority`]).
         replay_on: Option<ReplayStream>,
         /// The step's kernels launch with PDL (`gpu::launch`; of the dp4a products only those
@@ -793,6 +821,10 @@ mod cuda {
                 wide_graphs_failed: false,
                 cold: 0,
                 tensor_cores: false,
+                mmq: super::mmq_requested()
+                    && h.is_multiple_of(ACT_GROUP)
+                    && ACT_GROUP.is_multiple_of(hd)
+                    && (cfg.n_heads * hd).is_multiple_of(ACT_GROUP),
                 replay_on: None,
                 pdl,
                 head: None,
@@ -1138,10 +1170,11 @@ mod cuda {
             Ok(())
         }
 
-        /// Run Q4_K / Q6_K products on tensor cores (`kernels/mmtc.cu`, see
-        /// [`super::tensor_cores_for`]) or on the dp4a kernel; captured graphs are dropped.
+        /// Run Q4_K / Q6_K products on tensor cores (`kernels/mmtc.cu` or the K-quant family,
+        /// see [`super::tensor_cores_for`]) or on the dp4a kernel; captured graphs and the
+        /// buffers are dropped (the quantisers' scale groups and the family's workspace change).
         /// Returns whether any now runs on tensor cores (none on a GPU older than sm_80, none
-        /// where no weight has a format and shape [`launch_mmtc`] takes).
+        /// where no weight has a format and shape the kernels take).
         pub fn set_tensor_cores(&mut self, on: bool) -> bool {
             let mut mats = weights(&self.layers, &self.lm_head);
             let on = on && mats.any(|w| self.has_tensor_core_kernel(w));
@@ -1149,8 +1182,19 @@ mod cuda {
                 // Graphs hold the kernels they were captured with; the shapes seen stay seen.
                 self.tensor_cores = on;
                 self.graphs.clear();
+                self.bufs = None;
             }
             on
+        }
+
+        /// Values of a quantised activation row that share a scale: a super-block where the
+        /// K-quant family takes the products (its contract), else a Q8_1 block.
+        fn act_group(&self) -> i32 {
+            if self.tensor_cores && self.mmq {
+                ACT_GROUP as i32
+            } else {
+                32
+            }
         }
 
         /// Replay captured passes on a stream of the GPU's highest priority: where another
@@ -1324,8 +1368,37 @@ mod cuda {
                     true => Some(s.alloc_zeros::<u16>(rows * qb * 32).map_err(driver)?),
                     false => None,
                 },
+                mmq: match self.tensor_cores && self.mmq {
+                    true => Some(self.mmq_scratch(rows)?),
+                    false => None,
+                },
             });
             Ok(())
+        }
+
+        /// The K-quant family's workspace for passes of up to `rows` rows: room for the
+        /// largest split pass of any product of the step.
+        fn mmq_scratch(&self, rows: usize) -> Result<MmqScratch> {
+            let probe = MmqScratch::new(&self.stream, 0)?;
+            let sms = probe.sms();
+            let mut shapes = HashSet::new();
+            for l in &self.layers {
+                for group in [&l.qkv, &l.gate_up] {
+                    let cols = group[0].0.cols;
+                    shapes.insert((group.iter().map(|(m, _)| m.rows).sum::<usize>(), cols));
+                    shapes.extend(group.iter().map(|(m, _)| (m.rows, m.cols)));
+                }
+                shapes.insert((l.o.rows, l.o.cols));
+                shapes.insert((l.down.rows, l.down.cols));
+            }
+            shapes.insert((self.lm_head.rows, self.lm_head.cols));
+            let need = shapes
+                .iter()
+                .flat_map(|&(r, c)| (1..=rows).map(move |n| MmqScratch::need(r, c, n, sms)))
+                .max()
+                .unwrap_or(0);
+            drop(probe);
+            MmqScratch::new(&self.stream, need)
         }
 
         /// Every launch of a pass of shape `key`: `key.n` rows, `key.m` of them to `logits` (a
@@ -1486,16 +1559,18 @@ mod cuda {
                 let qb = qblocks(ffn);
                 let mut bld = Launch::new(&self.f.silu_mul_q8);
                 let (stride, ffn_i, qb_i) = ((2 * ffn) as i32, ffn as i32, qb as i32);
+                let group = self.act_group();
                 bld.arg(&proj)
                     .arg(&stride)
                     .arg(&ffn_i)
                     .arg(&q8_in)
                     .arg(&qb_i)
                     .arg(&f16_in)
-                    .arg(&gu16);
+                    .arg(&gu16)
+                    .arg(&group);
                 let cfg = LaunchConfig {
-                    // 8 warps of SILU_BLOCKS (4) Q8_1 blocks each (`kernels/step.cu`).
-                    grid_dim: (n as u32, qb.div_ceil(8 * 4) as u32, 1),
+                    // 8 warps of SILU_BLOCKS (8) Q8_1 blocks each (`kernels/step.cu`).
+                    grid_dim: (n as u32, qb.div_ceil(8 * 8) as u32, 1),
                     block_dim: (THREADS, 1, 1),
                     shared_mem_bytes: 0,
                 };
@@ -1653,6 +1728,7 @@ mod cuda {
         ) -> Result<()> {
             let mut b = Launch::new(&self.f.norm_q8);
             let (h_i, qb_i, stride_i) = (h as i32, qb as i32, stride as i32);
+            let group = self.act_group();
             b.arg(&x)
                 .arg(&delta)
                 .arg(&w)
@@ -1662,7 +1738,8 @@ mod cuda {
                 .arg(&qb_i)
                 .arg(&stride_i)
                 .arg(&self.eps)
-                .arg(&f16);
+                .arg(&f16)
+                .arg(&group);
             let cfg = LaunchConfig {
                 grid_dim: (n as u32, 1, 1),
                 block_dim: (NORM_THREADS, 1, 1),
@@ -1676,7 +1753,7 @@ mod cuda {
 
         /// `dst[c * dst_stride + r] = W[r] . y[c]` for the `n` activation rows `y` (Q8_1, `yq`
         /// blocks a row), `W` the stack of `mats` (one to three matrices that [`Self::stacks`]
-        /// allows together): one launch, on tensor cores ([`launch_mmtc`]) or dp4a, the rows in
+        /// allows together): one launch, on tensor cores ([`launch_mmtc`], [`launch_mmq`]) or dp4a, the rows in
         /// chunks of four beyond the first.
         fn matmul(
             &self,
@@ -1692,11 +1769,17 @@ mod cuda {
                 return Ok(());
             }
             let stack = Stack::of(mats)?;
-            // Chosen for the stack's rows (every tensor-core kernel sums a row alike).
+            // Chosen for the stack's rows (every kernel of a family sums a row alike).
             match self.tensor_core_kernel(first, n, stack.rows) {
-                Some(kernel) => {
+                Some(TcKernel::Mmtc(kernel)) => {
                     let f = &self.f.mmtc[&(first.tag, kernel)];
                     launch_mmtc(self.on(), f, &stack, kernel, (y, yq), dst, n)
+                }
+                Some(TcKernel::Mmq(kernel)) => {
+                    let f = &self.f.mmq[&(first.tag, kernel)];
+                    let b = self.bufs.as_ref().expect("ensured");
+                    let scratch = b.mmq.as_ref().expect("allocated with the family on");
+                    launch_mmq(self.on(), f, &stack, kernel, (y, yq), dst, n, scratch)
                 }
                 None => {
                     let kernel = Dp4a::for_pass(first.tag, stack.rows, stack.cols, n);
@@ -1790,19 +1873,28 @@ mod cuda {
         }
 
         /// The tensor-core product's kernel for `n` activation rows of `w` in a stack of `rows`
-        /// rows ([`mmtc_kernel`]), or `None` where `w` goes through the dp4a product: tensor cores
-        /// off, a format without a tensor-core kernel, rows not a multiple of 16 or a row length
-        /// not a multiple of 256.
-        fn tensor_core_kernel(&self, w: &Mat, n: usize, rows: usize) -> Option<Mmtc> {
-            (self.tensor_cores && self.has_tensor_core_kernel(w))
-                .then(|| mmtc_kernel(n, rows, w.cols))
+        /// rows ([`mmtc_kernel`], or [`mmq_kernel`] in the K-quant family), or `None` where `w`
+        /// goes through the dp4a product: tensor cores off, a format without a tensor-core
+        /// kernel, rows not a multiple of 16 or a row length not a multiple of 256.
+        fn tensor_core_kernel(&self, w: &Mat, n: usize, rows: usize) -> Option<TcKernel> {
+            if !(self.tensor_cores && self.has_tensor_core_kernel(w)) {
+                return None;
+            }
+            Some(match self.mmq {
+                true => TcKernel::Mmq(mmq_kernel(n, rows, w.cols)),
+                false => TcKernel::Mmtc(mmtc_kernel(n, rows, w.cols)),
+            })
         }
 
         /// Whether `w` has a tensor-core product: its format one with a kernel (loaded), rows a
         /// multiple of 16, a row length a multiple of 256.
         fn has_tensor_core_kernel(&self, w: &Mat) -> bool {
             let shape_fits = w.rows.is_multiple_of(16) && w.cols.is_multiple_of(256);
-            shape_fits && self.f.mmtc.contains_key(&(w.tag, Mmtc::ROW))
+            let loaded = match self.mmq {
+                true => self.f.mmq.contains_key(&(w.tag, Mmq::Rows(1))),
+                false => self.f.mmtc.contains_key(&(w.tag, Mmtc::ROW)),
+            };
+            shape_fits && loaded
         }
 
         #[allow(clippy::too_many_arguments)]
@@ -1879,6 +1971,9 @@ mod cuda {
                 unsafe { b.launch(self.on(), cfg) }.map_err(driver)?;
             }
             let all_i = wide.is_some() as i32;
+            // With a scale a super-block, a block takes the heads of one (`family_fits`).
+            let group = if q8 != 0 { self.act_group() } else { 32 };
+            let heads = (group as usize).div_ceil(self.hd);
             let mut b = Launch::new(&self.f.att_combine);
             b.arg(&part)
                 .arg(&table)
@@ -1892,10 +1987,11 @@ mod cuda {
                 .arg(&q8)
                 .arg(&qb_i)
                 .arg(&all_i)
-                .arg(&f16);
+                .arg(&f16)
+                .arg(&group);
             let cfg = LaunchConfig {
-                grid_dim: (self.nh as u32, n as u32, 1),
-                block_dim: (self.hd as u32, 1, 1),
+                grid_dim: ((self.nh / heads) as u32, n as u32, 1),
+                block_dim: ((self.hd * heads) as u32, 1, 1),
                 shared_mem_bytes: 0,
             };
             // SAFETY: as above.
@@ -1985,10 +2081,13 @@ mod cuda {
             .flat_map(|l| l.qkv.iter().chain(&l.gate_up))
             .map(|(m, _)| m);
         let mmvq_stacked = dp4a(&mut stackable, true)?;
-        let mut mmtc = HashMap::new();
+        let (mut mmtc, mut mmq) = (HashMap::new(), HashMap::new());
         for tag in ["q4_k", "q6_k"].into_iter().filter(|_| tensor_cores) {
             for kernel in Mmtc::all() {
                 mmtc.insert((tag, kernel), mmtc_func(dev, tag, kernel)?);
+            }
+            for kernel in Mmq::ALL.into_iter().filter(|_| super::mmq_requested()) {
+                mmq.insert((tag, kernel), mmq_func(dev, tag, kernel)?);
             }
         }
         let get_rows = match embed {
@@ -2038,6 +2137,7 @@ mod cuda {
             mmvq,
             mmvq_stacked,
             mmtc,
+            mmq,
             get_rows,
         })
     }

@@ -20,7 +20,7 @@
 //! AVX2 where the CPU has AVX2, FMA and F16C). Tests force each path in turn.
 
 mod act;
-mod blocks;
+pub(crate) mod blocks;
 pub mod kernel;
 #[cfg(target_arch = "x86_64")]
 mod x86;

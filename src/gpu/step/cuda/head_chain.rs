@@ -335,14 +335,15 @@ impl GpuStep {
                 let from = if d == 1 { last } else { x };
                 let (g, g_blocks, _) = q8_at(g_at);
                 let mut bld = Launch::new(&head.norm2_q8);
-                let (h_i, gb_i) = (h as i32, g_blocks as i32);
+                let (h_i, gb_i, group) = (h as i32, g_blocks as i32, self.act_group());
                 bld.arg(&from)
                     .arg(&self.norm)
                     .arg(&head.hidden_norm)
                     .arg(&g)
                     .arg(&h_i)
                     .arg(&gb_i)
-                    .arg(&self.eps);
+                    .arg(&self.eps)
+                    .arg(&group);
                 let cfg = LaunchConfig {
                     grid_dim: (1, 1, 1),
                     block_dim: (NORM_THREADS, 1, 1),

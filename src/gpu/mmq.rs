@@ -1,0 +1,909 @@
+//! The quantised products of K-quant weights (Q4_K, Q6_K) on the GPU: one family of kernels for
+//! every row count (`kernels/mmq.cu`), the one-row decoding step, verify passes of a few rows and
+//! of hundreds, all bound by one summation contract, so that each output is bit for bit the same
+//! whichever kernel computes it (batch invariance by construction; "Defeating Nondeterminism in
+//! LLM Inference", Thinking Machines, 2025):
+//!
+//! 1. activations quantised with one scale per 256 values ([`ACT_GROUP`]);
+//! 2. a super-block's dot product in integers only, the integer sub-block scales included;
+//! 3. one float term a super-block ([`q4k_term`], [`q6k_term`]), each operation rounded as written;
+//! 4. a row's terms added in chunks of [`chunk_size`] super-blocks, each chunk from +0 in order,
+//!    then the chunks' sums from +0 in order ([`Fold`]).
+//!
+//! [`reference`] is the contract on the CPU, bit for bit what every kernel computes;
+//! `treespec selftest` checks each kernel against it and every row of a launch against the same
+//! row launched alone. The kernels: `mmq_<fmt>_row` (`_rows2`, `_rows4`) on dp4a for one to four
+//! activation rows, `mmq_<fmt>_t<NT>` on int8 tensor cores (8·NT rows a block) for more; a pass
+//! whose tiles would not fill the GPU splits each row over its chunks, and the tile's last block
+//! adds the chunks' sums in order (rule 4 makes the split free of any effect on the result).
+
+use crate::quant::blocks::{f16_at, k_header, k_unit_ints};
+use crate::quant::Format;
+
+/// Values a super-block holds: the unit of the contract's float work.
+pub const SUPER: usize = 256;
+
+/// Values that share one activation scale (rule 1): a super-block. The quantisers of the
+/// decoder step write the eight Q8_1 blocks of a super-block with the same `d` for these products.
+pub const ACT_GROUP: usize = SUPER;
+
+/// A row's super-blocks are cut into at most this many chunks (rule 4).
+pub const CHUNKS: usize = 8;
+
+/// Bytes of a Q8_1 block of 32 activations.
+const Q8_BYTES: usize = 36;
+
+/// Super-blocks of a chunk for rows of `cols` values (rule 4): a function of the row length
+/// alone, so that no launch shape changes a sum's order.
+pub fn chunk_size(cols: usize) -> usize {
+    (cols / SUPER).div_ceil(CHUNKS).max(1)
+}
+
+/// The formats the family takes, with their kernels' tag.
+pub fn tag_of(format: Format) -> Option<&'static str> {
+    match format {
+        Format::Q4K => Some("q4_k"),
+        Format::Q6K => Some("q6_k"),
+        _ => None,
+    }
+}
+
+/// Rule 3 for Q4_K: `da * d` and `da * dmin` (exact: three halves' worth of bits), then
+/// `(da d) * isum - (da dmin) * msum`, each operation rounded to nearest.
+pub fn q4k_term(da: f32, d: f32, dmin: f32, isum: i32, msum: i32) -> f32 {
+    let (dd, dm) = (da * d, da * dmin);
+    dd * isum as f32 - dm * msum as f32
+}
+
+/// Rule 3 for Q6_K: `(da * d) * isum`.
+pub fn q6k_term(da: f32, d: f32, isum: i32) -> f32 {
+    (da * d) * isum as f32
+}
+
+/// Rule 4: the current chunk's sum and the finished chunks' sum.
+#[derive(Clone, Copy, Default)]
+pub struct Fold {
+    part: f32,
+    total: f32,
+}
+
+impl Fold {
+    /// Add a super-block's term to the current chunk.
+    pub fn add(&mut self, t: f32) {
+        self.part += t;
+    }
+
+    /// Close the current chunk.
+    pub fn end_chunk(&mut self) {
+        self.total += self.part;
+        self.part = 0.0;
+    }
+
+    /// The row's sum (after its last chunk is closed).
+    pub fn total(&self) -> f32 {
+        self.total
+    }
+}
+
+/// `y[c] . W[r]` for `n` Q8_1 activation rows (`yq` blocks apart in `y`, super-blocks sharing
+/// their `d`) and the `rows` rows of `w` (`format`, `cols` values each), as the contract says,
+/// bit for bit: `out[c * rows + r]`.
+pub fn reference(
+    format: Format,
+    w: &[u8],
+    (rows, cols): (usize, usize),
+    y: &[u8],
+    (n, yq): (usize, usize),
+) -> Vec<f32> {
+    assert!(tag_of(format).is_some() && cols.is_multiple_of(SUPER));
+    let nsb = cols / SUPER;
+    let bb = format.block_bytes();
+    let cs = chunk_size(cols);
+    let mut out = vec![0f32; n * rows];
+    let mut ints = [0i16; 32];
+    for c in 0..n {
+        let yrow = &y[c * yq * Q8_BYTES..];
+        // The activations of each 32-value block as integers, their sums and the super-blocks' d.
+        let act = |b: usize| -> &[u8] { &yrow[b * Q8_BYTES + 4..][..32] };
+        for r in 0..rows {
+            let row = &w[r * nsb * bb..][..nsb * bb];
+            let mut fold = Fold::default();
+            for s in 0..nsb {
+                let block = &row[s * bb..][..bb];
+                let h = k_header(format, block);
+                let da = f16_at(&yrow[8 * s * Q8_BYTES..]);
+                let (mut isum, mut msum) = (0i32, 0i32);
+                for j in 0..8 {
+                    k_unit_ints(format, block, j, &h, &mut ints);
+                    let a = act(8 * s + j);
+                    let mut bsum = 0i32;
+                    for (&wv, &av) in ints.iter().zip(a) {
+                        isum += wv as i32 * av as i8 as i32;
+                        bsum += av as i8 as i32;
+                    }
+                    msum += h.mn[j] as i32 * bsum;
+                }
+                let t = match format {
+                    Format::Q6K => q6k_term(da, h.d, isum),
+                    _ => q4k_term(da, h.d, h.dmin, isum, msum),
+                };
+                fold.add(t);
+                if (s + 1) % cs == 0 || s + 1 == nsb {
+                    fold.end_chunk();
+                }
+            }
+            out[c * rows + r] = fold.total();
+        }
+    }
+    out
+}
+
+/// `n` activation rows of `cols` values quantised to Q8_1 with one `d` a super-block (rule 1),
+/// as the decoder step's quantisers write them, rows `yq` blocks apart (blocks past `cols / 32`
+/// zero): the bytes.
+pub fn quantize_rows(x: &[f32], (n, cols): (usize, usize), yq: usize) -> Vec<u8> {
+    let mut bytes = vec![0u8; n * yq * Q8_BYTES];
+    for c in 0..n {
+        for (s, xs) in x[c * cols..(c + 1) * cols].chunks(SUPER).enumerate() {
+            let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let d = amax / 127.0;
+            let d16 = half::f16::from_f32(d);
+            for (b, xb) in xs.chunks(32).enumerate() {
+                let blk = &mut bytes[(c * yq + 8 * s + b) * Q8_BYTES..][..Q8_BYTES];
+                let mut sum = 0i32;
+                for (i, v) in xb.iter().enumerate() {
+                    let q = if amax == 0.0 {
+                        0
+                    } else {
+                        (v / d).round() as i32
+                    };
+                    blk[4 + i] = q as i8 as u8;
+                    sum += q;
+                }
+                blk[..2].copy_from_slice(&d16.to_le_bytes());
+                let s16 = half::f16::from_f32(d16.to_f32() * sum as f32);
+                blk[2..4].copy_from_slice(&s16.to_le_bytes());
+            }
+        }
+    }
+    bytes
+}
+
+/// `count` random blocks of `format` (Q4_K or Q6_K): random bytes with small half-precision
+/// scales (`d`, and Q4_K's `dmin`, in [-0.025, 0.025)).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn random_blocks(
+    rng: &mut crate::gpu::Uniform,
+    format: Format,
+    count: usize,
+) -> Vec<u8> {
+    let bb = format.block_bytes();
+    let mut data = vec![0u8; count * bb];
+    let mut state = rng.0 | 1;
+    for chunk in data.chunks_mut(8) {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let b = state.to_le_bytes();
+        chunk.copy_from_slice(&b[..chunk.len()]);
+    }
+    rng.0 = state;
+    let fields: &[usize] = if format == Format::Q6K {
+        &[208]
+    } else {
+        &[0, 2]
+    };
+    for block in data.chunks_mut(bb) {
+        for &o in fields {
+            let v = half::f16::from_f32((rng.next() - 0.5) * 0.05);
+            block[o..o + 2].copy_from_slice(&v.to_le_bytes());
+        }
+    }
+    data
+}
+
+#[cfg(feature = "cuda")]
+pub(crate) use cuda::*;
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use super::*;
+    use crate::error::{Error, Result};
+    use crate::gpu::launch::{Launch, LaunchOn};
+    use crate::gpu::modules::{func, Module};
+    use crate::gpu::products::{capture, driver, replay_micros, Stack};
+    use crate::gpu::step::Mat;
+    use candle_core::quantized::{GgmlDType, QTensor};
+    use candle_core::Device;
+    use cudarc::driver::{sys, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig};
+    use std::sync::Arc;
+
+    /// Warps a block of the one-row kernels (`ROW_WARPS`), a weight row each at a time.
+    const ROW_WARPS: u32 = 4;
+    /// Blocks of the one-row kernels a multiprocessor: their warps then loop over the rows.
+    const ROW_BLOCKS_PER_SM: usize = 8;
+    /// Bytes a staged activation row of a tile takes per super-block (`TILE_RAW`) and its
+    /// per-row sums (`TileMeta`).
+    const TILE_RAW: usize = 304;
+    const TILE_META: usize = 32;
+    /// Shared memory the one-row kernels may stage activation rows in (48 bytes a Q8_1 block):
+    /// within the 99 KiB a block of the workstation Blackwell cards allows.
+    const ROWS_SHARED: usize = 96 * 1024;
+    /// A tile pass splits its rows over their chunks where its blocks would fill fewer than
+    /// this many waves of the GPU's multiprocessors.
+    const SPLIT_BELOW_WAVES: usize = 2;
+
+    /// A kernel of the family (every one computes a row as the others do).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub(crate) enum Mmq {
+        /// Up to 1, 2 or 4 activation rows on dp4a (`mmq_<tag>_row`, `_rows2`, `_rows4`).
+        Rows(usize),
+        /// Tensor cores, 8·NT activation rows a block (`mmq_<tag>_t<NT>`, NT 1, 2, 4 or 8).
+        Tile(usize),
+    }
+
+    impl Mmq {
+        /// Every kernel of a format.
+        pub(crate) const ALL: [Mmq; 7] = [
+            Mmq::Rows(1),
+            Mmq::Rows(2),
+            Mmq::Rows(4),
+            Mmq::Tile(1),
+            Mmq::Tile(2),
+            Mmq::Tile(4),
+            Mmq::Tile(8),
+        ];
+
+        /// The entry point's name for format `tag`.
+        fn name(self, tag: &str) -> String {
+            match self {
+                Mmq::Rows(1) => format!("mmq_{tag}_row"),
+                Mmq::Rows(r) => format!("mmq_{tag}_rows{r}"),
+                Mmq::Tile(nt) => format!("mmq_{tag}_t{nt}"),
+            }
+        }
+    }
+
+    /// The kernel `kernel` for weights of format `tag`.
+    pub(crate) fn mmq_func(
+        dev: &candle_core::CudaDevice,
+        tag: &str,
+        kernel: Mmq,
+    ) -> Result<CudaFunction> {
+        func(dev, Module::Mmq, &kernel.name(tag))
+    }
+
+    /// Shared memory of the one-row kernel for `nr` activation rows of `cols` values.
+    fn rows_shared(nr: usize, cols: usize) -> usize {
+        nr * cols / 32 * 48
+    }
+
+    /// Shared memory of the tile kernel of `nt` 8-row tiles.
+    fn tile_shared(nt: usize) -> usize {
+        8 * nt * (2 * TILE_RAW + TILE_META)
+    }
+
+    /// The kernel for `n` activation rows of a stack of `rows x cols`: the one-row kernel for
+    /// one row, for two on matrices of up to [`ROWS2_UPTO`] values, where their staged rows fit
+    /// (`TREESPEC_MMQ_ROWS=N`, 0, 1, 2 or 4, moves the row bound: 0 puts every pass on the tiles);
+    /// the tiles beyond. On the H200 (BENCHMARKS.md section 35) two rows on dp4a beat the 8-row
+    /// tile on the 1.5B's q/o and down (3.1 us against 6.5, 14.6 against 18.8) and lost on every
+    /// bigger matrix; four rows lost everywhere.
+    pub(crate) fn mmq_kernel(n: usize, rows: usize, cols: usize) -> Mmq {
+        let nr = n.max(1).next_power_of_two();
+        let upto = match (rows_upto(), nr) {
+            (Some(upto), _) => upto,
+            (None, 1) => 1,
+            (None, _) if rows * cols <= ROWS2_UPTO => 2,
+            (None, _) => 1,
+        };
+        if nr <= upto && rows_shared(nr, cols) <= ROWS_SHARED {
+            return Mmq::Rows(nr);
+        }
+        Mmq::Tile(match n {
+            0..=8 => 1,
+            9..=16 => 2,
+            17..=32 => 4,
+            _ => 8,
+        })
+    }
+
+    /// Values of a matrix up to which two activation rows take the one-row kernel.
+    const ROWS2_UPTO: usize = 16 << 20;
+
+    /// `TREESPEC_MMQ_ROWS`: the most activation rows the one-row kernels take (0, 1, 2 or 4),
+    /// or `None` (unset) for [`mmq_kernel`]'s choice by shape.
+    fn rows_upto() -> Option<usize> {
+        static UPTO: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+        *UPTO.get_or_init(|| match std::env::var("TREESPEC_MMQ_ROWS").as_deref() {
+            Ok("0") => Some(0),
+            Ok("1") => Some(1),
+            Ok("2") => Some(2),
+            Ok("4") => Some(4),
+            _ => None,
+        })
+    }
+
+    /// What a split tile pass needs beside the output: a workspace for the chunks' sums
+    /// (`[chunks][n][rows]` floats) and a counter a tile (zero between launches).
+    pub(crate) struct MmqScratch {
+        work: CudaSlice<f32>,
+        counters: CudaSlice<u32>,
+        sms: usize,
+    }
+
+    impl MmqScratch {
+        /// Room for `work` floats of chunk sums, on the GPU of `stream`.
+        pub(crate) fn new(stream: &Arc<CudaStream>, work: usize) -> Result<Self> {
+            let sms = stream
+                .context()
+                .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+                .map_err(driver)? as usize;
+            Ok(MmqScratch {
+                work: stream.alloc_zeros::<f32>(work.max(1)).map_err(driver)?,
+                counters: stream
+                    .alloc_zeros::<u32>(SPLIT_BELOW_WAVES * sms.max(1) * 4)
+                    .map_err(driver)?,
+                sms: sms.max(1),
+            })
+        }
+
+        /// The workspace a split pass of `n` rows over a stack of `rows x cols` takes (0 when it
+        /// does not split), on a GPU of `sms` multiprocessors.
+        pub(crate) fn need(rows: usize, cols: usize, n: usize, sms: usize) -> usize {
+            match mmq_kernel(n, rows, cols) {
+                Mmq::Tile(nt) => {
+                    let z = split_chunks(tile_grid(rows, n, nt).0, cols, sms);
+                    if z > 1 {
+                        z * n * rows
+                    } else {
+                        0
+                    }
+                }
+                Mmq::Rows(_) => 0,
+            }
+        }
+
+        /// The GPU's multiprocessors.
+        pub(crate) fn sms(&self) -> usize {
+            self.sms
+        }
+    }
+
+    /// A tile pass's grid without a split, and its warps along the weight rows.
+    fn tile_grid(rows: usize, n: usize, nt: usize) -> ((usize, usize), usize) {
+        let wm = (rows / 16).clamp(1, 4);
+        ((rows.div_ceil(16 * wm), n.div_ceil(8 * nt)), wm)
+    }
+
+    /// Chunks a tile pass whose grid is `grid` splits each row over (1: none).
+    fn split_chunks((gx, gy): (usize, usize), cols: usize, sms: usize) -> usize {
+        let chunks = (cols / SUPER).div_ceil(chunk_size(cols));
+        if gx * gy < SPLIT_BELOW_WAVES * sms && chunks > 1 {
+            chunks
+        } else {
+            1
+        }
+    }
+
+    /// `dst[c * dst_stride + r] = W[r] . y[c]` for the `n` Q8_1 activation rows `y` (`yq`
+    /// blocks apart; super-blocks sharing `d`), `W` the stack (rows a multiple of 16 each, cols of
+    /// 256), with `kernel` (`f`, its entry point for the stack's format).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn launch_mmq(
+        on: LaunchOn,
+        f: &CudaFunction,
+        stack: &Stack,
+        kernel: Mmq,
+        (y, yq): (u64, usize),
+        (dst, dst_stride): (u64, usize),
+        n: usize,
+        scratch: &MmqScratch,
+    ) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        let (rows, cols) = (stack.rows, stack.cols);
+        debug_assert!(
+            rows.is_multiple_of(16) && cols.is_multiple_of(SUPER),
+            "the product kernels take rows in sixteens of 256-value multiples"
+        );
+        let cs = chunk_size(cols) as i32;
+        let (cols_i, rows_i, sy, sd, n_i) = (
+            cols as i32,
+            rows as i32,
+            yq as i32,
+            dst_stride as i32,
+            n as i32,
+        );
+        let s = on.stream;
+        let work = scratch.work.device_ptr(s).0;
+        let counters = scratch.counters.device_ptr(s).0;
+        let (cfg, shared) = match kernel {
+            Mmq::Rows(nr) => {
+                if n > nr {
+                    return Err(Error::Device(format!(
+                        "a product of {n} activation rows given the {nr}-row kernel"
+                    )));
+                }
+                let shared = rows_shared(nr, cols);
+                let blocks = rows
+                    .div_ceil(ROW_WARPS as usize)
+                    .min(ROW_BLOCKS_PER_SM * scratch.sms);
+                let cfg = LaunchConfig {
+                    grid_dim: (blocks as u32, 1, 1),
+                    block_dim: (32, ROW_WARPS, 1),
+                    shared_mem_bytes: shared as u32,
+                };
+                (cfg, shared)
+            }
+            Mmq::Tile(nt) => {
+                let ((gx, gy), wm) = tile_grid(rows, n, nt);
+                let mut z = split_chunks((gx, gy), cols, scratch.sms);
+                if z * n * rows > scratch.work.len() || gx * gy > scratch.counters.len() {
+                    z = 1;
+                }
+                let shared = tile_shared(nt);
+                let cfg = LaunchConfig {
+                    grid_dim: (gx as u32, gy as u32, z as u32),
+                    block_dim: (32, wm as u32, 1),
+                    shared_mem_bytes: shared as u32,
+                };
+                (cfg, shared)
+            }
+        };
+        if shared > 48 * 1024 {
+            let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+            f.set_attribute(attr, shared as i32).map_err(driver)?;
+        }
+        let mut b = Launch::new(f);
+        stack.args(&mut b);
+        b.arg(&y)
+            .arg(&dst)
+            .arg(&cols_i)
+            .arg(&rows_i)
+            .arg(&sy)
+            .arg(&sd)
+            .arg(&n_i)
+            .arg(&cs);
+        if matches!(kernel, Mmq::Tile(_)) {
+            b.arg(&work).arg(&counters);
+        }
+        // SAFETY: the stack holds rows x cols (rows a multiple of 16, cols of 256), y holds n
+        // activation rows of yq Q8_1 blocks (only rows below n are read), dst n rows of
+        // dst_stride floats (only rows below n, columns below rows, written); a split pass's
+        // workspace holds z * n * rows floats and a counter for each of its tiles (checked above).
+        unsafe { b.launch(on, cfg) }.map_err(driver)?;
+        Ok(())
+    }
+
+    /// `n` random activation rows of `cols` values, quantised as the step's quantisers do (one
+    /// `d` a super-block), rows `yq` blocks apart: the bytes.
+    pub(crate) fn random_rows(
+        rng: &mut crate::gpu::Uniform,
+        n: usize,
+        cols: usize,
+        yq: usize,
+    ) -> Vec<u8> {
+        let x: Vec<f32> = (0..n * cols)
+            .map(|_| {
+                // Now and then a large value, as real activations have (a super-block's d is set
+                // by its largest).
+                let v = rng.next() * 4.0 - 2.0;
+                if rng.next() < 0.01 {
+                    v * 30.0
+                } else {
+                    v
+                }
+            })
+            .collect();
+        quantize_rows(&x, (n, cols), yq)
+    }
+
+    /// A random weight matrix of `dtype` (Q4_K or Q6_K) on `device`, and its bytes: random
+    /// quantised blocks with small half-precision scales, written as they are (no quantisation
+    /// pass: an 8B-shaped LM head takes a moment).
+    fn random_matrix(
+        device: &Device,
+        rng: &mut crate::gpu::Uniform,
+        dtype: GgmlDType,
+        (rows, cols): (usize, usize),
+    ) -> Result<(Arc<QTensor>, Vec<u8>)> {
+        let format = match dtype {
+            GgmlDType::Q4K => Format::Q4K,
+            _ => Format::Q6K,
+        };
+        let bytes = random_blocks(rng, format, rows * cols / SUPER);
+        let storage = candle_core::quantized::QStorage::from_data(
+            std::borrow::Cow::Owned(bytes.clone()),
+            device,
+            dtype,
+        )?;
+        Ok((Arc::new(QTensor::new(storage, (rows, cols))?), bytes))
+    }
+
+    /// Every kernel of the family against [`reference`], bit for bit, on random Q4_K and Q6_K
+    /// weights and activation rows across the tile sizes, split and not, stacked and not; every
+    /// row of every launch bit for bit the same row launched alone.
+    pub(crate) fn selftest(
+        dev: &candle_core::CudaDevice,
+        rng: &mut crate::gpu::Uniform,
+        report: &mut Vec<String>,
+    ) -> Result<()> {
+        let stream = dev.cuda_stream();
+        let device = Device::Cuda(dev.clone());
+        let scratch = MmqScratch::new(&stream, 16 << 20)?;
+        for (dtype, format, rows, cols) in [
+            (GgmlDType::Q4K, Format::Q4K, 48usize, 768usize),
+            (GgmlDType::Q6K, Format::Q6K, 48, 1280),
+            // Rows of 4864 (19 super-blocks: chunks of 3, the last one short), 8960 (35, odd: Q6_K
+            // blocks at both alignments), 12288 (long rows of the 8B shape).
+            (GgmlDType::Q4K, Format::Q4K, 32, 4864),
+            (GgmlDType::Q6K, Format::Q6K, 32, 8960),
+            (GgmlDType::Q4K, Format::Q4K, 16, 12288),
+            // Many weight rows: tiles of four warps, the last block partly past the matrix.
+            (GgmlDType::Q4K, Format::Q4K, 1040, 256),
+            (GgmlDType::Q6K, Format::Q6K, 1040, 512),
+        ] {
+            let tag = tag_of(format).expect("a family format");
+            let (q, w_bytes) = random_matrix(&device, rng, dtype, (rows, cols))?;
+            let w_ptr = q.device_ptr()? as u64;
+            let max_n = 131usize;
+            let yq = crate::gpu::products::qblocks(cols);
+            let y_bytes = random_rows(rng, max_n, cols, yq);
+            let want = reference(format, &w_bytes, (rows, cols), &y_bytes, (max_n, yq));
+            let y = stream.clone_htod(&y_bytes).map_err(driver)?;
+            let y_ptr = y.device_ptr(&stream).0;
+            let run = |n: usize, first: usize, kernel: Mmq| -> Result<Vec<f32>> {
+                let f = mmq_func(dev, tag, kernel)?;
+                let out = stream.alloc_zeros::<f32>(n * rows).map_err(driver)?;
+                let y_at = y_ptr + (first * yq * Q8_BYTES) as u64;
+                let o = out.device_ptr(&stream).0;
+                let stack = Stack::one(w_ptr, rows, cols);
+                launch_mmq(
+                    LaunchOn::new(&stream),
+                    &f,
+                    &stack,
+                    kernel,
+                    (y_at, yq),
+                    (o, rows),
+                    n,
+                    &scratch,
+                )?;
+                stream.clone_dtoh(&out).map_err(driver)
+            };
+            let mut launches: Vec<(usize, Mmq)> = vec![
+                (1, Mmq::Tile(1)),
+                (3, Mmq::Rows(4)),
+                (5, Mmq::Tile(1)),
+                (max_n, Mmq::Tile(1)),
+                (max_n, Mmq::Tile(2)),
+                (max_n, Mmq::Tile(4)),
+                (40, Mmq::Tile(8)),
+            ];
+            for n in [1usize, 2, 3, 4, 5, 8, 9, 16, 17, 33, 64, 65, max_n] {
+                launches.push((n, mmq_kernel(n, rows, cols)));
+            }
+            for (n, kernel) in launches {
+                let got = run(n, 0, kernel).map_err(|e| {
+                    Error::Device(format!(
+                        "product {tag} [{rows} x {cols}], {n} rows ({kernel:?}): {e}"
+                    ))
+                })?;
+                for c in 0..n {
+                    for r in 0..rows {
+                        let (g, w) = (got[c * rows + r], want[c * rows + r]);
+                        if g.to_bits() != w.to_bits() {
+                            return Err(Error::Device(format!(
+                                "product {tag} [{rows} x {cols}]: row {c} column {r} of a {n}-row launch ({kernel:?}) is {g}, the contract's reference {w}"
+                            )));
+                        }
+                    }
+                }
+            }
+            // The reference against the dequantised weights in f64 (what the contract computes).
+            let deq = q.dequantize(&Device::Cpu)?.to_vec2::<f32>()?;
+            let mut worst = 0f64;
+            for c in 0..4 {
+                let x: Vec<f64> = (0..cols)
+                    .map(|k| {
+                        let b = &y_bytes[(c * yq + k / 32) * Q8_BYTES..];
+                        let d = half::f16::from_le_bytes([b[0], b[1]]).to_f64();
+                        d * (b[4 + k % 32] as i8) as f64
+                    })
+                    .collect();
+                for r in (0..rows).step_by(7) {
+                    let (mut dot, mut mag) = (0f64, 0f64);
+                    for k in 0..cols {
+                        dot += deq[r][k] as f64 * x[k];
+                        mag += (deq[r][k] as f64 * x[k]).abs();
+                    }
+                    worst = worst.max((want[c * rows + r] as f64 - dot).abs() / mag.max(1e-9));
+                }
+            }
+            if worst > 1e-5 {
+                return Err(Error::Device(format!(
+                    "product {tag} [{rows} x {cols}]: the contract's reference is {worst:.1e} of the absolute sum off the dequantised product"
+                )));
+            }
+            report.push(format!(
+                "product {tag} [{rows} x {cols}], 1-{max_n} rows, every kernel (split and not): = the contract's CPU reference bit for bit; reference within {worst:.1e} of the dequantised product"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Stacked products (q/k/v, gate/up: one launch over two or three matrices) against one
+    /// launch a matrix, bit for bit, for every kernel.
+    pub(crate) fn selftest_stacked(
+        dev: &candle_core::CudaDevice,
+        rng: &mut crate::gpu::Uniform,
+        report: &mut Vec<String>,
+    ) -> Result<()> {
+        let stream = dev.cuda_stream();
+        let device = Device::Cuda(dev.clone());
+        let scratch = MmqScratch::new(&stream, 16 << 20)?;
+        for (dtype, tag, cols) in [
+            (GgmlDType::Q4K, "q4_k", 1536usize),
+            (GgmlDType::Q6K, "q6_k", 1536),
+        ] {
+            for row_counts in [&[64usize, 16][..], &[48, 16, 32]] {
+                let mats: Vec<Mat> = row_counts
+                    .iter()
+                    .map(|&rows| {
+                        let q = random_matrix(&device, rng, dtype, (rows, cols))?.0;
+                        let ptr = q.device_ptr()? as u64;
+                        Ok(Mat {
+                            ptr,
+                            tag,
+                            rows,
+                            cols,
+                            _keep: q,
+                        })
+                    })
+                    .collect::<Result<_>>()?;
+                let total: usize = row_counts.iter().sum();
+                let yq = crate::gpu::products::qblocks(cols);
+                let n = 40;
+                let y = stream
+                    .clone_htod(&random_rows(rng, n, cols, yq))
+                    .map_err(driver)?;
+                let y_ptr = y.device_ptr(&stream).0;
+                for kernel in Mmq::ALL {
+                    let nk = match kernel {
+                        Mmq::Rows(r) => r,
+                        Mmq::Tile(_) => n,
+                    };
+                    let f = mmq_func(dev, tag, kernel)?;
+                    let on = LaunchOn::new(&stream);
+                    let out = |stacked: bool| -> Result<Vec<f32>> {
+                        let dst = stream.alloc_zeros::<f32>(nk * total).map_err(driver)?;
+                        let d = dst.device_ptr(&stream).0;
+                        if stacked {
+                            let stack = Stack::of(&mats.iter().collect::<Vec<_>>())?;
+                            launch_mmq(
+                                on,
+                                &f,
+                                &stack,
+                                kernel,
+                                (y_ptr, yq),
+                                (d, total),
+                                nk,
+                                &scratch,
+                            )?;
+                        } else {
+                            let mut at = 0;
+                            for m in &mats {
+                                let stack = Stack::one(m.ptr, m.rows, cols);
+                                launch_mmq(
+                                    on,
+                                    &f,
+                                    &stack,
+                                    kernel,
+                                    (y_ptr, yq),
+                                    (d + (at * 4) as u64, total),
+                                    nk,
+                                    &scratch,
+                                )?;
+                                at += m.rows;
+                            }
+                        }
+                        stream.clone_dtoh(&dst).map_err(driver)
+                    };
+                    let (a, b) = (out(true)?, out(false)?);
+                    if !a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()) {
+                        return Err(Error::Device(format!(
+                            "stacked product {tag} {row_counts:?} x {cols} ({kernel:?}): differs from one launch a matrix"
+                        )));
+                    }
+                }
+                report.push(format!(
+                    "stacked product {tag} {row_counts:?} x {cols}, every kernel: = one launch a matrix, bit for bit"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Time the family's kernels on the shapes of Qwen2.5-1.5B's and Qwen3-8B's matrices (random
+    /// weights) for 1 to 256 activation rows, each launch replayed from a CUDA graph of 20: a
+    /// markdown table of microseconds a launch and the weight bandwidth it reaches.
+    pub fn bench(dev: &candle_core::CudaDevice) -> Result<String> {
+        let stream = dev.cuda_stream();
+        let device = Device::Cuda(dev.clone());
+        let mut rng = crate::gpu::Uniform(0x2545_F491_4F6C_DD1D);
+        let max_n = 256usize;
+        let scratch = MmqScratch::new(&stream, 64 << 20)?;
+        let mut out = String::from(
+            "| matrix | rows x cols | n | kernel | us | weights GB/s | TOPS |\n| --- | --- | ---: | --- | ---: | ---: | ---: |\n",
+        );
+        for (what, dtype, tag, rows, cols) in [
+            ("1.5B q, o", GgmlDType::Q4K, "q4_k", 1536usize, 1536usize),
+            ("1.5B gate+up", GgmlDType::Q4K, "q4_k", 17920, 1536),
+            ("1.5B down", GgmlDType::Q6K, "q6_k", 1536, 8960),
+            ("1.5B LM head", GgmlDType::Q6K, "q6_k", 151_936, 1536),
+            ("8B q+k+v", GgmlDType::Q4K, "q4_k", 6144, 4096),
+            ("8B o", GgmlDType::Q4K, "q4_k", 4096, 4096),
+            ("8B gate+up", GgmlDType::Q4K, "q4_k", 24576, 4096),
+            ("8B down", GgmlDType::Q4K, "q4_k", 4096, 12288),
+            ("8B down", GgmlDType::Q6K, "q6_k", 4096, 12288),
+            ("8B LM head", GgmlDType::Q6K, "q6_k", 151_936, 4096),
+        ] {
+            let (q, _) = random_matrix(&device, &mut rng, dtype, (rows, cols))?;
+            let w_ptr = q.device_ptr()? as u64;
+            let w_bytes = (rows * cols / 256 * dtype.type_size()) as f64;
+            let yq = crate::gpu::products::qblocks(cols);
+            let y = stream
+                .clone_htod(&random_rows(&mut rng, max_n, cols, yq))
+                .map_err(driver)?;
+            let y_ptr = y.device_ptr(&stream).0;
+            let dst = stream.alloc_zeros::<f32>(max_n * rows).map_err(driver)?;
+            let d_ptr = dst.device_ptr(&stream).0;
+            for n in [1usize, 2, 4, 8, 16, 32, 64, 128, 256] {
+                let picked = mmq_kernel(n, rows, cols);
+                let mut kernels = vec![picked];
+                for other in [Mmq::Rows(n.next_power_of_two()), Mmq::Tile(1)] {
+                    if n <= 4 && other != picked {
+                        kernels.push(other);
+                    }
+                }
+                for kernel in kernels {
+                    let f = mmq_func(dev, tag, kernel)?;
+                    let alone = LaunchOn {
+                        stream: &stream,
+                        pdl: false,
+                    };
+                    let stack = Stack::one(w_ptr, rows, cols);
+                    let launch = || {
+                        launch_mmq(
+                            alone,
+                            &f,
+                            &stack,
+                            kernel,
+                            (y_ptr, yq),
+                            (d_ptr, rows),
+                            n,
+                            &scratch,
+                        )
+                    };
+                    launch()?;
+                    let graph = capture(&stream, || (0..20).try_for_each(|_| launch()))?;
+                    graph.launch().map_err(driver)?;
+                    let us = replay_micros(&stream, &graph, 5)? / 20.0;
+                    let tops = 2.0 * (rows * cols * n) as f64 / us / 1e6;
+                    out.push_str(&format!(
+                        "| {what} {tag} | {rows} x {cols} | {n} | {kernel:?} | {us:.1} | {:.0} | {tops:.1} |\n",
+                        w_bytes / us / 1e3
+                    ));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::blocks::dequantize_row;
+
+    fn rows_of(seed: u64, n: usize, cols: usize) -> Vec<f32> {
+        let mut rng = crate::gpu::Uniform(seed);
+        (0..n * cols)
+            .map(|_| {
+                let v = rng.next() * 4.0 - 2.0;
+                if rng.next() < 0.01 {
+                    v * 30.0
+                } else {
+                    v
+                }
+            })
+            .collect()
+    }
+
+    /// The activations a quantised row stands for: `d * q` with the half `d` of its super-block.
+    fn dequantized_rows(y: &[u8], (n, cols): (usize, usize), yq: usize) -> Vec<f64> {
+        (0..n * cols)
+            .map(|i| {
+                let (c, k) = (i / cols, i % cols);
+                let b = &y[(c * yq + k / 32) * Q8_BYTES..];
+                let d = half::f16::from_le_bytes([b[0], b[1]]).to_f64();
+                d * (b[4 + k % 32] as i8) as f64
+            })
+            .collect()
+    }
+
+    /// The contract computes the product of the dequantised weights and activations: within
+    /// float rounding of the f64 dot product, for Q4_K and Q6_K and rows of one to many chunks.
+    #[test]
+    fn the_reference_is_the_dequantised_product() {
+        for (format, cols) in [
+            (Format::Q4K, 256usize),
+            (Format::Q4K, 4864),
+            (Format::Q6K, 1536),
+            (Format::Q6K, 8960),
+        ] {
+            let rows = 5;
+            let w = random_blocks(&mut crate::gpu::Uniform(11), format, rows * cols / SUPER);
+            let mut deq = vec![0f32; rows * cols];
+            let rb = w.len() / rows;
+            for (r, out) in deq.chunks_mut(cols).enumerate() {
+                dequantize_row(format, &w[r * rb..(r + 1) * rb], out);
+            }
+            let (n, yq) = (3, cols.div_ceil(512) * 16);
+            let y = quantize_rows(&rows_of(5, n, cols), (n, cols), yq);
+            let x = dequantized_rows(&y, (n, cols), yq);
+            let got = reference(format, &w, (rows, cols), &y, (n, yq));
+            for c in 0..n {
+                for r in 0..rows {
+                    let (mut dot, mut mag) = (0f64, 0f64);
+                    for k in 0..cols {
+                        let p = deq[r * cols + k] as f64 * x[c * cols + k];
+                        dot += p;
+                        mag += p.abs();
+                    }
+                    let err = (got[c * rows + r] as f64 - dot).abs() / mag;
+                    assert!(
+                        err < 1e-6,
+                        "{format:?} x {cols}: row {c} col {r} off by {err:e}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Rule 1: the eight blocks of a super-block share `d`, set by the super-block's largest
+    /// value, which quantises to +-127.
+    #[test]
+    fn a_super_block_shares_one_scale() {
+        let cols = 1024;
+        let x = rows_of(9, 2, cols);
+        let y = quantize_rows(&x, (2, cols), 32);
+        for c in 0..2 {
+            for s in 0..cols / SUPER {
+                let at = |b: usize| (c * 32 + 8 * s + b) * Q8_BYTES;
+                let d0 = &y[at(0)..at(0) + 2];
+                assert!((1..8).all(|b| &y[at(b)..at(b) + 2] == d0));
+                let max = (0..8)
+                    .flat_map(|b| {
+                        y[at(b) + 4..at(b) + 36]
+                            .iter()
+                            .map(|&q| (q as i8).unsigned_abs())
+                    })
+                    .max();
+                assert_eq!(max, Some(127));
+            }
+        }
+    }
+
+    /// Rule 4: the chunks depend on the row length alone and cover its super-blocks.
+    #[test]
+    fn chunks_cover_a_row() {
+        for cols in [256usize, 1536, 4096, 4864, 8960, 12288, 17408] {
+            let (nsb, cs) = (cols / SUPER, chunk_size(cols));
+            assert!(nsb.div_ceil(cs) <= CHUNKS && cs * CHUNKS >= nsb, "{cols}");
+        }
+        assert_eq!(chunk_size(4096), 2);
+        assert_eq!(chunk_size(1536), 1);
+    }
+}
