@@ -155,9 +155,14 @@ struct TrainArgs {
 
 #[derive(Args)]
 struct SynthArgs {
-    /// The shape: qwen2.5-1.5b, qwen2.5-0.5b or qwen3-8b.
+    /// The shape: qwen2.5-1.5b, qwen2.5-0.5b, qwen3-8b, qwen3-32b or qwen3.6-27b-dense.
     #[arg(long)]
     shape: String,
+    /// Copy the tokenizer of this real GGUF model (its vocabulary's size then sets the
+    /// embedding's and LM head's rows), so that llama.cpp loads the file too and speeds can be
+    /// compared on the same file.
+    #[arg(long)]
+    tokenizer_from: Option<PathBuf>,
     /// The GGUF file to write (with --dflash: the directory).
     #[arg(long)]
     out: PathBuf,
@@ -1032,14 +1037,23 @@ fn run_synth(a: SynthArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    treespec::synth::write(&shape, &a.out, a.seed)?;
+    let tokenizer = a
+        .tokenizer_from
+        .as_deref()
+        .map(treespec::synth::tokenizer_from)
+        .transpose()?;
+    treespec::synth::write(&shape, &a.out, a.seed, tokenizer.as_ref())?;
+    let vocab = tokenizer.as_ref().map_or(shape.vocab, |t| t.vocab);
+    let from = match &a.tokenizer_from {
+        Some(p) => format!(" (the tokenizer of {})", p.display()),
+        None => String::new(),
+    };
     println!(
-        "wrote {} (random {}-shaped weights: {} layers, hidden {}, vocabulary {}; for timing only)",
+        "wrote {} (random {}-shaped weights: {} layers, hidden {}, vocabulary {vocab}{from}; for timing only)",
         a.out.display(),
         shape.name,
         shape.layers,
         shape.hidden,
-        shape.vocab
     );
     Ok(())
 }

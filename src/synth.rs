@@ -76,6 +76,32 @@ pub const SHAPES: &[Shape] = &[
         vocab: 151_936,
         tied: false,
     },
+    Shape {
+        name: "qwen3-32b",
+        family: Family::Qwen3,
+        layers: 64,
+        hidden: 5120,
+        ffn: 25_600,
+        heads: 64,
+        kv_heads: 8,
+        head_dim: 128,
+        vocab: 151_936,
+        tied: false,
+    },
+    // Qwen3.6-27B's sizes (hidden, MLP, its gated attention's 24 / 4 heads of 256, 64 layers) with
+    // every layer a dense Qwen3 attention layer: the hybrid's Gated DeltaNet layers are issue 37's.
+    Shape {
+        name: "qwen3.6-27b-dense",
+        family: Family::Qwen3,
+        layers: 64,
+        hidden: 5120,
+        ffn: 17_408,
+        heads: 24,
+        kv_heads: 4,
+        head_dim: 256,
+        vocab: 248_320,
+        tied: false,
+    },
 ];
 
 /// The shape named `name`, or an error listing the known ones.
@@ -214,8 +240,55 @@ fn random_blocks(rng: &mut Rng, dtype: GgmlDType, elems: usize, cols: usize) -> 
     data
 }
 
-/// Write a random-weight GGUF model of `shape` to `path` (`seed` picks the bytes).
-pub fn write(shape: &Shape, path: &Path, seed: u64) -> Result<()> {
+/// The tokenizer of a real GGUF model: its `tokenizer.*` metadata, and its vocabulary's size.
+pub struct RealTokenizer {
+    /// Every `tokenizer.*` key of the file.
+    pub metadata: Vec<(String, gguf_file::Value)>,
+    /// Tokens it lists.
+    pub vocab: usize,
+}
+
+/// Read the tokenizer of the GGUF model at `path`, for a synthetic model that llama.cpp loads
+/// (llama.cpp refuses the filler vocabulary [`write`] makes by itself: it has no merges).
+pub fn tokenizer_from(path: &Path) -> Result<RealTokenizer> {
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let content = gguf_file::Content::read(&mut file).map_err(|e| {
+        Error::InvalidArgument(format!("{} is not a GGUF file: {e}", path.display()))
+    })?;
+    let metadata: Vec<(String, gguf_file::Value)> = content
+        .metadata
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("tokenizer."))
+        .collect();
+    let vocab = metadata
+        .iter()
+        .find(|(k, _)| k == "tokenizer.ggml.tokens")
+        .and_then(|(_, v)| match v {
+            gguf_file::Value::Array(a) => Some(a.len()),
+            _ => None,
+        })
+        .ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "{} has no tokenizer.ggml.tokens: no tokenizer to copy",
+                path.display()
+            ))
+        })?;
+    Ok(RealTokenizer { metadata, vocab })
+}
+
+/// Write a random-weight GGUF model of `shape` to `path` (`seed` picks the bytes), with the
+/// filler vocabulary, or with `tokenizer` (whose vocabulary size then sets the embedding's and
+/// the LM head's rows).
+pub fn write(
+    shape: &Shape,
+    path: &Path,
+    seed: u64,
+    tokenizer: Option<&RealTokenizer>,
+) -> Result<()> {
+    let shape = &Shape {
+        vocab: tokenizer.map_or(shape.vocab, |t| t.vocab),
+        ..*shape
+    };
     let mut rng = Rng(seed | 1);
     let (h, hd) = (shape.hidden, shape.head_dim);
     let (q_out, kv_out) = (shape.heads * hd, shape.kv_heads * hd);
@@ -307,7 +380,10 @@ pub fn write(shape: &Shape, path: &Path, seed: u64) -> Result<()> {
         ),
         (format!("{arch}.rope.freq_base"), V::F32(1_000_000.0)),
     ];
-    md.extend(tokenizer_metadata(&tokens, 256..specials, 257));
+    match tokenizer {
+        Some(t) => md.extend(t.metadata.iter().cloned()),
+        None => md.extend(tokenizer_metadata(&tokens, 256..specials, 257)),
+    }
     crate::model::weights::write_gguf(path, &md, &tensors)
 }
 

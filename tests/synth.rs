@@ -26,7 +26,7 @@ fn a_synthetic_model_loads_and_decodes_finite_logits() {
     let dir = tempfile::tempdir().unwrap();
     for (family, tied) in [(Family::Qwen2, true), (Family::Qwen3, false)] {
         let path = dir.path().join(format!("{family:?}.gguf"));
-        synth::write(&tiny(family, tied), &path, 7).unwrap();
+        synth::write(&tiny(family, tied), &path, 7, None).unwrap();
         let spec = path.to_str().unwrap();
         let mut m = treespec::model::load(spec, &LoadOptions::default()).unwrap();
         let ids = m.tokenizer.encode("def f(x):", false).unwrap();
@@ -42,7 +42,7 @@ fn a_synthetic_model_loads_and_decodes_finite_logits() {
 fn formats_follow_q4_k_m() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.gguf");
-    synth::write(&tiny(Family::Qwen3, false), &path, 1).unwrap();
+    synth::write(&tiny(Family::Qwen3, false), &path, 1, None).unwrap();
     let mut f = std::fs::File::open(&path).unwrap();
     let content = gguf_file::Content::read(&mut f).unwrap();
     let dtype = |name: &str| content.tensor_infos[name].ggml_dtype;
@@ -65,7 +65,7 @@ fn formats_follow_q4_k_m() {
     assert_eq!(dtype("token_embd.weight"), GgmlDType::Q4K);
     // A tied embedding is the LM head: the LM head's format.
     let tied = dir.path().join("tied.gguf");
-    synth::write(&tiny(Family::Qwen2, true), &tied, 1).unwrap();
+    synth::write(&tiny(Family::Qwen2, true), &tied, 1, None).unwrap();
     let mut f = std::fs::File::open(&tied).unwrap();
     let content = gguf_file::Content::read(&mut f).unwrap();
     assert_eq!(
@@ -99,7 +99,7 @@ fn a_synthetic_dflash_drafter_loads_and_a_round_is_timed_piece_by_piece() {
     let dir = tempfile::tempdir().unwrap();
     let shape = tiny(Family::Qwen3, false);
     let target_path = dir.path().join("t.gguf");
-    synth::write(&shape, &target_path, 3).unwrap();
+    synth::write(&shape, &target_path, 3, None).unwrap();
     let drafter_dir = dir.path().join("dflash");
     synth::write_dflash(&shape, &drafter_dir, 3).unwrap();
     let opts = LoadOptions {
@@ -125,4 +125,44 @@ fn a_synthetic_dflash_drafter_loads_and_a_round_is_timed_piece_by_piece() {
     assert!((rows[5].ms - sum).abs() < 1e-9, "{rows:?}");
     // A deep tree: its accepted path holds ROUND_COMMITS nodes or the whole depth.
     assert!(rows[4].what.contains("-node path"), "{}", rows[4].what);
+}
+
+/// `--tokenizer-from`: the written file carries the other file's tokenizer keys as they are, and
+/// its embedding and LM head take that vocabulary's size (so that llama.cpp, which needs both to
+/// agree, loads it); a file with no tokenizer is refused with its name.
+#[test]
+fn a_real_tokenizer_is_copied_and_sets_the_vocabulary() {
+    let dir = tempfile::tempdir().unwrap();
+    let donor = dir.path().join("donor.gguf");
+    synth::write(&tiny(Family::Qwen2, false), &donor, 1, None).unwrap();
+    let tok = synth::tokenizer_from(&donor).unwrap();
+    assert_eq!(tok.vocab, 300);
+    let shape = Shape {
+        vocab: 1000,
+        ..tiny(Family::Qwen3, false)
+    };
+    let out = dir.path().join("out.gguf");
+    synth::write(&shape, &out, 2, Some(&tok)).unwrap();
+    let read = |p: &std::path::Path| {
+        let mut f = std::fs::File::open(p).unwrap();
+        gguf_file::Content::read(&mut f).unwrap()
+    };
+    let (a, b) = (read(&donor), read(&out));
+    for (k, v) in a
+        .metadata
+        .iter()
+        .filter(|(k, _)| k.starts_with("tokenizer."))
+    {
+        assert_eq!(format!("{v:?}"), format!("{:?}", b.metadata[k]), "{k}");
+    }
+    for t in ["token_embd.weight", "output.weight"] {
+        assert_eq!(b.tensor_infos[t].shape.dims()[0], 300, "{t}");
+    }
+    let spec = out.to_str().unwrap();
+    let m = treespec::model::load(spec, &LoadOptions::default()).unwrap();
+    assert_eq!(m.decoder.config().vocab_size, 300);
+    let bad = dir.path().join("bad.gguf");
+    std::fs::write(&bad, b"not a gguf").unwrap();
+    let err = synth::tokenizer_from(&bad).err().unwrap().to_string();
+    assert!(err.contains("bad.gguf"), "{err}");
 }
