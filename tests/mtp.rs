@@ -286,6 +286,7 @@ fn deepseek_and_qwen3_next_heads_are_refused_by_name() {
     for (arch, word) in [
         ("DeepseekV3ForCausalLM", "DeepSeek-V3"),
         ("Qwen3NextForCausalLM", "Qwen3-Next"),
+        ("Qwen3_5MoeForConditionalGeneration", "35B-A3B"),
     ] {
         let json = format!(
             r#"{{"architectures": ["{arch}"], "hidden_size": 64, "intermediate_size": 128,

@@ -379,7 +379,7 @@ impl DFlashDrafter {
                 Some((c, cos, sin)) => {
                     // The context's features are normed by `hidden_norm`, not by the layer's
                     // norm; their queries are not used.
-                    let (q, k, v) = layer.attn.qkv(&Tensor::cat(&[c, &hn], 0)?, cos, sin)?;
+                    let (q, k, v) = layer.attn()?.qkv(&Tensor::cat(&[c, &hn], 0)?, cos, sin)?;
                     self.caches[li].append(&k.narrow(1, 0, m_rows)?, &v.narrow(1, 0, m_rows)?)?;
                     (
                         q.narrow(1, m_rows, bs)?.contiguous()?,
@@ -387,7 +387,7 @@ impl DFlashDrafter {
                         v.narrow(1, m_rows, bs)?,
                     )
                 }
-                None => layer.attn.qkv(&hn, &bcos, &bsin)?,
+                None => layer.attn()?.qkv(&hn, &bcos, &bsin)?,
             };
             let (kc, vc) = self.caches[li].view()?;
             let k = Tensor::cat(&[&kc, &kb], 1)?;
@@ -415,7 +415,7 @@ impl DFlashDrafter {
                 }
                 None => None,
             };
-            h = (h + layer.attn.attend(&q, &k, &v, mask.as_ref())?)?;
+            h = (h + layer.attn()?.attend(&q, &k, &v, mask.as_ref())?)?;
             h = layer.mlp.forward(&h)?;
         }
         self.pending.clear();

@@ -342,10 +342,12 @@ impl Engine {
                 keep = keep.min(d.len());
             }
         }
+        // A hybrid target keeps fewer rows where its recurrent state cannot be had at `keep`.
+        self.target.truncate(keep);
+        let keep = self.target.len();
         for d in &mut self.drafters {
             d.truncate(keep);
         }
-        self.target.truncate(keep);
         for piece in prompt[keep..prompt.len() - 1].chunks(PREFILL_CHUNK) {
             let pos = self.target.len();
             let out = self.target.forward(

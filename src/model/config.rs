@@ -13,6 +13,9 @@ pub enum Family {
     Qwen2,
     /// Qwen3 (dense): RMSNorm over each head of q and k before RoPE; explicit head_dim.
     Qwen3,
+    /// Qwen3.5 / Qwen3.6 (dense hybrids): three Gated DeltaNet layers to one gated attention
+    /// layer ([`LinearAttention`]), q/k norms, partial RoPE, the attention output gated.
+    Qwen35,
 }
 
 impl Family {
@@ -24,6 +27,11 @@ impl Family {
             // MiMo is a Qwen2 decoder with MTP heads beside it (`model.mtp_layers.*`).
             "qwen2" | "qwen2forcausallm" | "mimo" | "mimoforcausallm" => Ok(Family::Qwen2),
             "qwen3" | "qwen3forcausallm" => Ok(Family::Qwen3),
+            "qwen35"
+            | "qwen3_5"
+            | "qwen3_5_text"
+            | "qwen3_5forcausallm"
+            | "qwen3_5forconditionalgeneration" => Ok(Family::Qwen35),
             _ => Err(Error::UnsupportedArchitecture(name.to_string())),
         }
     }
@@ -34,6 +42,7 @@ impl Family {
             Family::Llama => "llama",
             Family::Qwen2 => "qwen2",
             Family::Qwen3 => "qwen3",
+            Family::Qwen35 => "qwen35",
         }
     }
 }
@@ -58,6 +67,31 @@ pub struct Llama3RopeScaling {
     pub high_freq_factor: f32,
     /// Context length the base model was trained on.
     pub original_max_position_embeddings: usize,
+}
+
+/// The Gated DeltaNet layers of a hybrid model (Qwen3.5: "linear attention"; Yang, Kautz and
+/// Hatamizadeh, "Gated Delta Networks", arXiv:2412.06464).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinearAttention {
+    /// Per decoder layer: a Gated DeltaNet layer (true) or an attention layer.
+    pub layers: Vec<bool>,
+    /// Query/key heads.
+    pub k_heads: usize,
+    /// Value heads (a multiple of `k_heads`: each key head serves that many value heads).
+    pub v_heads: usize,
+    /// Width of a query/key head.
+    pub k_dim: usize,
+    /// Width of a value head.
+    pub v_dim: usize,
+    /// Width of the causal depthwise convolution over time.
+    pub conv: usize,
+}
+
+impl LinearAttention {
+    /// Channels of the convolution: queries, keys and values.
+    pub fn conv_channels(&self) -> usize {
+        2 * self.k_heads * self.k_dim + self.v_heads * self.v_dim
+    }
 }
 
 /// Everything the decoder needs to know about a model's shape.
@@ -97,6 +131,17 @@ pub struct ModelConfig {
     pub tie_embeddings: bool,
     /// Multi-token-prediction heads the checkpoint declares (`num_nextn_predict_layers`).
     pub mtp_heads: usize,
+    /// Dimensions of a head that RoPE rotates (the first ones; `head_dim` unless partial).
+    pub rotary_dim: usize,
+    /// The query projection is twice as wide, `[query | gate]` per head, and the attention's
+    /// output is multiplied by `sigmoid(gate)` before the output projection (Qwen3.5).
+    pub attn_gate: bool,
+    /// Added to every RMSNorm weight at load (1 for Hugging Face Qwen3.5 checkpoints, whose
+    /// norms scale by `1 + w`; GGUF files store `1 + w` already), the Gated DeltaNet output norm
+    /// excepted.
+    pub norm_offset: f32,
+    /// The Gated DeltaNet layers of a hybrid model.
+    pub linear: Option<LinearAttention>,
 }
 
 impl ModelConfig {
@@ -127,10 +172,19 @@ impl ModelConfig {
             max_position: 4096,
             vocab_size,
             qkv_bias: family == Family::Qwen2,
-            qk_norm: family == Family::Qwen3,
+            qk_norm: matches!(family, Family::Qwen3 | Family::Qwen35),
             tie_embeddings: false,
             mtp_heads: 0,
+            rotary_dim: head_dim,
+            attn_gate: family == Family::Qwen35,
+            norm_offset: 0.0,
+            linear: None,
         }
+    }
+
+    /// Whether decoder layer `i` is a Gated DeltaNet layer.
+    pub fn is_linear(&self, i: usize) -> bool {
+        self.linear.as_ref().is_some_and(|l| l.layers[i])
     }
 
     /// Check the numbers fit together.
@@ -153,6 +207,30 @@ impl ModelConfig {
         }
         if self.vocab_size == 0 {
             return bad("vocabulary size is 0".into());
+        }
+        if self.rotary_dim == 0 || self.rotary_dim > self.head_dim || self.rotary_dim % 2 == 1 {
+            return bad(format!(
+                "{} rotary dimensions of a head of {}",
+                self.rotary_dim, self.head_dim
+            ));
+        }
+        if let Some(l) = &self.linear {
+            if l.layers.len() != self.n_layers {
+                return bad(format!(
+                    "{} layer types for {} layers",
+                    l.layers.len(),
+                    self.n_layers
+                ));
+            }
+            if l.k_heads == 0 || l.v_dim == 0 || l.k_dim == 0 || l.conv == 0 {
+                return bad(format!("empty linear-attention layers: {l:?}"));
+            }
+            if !l.v_heads.is_multiple_of(l.k_heads) {
+                return bad(format!(
+                    "{} value heads cannot share {} key heads",
+                    l.v_heads, l.k_heads
+                ));
+            }
         }
         Ok(())
     }
@@ -216,6 +294,12 @@ impl ModelConfig {
         cfg.rope_style = match family {
             Family::Llama => RopeStyle::Interleaved,
             Family::Qwen2 | Family::Qwen3 => RopeStyle::HalfSplit,
+            Family::Qwen35 => {
+                return Err(Error::Config(
+                    "qwen35 GGUF files are not read yet (Qwen3.5 / 3.6 run from their Hugging                      Face checkpoint)"
+                        .into(),
+                ))
+            }
         };
         cfg.mtp_heads = nextn;
         cfg.tie_embeddings = !content.tensor_infos.contains_key("output.weight");
@@ -226,8 +310,23 @@ impl ModelConfig {
 
     /// Read the config from a Hugging Face `config.json`.
     pub fn from_hf_json(text: &str) -> Result<Self> {
-        let raw: HfConfig =
+        let value: serde_json::Value =
             serde_json::from_str(text).map_err(|e| Error::Config(format!("config.json: {e}")))?;
+        // Qwen3.5's checkpoints are a vision-language wrapper: the decoder's sizes sit under
+        // `text_config`, its architecture at the top.
+        let architectures = value.get("architectures").cloned();
+        let value = match value.get("text_config") {
+            Some(text_config) => {
+                let mut t = text_config.clone();
+                if let (Some(obj), Some(a)) = (t.as_object_mut(), architectures) {
+                    obj.entry("architectures").or_insert(a);
+                }
+                t
+            }
+            None => value,
+        };
+        let raw: HfConfig = serde_json::from_value(value)
+            .map_err(|e| Error::Config(format!("config.json: {e}")))?;
         let arch_name = raw
             .architectures
             .as_ref()
@@ -255,7 +354,15 @@ impl ModelConfig {
             raw.vocab_size,
         );
         cfg.rms_eps = raw.rms_norm_eps.unwrap_or(1e-6);
-        cfg.rope_theta = raw.rope_theta.unwrap_or(10_000.0);
+        let rope = raw.rope_parameters.as_ref();
+        let rope_f = |k: &str| rope.and_then(|r| r.get(k)).and_then(|v| v.as_f64());
+        cfg.rope_theta = raw
+            .rope_theta
+            .or(rope_f("rope_theta").map(|t| t as f32))
+            .unwrap_or(10_000.0);
+        if family == Family::Qwen35 {
+            cfg.hybrid_from_hf(&raw, rope_f("partial_rotary_factor"))?;
+        }
         cfg.max_position = raw.max_position_embeddings.unwrap_or(4096);
         cfg.tie_embeddings = raw.tie_word_embeddings.unwrap_or(false);
         cfg.qkv_bias = raw.attention_bias.unwrap_or(family == Family::Qwen2);
@@ -304,6 +411,59 @@ struct HfConfig {
     attention_bias: Option<bool>,
     rope_scaling: Option<serde_json::Value>,
     num_nextn_predict_layers: Option<usize>,
+    rope_parameters: Option<serde_json::Value>,
+    partial_rotary_factor: Option<f64>,
+    layer_types: Option<Vec<String>>,
+    full_attention_interval: Option<usize>,
+    linear_num_key_heads: Option<usize>,
+    linear_num_value_heads: Option<usize>,
+    linear_key_head_dim: Option<usize>,
+    linear_value_head_dim: Option<usize>,
+    linear_conv_kernel_dim: Option<usize>,
+    mtp_num_hidden_layers: Option<usize>,
+}
+
+impl ModelConfig {
+    /// The hybrid layers of a Hugging Face Qwen3.5 config (`partial` the rotary factor of
+    /// `rope_parameters`, where set): the layer pattern, the Gated DeltaNet sizes, partial RoPE,
+    /// the (1 + w) norms, the MTP layers.
+    fn hybrid_from_hf(&mut self, raw: &HfConfig, partial: Option<f64>) -> Result<()> {
+        let interval = raw.full_attention_interval.unwrap_or(4).max(1);
+        let layers: Vec<bool> = match &raw.layer_types {
+            Some(types) => types
+                .iter()
+                .map(|t| match t.as_str() {
+                    "linear_attention" => Ok(true),
+                    "full_attention" => Ok(false),
+                    other => Err(Error::Config(format!("layer type `{other}`"))),
+                })
+                .collect::<Result<_>>()?,
+            None => (0..self.n_layers)
+                .map(|i| (i + 1) % interval != 0)
+                .collect(),
+        };
+        let need = |v: Option<usize>, what: &str| {
+            v.ok_or_else(|| Error::Config(format!("config.json lacks `{what}`")))
+        };
+        self.linear = Some(LinearAttention {
+            layers,
+            k_heads: need(raw.linear_num_key_heads, "linear_num_key_heads")?,
+            v_heads: need(raw.linear_num_value_heads, "linear_num_value_heads")?,
+            k_dim: need(raw.linear_key_head_dim, "linear_key_head_dim")?,
+            v_dim: need(raw.linear_value_head_dim, "linear_value_head_dim")?,
+            conv: raw.linear_conv_kernel_dim.unwrap_or(4),
+        });
+        let factor = partial.or(raw.partial_rotary_factor).unwrap_or(0.25);
+        self.rotary_dim = ((self.head_dim as f64 * factor).round() as usize).max(2);
+        self.norm_offset = 1.0;
+        self.attn_gate = true;
+        self.qk_norm = true;
+        // Qwen3.5's MTP head (`mtp.*`: the embedding first, the post-norm hidden) is not run
+        // yet, so the checkpoint is not offered as its own drafter.
+        let _ = raw.mtp_num_hidden_layers;
+        self.mtp_heads = 0;
+        Ok(())
+    }
 }
 
 /// Families whose checkpoints carry MTP heads treespec recognises but cannot run, with why.
@@ -331,14 +491,14 @@ fn unsupported_mtp_family(arch: &str, model_type: Option<&str>) -> Option<String
     if is(&[
         "qwen3nextforcausallm",
         "qwen3_next",
-        "qwen3_5forcausallm",
-        "qwen3_5",
         "qwen3_5_moe",
         "qwen3_5moeforcausallm",
+        "qwen3_5moeforconditionalgeneration",
     ]) {
         return Some(
-            "Qwen3-Next / Qwen3.5 checkpoints (MTP heads in mtp.*, with (1 + w) norms) need gated \
-             DeltaNet attention and mixture-of-experts blocks, which treespec does not run yet"
+            "Qwen3-Next and the Qwen3.5 / 3.6 mixture-of-experts checkpoints (35B-A3B, 122B-A10B, \
+             397B-A17B; MTP heads in mtp.*) need mixture-of-experts blocks, which treespec does \
+             not run yet (the dense Qwen3.5 / 3.6 models run)"
                 .into(),
         );
     }

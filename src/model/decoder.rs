@@ -1,11 +1,19 @@
-//! One dense decoder for the Llama, Qwen2 and Qwen3 families, built for speculative decoding.
+//! One decoder for the Llama, Qwen2, Qwen3 and Qwen3.5 families, built for speculative decoding.
 //!
 //! Architecture: pre-norm transformer with RMSNorm, rotary position embeddings (RoPE, Su et al.,
 //! arXiv:2104.09864), grouped-query attention (Ainslie et al., arXiv:2305.13245) and a SwiGLU MLP
 //! (Shazeer, arXiv:2002.05202), as in Llama (Touvron et al., arXiv:2302.13971). The family switches
 //! are Qwen2's q/k/v biases and Qwen3's per-head q/k RMSNorm (Qwen technical reports,
-//! arXiv:2407.10671 and arXiv:2505.09388). Reference implementations: Hugging Face transformers'
-//! `modeling_llama.py`, `modeling_qwen2.py`, `modeling_qwen3.py`; llama.cpp's `llama-model.cpp`.
+//! arXiv:2407.10671 and arXiv:2505.09388), and Qwen3.5's hybrid layers: Gated DeltaNet layers
+//! between gated attention layers with partial RoPE ([`crate::model::gated_delta`]). Reference
+//! implementations: Hugging Face transformers' `modeling_llama.py`, `modeling_qwen2.py`,
+//! `modeling_qwen3.py`, `modeling_qwen3_5.py`; llama.cpp's `llama-model.cpp`, `models/qwen35.cpp`.
+//!
+//! A Gated DeltaNet layer keeps a recurrent state instead of K/V rows: a block's rows continue
+//! their parents' states (a chain's predecessor, a draft tree's parent node), and what
+//! [`Decoder::keep`] and [`Decoder::truncate`] keep of the block is folded into the state when the
+//! sequence moves on. A length before the last block cannot be reached again: truncating there
+//! starts the sequence over ([`Decoder::truncate`] says how many rows it kept).
 //!
 //! Unlike candle-transformers' model files, [`Decoder::forward`] takes explicit positions per
 //! token, an optional mask over the new tokens (a draft tree's ancestor mask), computes logits only
@@ -15,8 +23,9 @@
 use crate::error::{Error, Result};
 use crate::gpu::step::{GpuStep, StepInput, StepWeights};
 use crate::model::config::{ModelConfig, RopeStyle};
+use crate::model::gated_delta::RecurrentCache;
 use crate::model::kv_cache::KvCache;
-use crate::model::layer::DecoderLayer;
+use crate::model::layer::{DecoderLayer, Mixer};
 use crate::model::visibility::{Visibility, VisibleKeys};
 use crate::model::weights::{Embedding, Linear, WeightStore};
 use candle_core::{DType, Device, Tensor};
@@ -227,6 +236,8 @@ pub struct Decoder {
     cos: Tensor,
     sin: Tensor,
     caches: Vec<KvCache>,
+    /// Per layer, a Gated DeltaNet layer's recurrent state.
+    recurrent: Vec<Option<RecurrentCache>>,
     device: Device,
     context: usize,
     /// Attention through treespec's batch-invariant kernel (`gpu::attention`), not candle's ops.
@@ -255,9 +266,9 @@ impl Decoder {
         let embed_w = store.get_checked("token_embd.weight", &[cfg.vocab_size, h])?;
         let embed = Embedding::new(embed_w)?;
         let layers = (0..cfg.n_layers)
-            .map(|i| DecoderLayer::load(store, &format!("blk.{i}"), &cfg))
+            .map(|i| DecoderLayer::load_as(store, &format!("blk.{i}"), &cfg, cfg.is_linear(i)))
             .collect::<Result<Vec<_>>>()?;
-        let norm = store.get_dense("output_norm.weight")?;
+        let norm = crate::model::layer::norm_weight(store, "output_norm.weight", &cfg)?;
         let lm_head = if cfg.tie_embeddings || !store.contains("output.weight") {
             embed.as_linear()?
         } else {
@@ -272,9 +283,20 @@ impl Decoder {
             None
         };
         let (cos, sin) = rope_tables(&cfg, context, freq_factors.as_deref(), &device)?;
+        // A Gated DeltaNet layer's cache holds no rows, only their count.
         let caches = (0..cfg.n_layers)
-            .map(|_| KvCache::new(cfg.n_kv_heads, hd, context, DType::F32, &device))
+            .map(|i| {
+                let heads = if cfg.is_linear(i) { 0 } else { cfg.n_kv_heads };
+                KvCache::new(heads, hd, context, DType::F32, &device)
+            })
             .collect::<Result<Vec<_>>>()?;
+        let recurrent = layers
+            .iter()
+            .map(|l| match &l.mixer {
+                Mixer::GatedDelta(g) => Some(RecurrentCache::new(g)),
+                Mixer::Attention(_) => None,
+            })
+            .collect();
         let listed_attention = Visibility::listed_for(&cfg, &device);
         let mut decoder = Decoder {
             step: None,
@@ -291,6 +313,7 @@ impl Decoder {
             cos,
             sin,
             caches,
+            recurrent,
             device,
             context,
         };
@@ -308,6 +331,8 @@ impl Decoder {
             "candle ops (GPU step off)".into()
         } else if !self.listed_attention {
             "candle ops (batch invariance off)".into()
+        } else if self.cfg.linear.is_some() || self.cfg.attn_gate {
+            "candle ops (the GPU step does not run Qwen3.5's layers yet)".into()
         } else {
             match GpuStep::new(&self.step_weights(), &self.device) {
                 Ok(mut step) => {
@@ -401,7 +426,11 @@ impl Decoder {
         StepWeights {
             cfg: &self.cfg,
             embed: &self.embed,
-            layers: self.layers.iter().map(|l| l.step_weights()).collect(),
+            layers: self
+                .layers
+                .iter()
+                .filter_map(|l| l.step_weights())
+                .collect(),
             norm: &self.norm,
             lm_head: &self.lm_head,
             cos: &self.cos,
@@ -445,8 +474,18 @@ impl Decoder {
         self.len() == 0
     }
 
-    /// Drop every cached row from `len` on.
+    /// Drop every cached row from `len` on. A hybrid model keeps fewer where its recurrent
+    /// state cannot be had at `len` (a length inside an earlier block): then none; [`Self::len`]
+    /// says what was kept.
     pub fn truncate(&mut self, len: usize) {
+        let len = self
+            .recurrent
+            .iter_mut()
+            .flatten()
+            .fold(len, |len, r| len.min(r.truncate(len)));
+        for r in self.recurrent.iter_mut().flatten() {
+            r.truncate(len);
+        }
         for c in &mut self.caches {
             c.truncate(len);
         }
@@ -464,6 +503,19 @@ impl Decoder {
     /// tree's accepted path and a grown tree's rows come: the GPU step's compaction in one launch
     /// refuses any other order), moved to sit right after `base`.
     pub fn keep(&mut self, base: usize, rows: &[usize]) -> Result<()> {
+        for r in self.recurrent.iter_mut().flatten() {
+            r.keep(base, rows)?;
+        }
+        if self
+            .recurrent
+            .iter()
+            .flatten()
+            .any(|r| r.len() != base + rows.len())
+        {
+            // A block too long to keep its rows' inputs: the sequence starts over.
+            self.reset();
+            return Ok(());
+        }
         // The GPU step moves every layer's rows (and their f16 shadows) in one launch.
         if let Some(step) = self.step.as_mut() {
             for c in &self.caches {
@@ -616,6 +668,10 @@ impl Decoder {
             )));
         }
 
+        let parents = match self.cfg.linear.is_some() {
+            true => Some(block_parents(batch)?),
+            false => None,
+        };
         let visible = VisibleKeys::new(batch.mask.as_ref(), batch.past.as_ref(), n, prefix);
         let distinct = {
             let mut rows = batch.logits_rows.clone();
@@ -658,7 +714,7 @@ impl Decoder {
         let mut x = self.embed(&batch.tokens)?;
         let mut hidden = vec![None; batch.hidden_layers.len()];
         for li in 0..self.layers.len() {
-            x = self.layer_forward(li, &x, &cos, &sin, &mask)?;
+            x = self.layer_forward(li, &x, (&cos, &sin), &mask, parents.as_deref())?;
             for (slot, &want) in batch.hidden_layers.iter().enumerate() {
                 if want == li {
                     hidden[slot] = Some(x.clone());
@@ -694,12 +750,55 @@ impl Decoder {
         &mut self,
         li: usize,
         x: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
+        (cos, sin): (&Tensor, &Tensor),
         mask: &Visibility,
+        parents: Option<&[Option<usize>]>,
     ) -> Result<Tensor> {
-        self.layers[li].forward_cached(x, cos, sin, &mut self.caches[li], mask)
+        let layer = &self.layers[li];
+        match (&layer.mixer, self.recurrent[li].as_mut(), parents) {
+            (Mixer::GatedDelta(g), Some(state), Some(parents)) => {
+                let mixed = state.forward(g, &layer.attn_norm(x)?, parents)?;
+                self.caches[li].advance(parents.len())?;
+                layer.mlp.forward(&(x + mixed)?)
+            }
+            _ => layer.forward_cached(x, cos, sin, &mut self.caches[li], mask),
+        }
     }
+}
+
+/// Each row's parent in a block for a hybrid model's Gated DeltaNet layers: the previous row of
+/// a causal block, a tree's parent node (the deepest ancestor its mask grants), `None` for a row
+/// that follows the cached rows. The recurrence reads the whole path of a row, so a mask must
+/// be a tree's (each row sees its parent and exactly its parent's ancestors), and no row may see
+/// a cached row past the committed prefix (a tree grown over several passes).
+fn block_parents(batch: &Batch) -> Result<Vec<Option<usize>>> {
+    let n = batch.tokens.len();
+    if batch.past.is_some() {
+        return Err(Error::InvalidArgument(
+            "a hybrid model's recurrent layers take a block's parents within the block (no past \
+             mask)"
+                .into(),
+        ));
+    }
+    let Some(m) = &batch.mask else {
+        return Ok((0..n).map(|i| i.checked_sub(1)).collect());
+    };
+    let mut parents = Vec::with_capacity(n);
+    for i in 0..n {
+        let parent = (0..i).rev().find(|&j| m.allows(i, j));
+        let tree = (0..i).all(|j| {
+            let want = Some(j) == parent || parent.is_some_and(|p| m.allows(p, j));
+            m.allows(i, j) == want
+        });
+        if !tree {
+            return Err(Error::InvalidArgument(format!(
+                "row {i} of the block does not see exactly its parent and the parent's \
+                 ancestors: a hybrid model verifies trees and chains only"
+            )));
+        }
+        parents.push(parent);
+    }
+    Ok(parents)
 }
 
 /// Apply RoPE to `x` `[heads, rows, head_dim]` with per-row tables `[rows, head_dim / 2]`.
@@ -712,16 +811,16 @@ pub fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor, style: RopeStyle) -> R
     Ok(y.squeeze(0)?)
 }
 
-/// cos and sin tables `[context, head_dim / 2]`.
+/// cos and sin tables `[context, rotary_dim / 2]`.
 pub fn rope_tables(
     cfg: &ModelConfig,
     context: usize,
     freq_factors: Option<&[f32]>,
     device: &Device,
 ) -> Result<(Tensor, Tensor)> {
-    let half = cfg.head_dim / 2;
+    let half = cfg.rotary_dim / 2;
     let mut inv_freq: Vec<f32> = (0..half)
-        .map(|i| 1.0 / cfg.rope_theta.powf(2.0 * i as f32 / cfg.head_dim as f32))
+        .map(|i| 1.0 / cfg.rope_theta.powf(2.0 * i as f32 / cfg.rotary_dim as f32))
         .collect();
     if let Some(f) = freq_factors {
         if f.len() != half {

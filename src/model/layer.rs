@@ -1,11 +1,15 @@
 //! The parts of a pre-norm decoder layer (RMSNorm, attention with RoPE and grouped-query heads,
 //! SwiGLU MLP), shared by the decoder ([`super::decoder`]), the DFlash drafter and the MTP head,
-//! which run the same blocks over different inputs and caches.
+//! which run the same blocks over different inputs and caches. A hybrid model's layer mixes its
+//! rows by a Gated DeltaNet instead ([`Mixer`], [`super::gated_delta`]); its attention layers
+//! gate their output and rotate part of each head (Qwen3.5).
 
+use crate::error::Error;
 use crate::error::Result;
 use crate::gpu::attention::KeyTable;
 use crate::model::config::{ModelConfig, RopeStyle};
 use crate::model::decoder::apply_rope;
+use crate::model::gated_delta::GatedDeltaNet;
 use crate::model::kv_cache::KvCache;
 use crate::model::visibility::Visibility;
 use crate::model::weights::{Linear, WeightStore};
@@ -83,8 +87,24 @@ impl Projections {
     }
 }
 
+/// An RMSNorm weight `name`, with the config's offset added (`1 + w` norms of Hugging Face
+/// Qwen3.5 checkpoints).
+pub(crate) fn norm_weight(
+    store: &mut WeightStore,
+    name: &str,
+    cfg: &ModelConfig,
+) -> Result<Tensor> {
+    let w = store.get_dense(name)?;
+    match cfg.norm_offset {
+        0.0 => Ok(w),
+        off => Ok((w + off as f64)?),
+    }
+}
+
 /// The attention of a layer: q/k/v projections (Qwen2's biases, Qwen3's per-head q/k norms),
-/// RoPE, grouped-query attention over given K/V, the output projection.
+/// RoPE, grouped-query attention over given K/V, the output projection; for Qwen3.5 the query
+/// projection also gives each head's output gate, and RoPE turns the first `rotary_dim`
+/// dimensions of a head only.
 pub struct Attention {
     pub(crate) qkv: Projections,
     pub(crate) o: Linear,
@@ -93,6 +113,8 @@ pub struct Attention {
     n_heads: usize,
     n_kv_heads: usize,
     head_dim: usize,
+    rotary_dim: usize,
+    gated: bool,
     eps: f32,
     rope: RopeStyle,
 }
@@ -102,10 +124,12 @@ impl Attention {
     pub fn load(store: &mut WeightStore, blk: &str, cfg: &ModelConfig) -> Result<Self> {
         let (h, hd) = (cfg.hidden, cfg.head_dim);
         let (q_out, kv_out) = (cfg.n_heads * hd, cfg.n_kv_heads * hd);
+        // With an output gate the query rows are [query | gate] per head: twice as many.
+        let q_rows = if cfg.attn_gate { 2 * q_out } else { q_out };
         let qkv = Projections::load(
             store,
             blk,
-            &[("attn_q", q_out), ("attn_k", kv_out), ("attn_v", kv_out)],
+            &[("attn_q", q_rows), ("attn_k", kv_out), ("attn_v", kv_out)],
             h,
             cfg.qkv_bias,
         )?;
@@ -115,8 +139,16 @@ impl Attention {
         )?;
         let (q_norm, k_norm) = if cfg.qk_norm {
             (
-                Some(store.get_dense(&format!("{blk}.attn_q_norm.weight"))?),
-                Some(store.get_dense(&format!("{blk}.attn_k_norm.weight"))?),
+                Some(norm_weight(
+                    store,
+                    &format!("{blk}.attn_q_norm.weight"),
+                    cfg,
+                )?),
+                Some(norm_weight(
+                    store,
+                    &format!("{blk}.attn_k_norm.weight"),
+                    cfg,
+                )?),
             )
         } else {
             (None, None)
@@ -129,6 +161,8 @@ impl Attention {
             n_heads: cfg.n_heads,
             n_kv_heads: cfg.n_kv_heads,
             head_dim: hd,
+            rotary_dim: cfg.rotary_dim,
+            gated: cfg.attn_gate,
             eps: cfg.rms_eps as f32,
             rope: cfg.rope_style,
         })
@@ -150,21 +184,64 @@ impl Attention {
             Some(w) => candle_nn::ops::rms_norm(&x.contiguous()?, w, self.eps)?,
             None => x,
         };
-        apply_rope(&x.transpose(0, 1)?, cos, sin, self.rope)
+        let x = x.transpose(0, 1)?;
+        if self.rotary_dim == self.head_dim {
+            return apply_rope(&x, cos, sin, self.rope);
+        }
+        // Partial RoPE: the first rotary_dim dimensions turned, the rest as they are.
+        let rd = self.rotary_dim;
+        let turned = apply_rope(&x.narrow(2, 0, rd)?, cos, sin, self.rope)?;
+        let rest = x.narrow(2, rd, self.head_dim - rd)?;
+        Ok(Tensor::cat(&[&turned, &rest], 2)?.contiguous()?)
     }
 
     /// Queries `[heads, n, hd]` and keys and values `[kv_heads, n, hd]` of the normalised input
     /// `x` `[n, hidden]`, rotated with the per-row tables `cos`, `sin` `[n, hd / 2]`.
     pub fn qkv(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+        let (q, k, v, _) = self.qkv_gate(x, cos, sin)?;
+        Ok((q, k, v))
+    }
+
+    /// [`Attention::qkv`] and, for a gated attention, each row's output gate `[n, heads * hd]`.
+    pub fn qkv_gate(
+        &self,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+    ) -> Result<(Tensor, Tensor, Tensor, Option<Tensor>)> {
         let p = self.qkv.forward(x)?;
-        let q = self.heads(&p[0], self.n_heads, self.q_norm.as_ref(), cos, sin)?;
+        let n = x.dim(0)?;
+        let (query, gate) = match self.gated {
+            true => {
+                let both = p[0].reshape((n, self.n_heads, 2 * self.head_dim))?;
+                let q = both.narrow(2, 0, self.head_dim)?;
+                let g = both.narrow(2, self.head_dim, self.head_dim)?;
+                let g = g.contiguous()?.reshape((n, self.n_heads * self.head_dim))?;
+                (
+                    q.contiguous()?.reshape((n, self.n_heads * self.head_dim))?,
+                    Some(g),
+                )
+            }
+            false => (p[0].clone(), None),
+        };
+        let q = self.heads(&query, self.n_heads, self.q_norm.as_ref(), cos, sin)?;
         let k = self.heads(&p[1], self.n_kv_heads, self.k_norm.as_ref(), cos, sin)?;
         let n = x.dim(0)?;
         let v = p[2]
             .reshape((n, self.n_kv_heads, self.head_dim))?
             .transpose(0, 1)?
             .contiguous()?;
-        Ok((q, k, v))
+        Ok((q, k, v, gate))
+    }
+
+    /// The output projection of the attention's mixed rows `[n, heads * hd]`, gated where the
+    /// layer gates (`mixed * sigmoid(gate)`).
+    fn output(&self, mixed: Tensor, gate: Option<&Tensor>) -> Result<Tensor> {
+        let mixed = match gate {
+            Some(g) => (mixed * candle_nn::ops::sigmoid(g)?)?,
+            None => mixed,
+        };
+        self.o.forward(&mixed)
     }
 
     /// Grouped-query attention of `q` `[heads, n, hd]` over `k`, `v` `[kv_heads, total, hd]`,
@@ -177,8 +254,7 @@ impl Attention {
         v: &Tensor,
         mask: Option<&Tensor>,
     ) -> Result<Tensor> {
-        self.o
-            .forward(&grouped_attention(q, k, v, mask, self.n_kv_heads)?)
+        self.output(grouped_attention(q, k, v, mask, self.n_kv_heads)?, None)
     }
 
     /// As [`Attention::attend`], each row over the keys `table` lists for it, through treespec's
@@ -190,7 +266,7 @@ impl Attention {
         v: &Tensor,
         table: &KeyTable,
     ) -> Result<Tensor> {
-        self.o.forward(&crate::gpu::attention(q, k, v, table)?)
+        self.output(crate::gpu::attention(q, k, v, table)?, None)
     }
 }
 
@@ -244,7 +320,7 @@ impl Mlp {
             None,
         )?;
         Ok(Mlp {
-            norm: store.get_dense(&format!("{blk}.ffn_norm.weight"))?,
+            norm: norm_weight(store, &format!("{blk}.ffn_norm.weight"), cfg)?,
             gate_up,
             down,
             eps: cfg.rms_eps as f32,
@@ -260,49 +336,86 @@ impl Mlp {
     }
 }
 
-/// One pre-norm decoder layer: `x += attn(norm(x)); x += mlp(norm(x))`. The caller runs the
-/// attention (it owns the K/V cache).
+/// What mixes a layer's rows: attention over the K/V cache, or a Gated DeltaNet's recurrence.
+pub enum Mixer {
+    /// Attention (the K/V cache is the caller's).
+    Attention(Attention),
+    /// A Gated DeltaNet (its recurrent state is the caller's, [`crate::model::gated_delta`]).
+    GatedDelta(GatedDeltaNet),
+}
+
+/// One pre-norm decoder layer: `x += mix(norm(x)); x += mlp(norm(x))`. The caller runs the
+/// mixer (it owns the K/V cache or the recurrent state).
 pub struct DecoderLayer {
     pub(crate) attn_norm: Tensor,
     eps: f32,
-    /// The attention.
-    pub attn: Attention,
+    /// The attention or the Gated DeltaNet.
+    pub mixer: Mixer,
     /// The MLP with its norm.
     pub mlp: Mlp,
 }
 
 impl DecoderLayer {
-    /// The layer's weights as the GPU step reads them.
-    pub(crate) fn step_weights(&self) -> crate::gpu::step::LayerWeights<'_> {
-        crate::gpu::step::LayerWeights {
-            attn_norm: &self.attn_norm,
-            qkv: self.attn.qkv.linears(),
-            q_norm: self.attn.q_norm.as_ref(),
-            k_norm: self.attn.k_norm.as_ref(),
-            o: &self.attn.o,
-            ffn_norm: &self.mlp.norm,
-            gate_up: self.mlp.gate_up.linears(),
-            down: &self.mlp.down,
+    /// The layer's attention (an error for a Gated DeltaNet layer).
+    pub fn attn(&self) -> Result<&Attention> {
+        match &self.mixer {
+            Mixer::Attention(a) => Ok(a),
+            Mixer::GatedDelta(_) => Err(Error::Config(
+                "a Gated DeltaNet layer where an attention layer was expected".into(),
+            )),
         }
     }
 
-    /// Load the layer whose GGUF names start `{blk}.` (`blk.3` for the decoder's fourth layer).
+    /// The layer's weights as the GPU step reads them (`None` for a Gated DeltaNet layer, which
+    /// the step does not run).
+    pub(crate) fn step_weights(&self) -> Option<crate::gpu::step::LayerWeights<'_>> {
+        let Mixer::Attention(attn) = &self.mixer else {
+            return None;
+        };
+        Some(crate::gpu::step::LayerWeights {
+            attn_norm: &self.attn_norm,
+            qkv: attn.qkv.linears(),
+            q_norm: attn.q_norm.as_ref(),
+            k_norm: attn.k_norm.as_ref(),
+            o: &attn.o,
+            ffn_norm: &self.mlp.norm,
+            gate_up: self.mlp.gate_up.linears(),
+            down: &self.mlp.down,
+        })
+    }
+
+    /// Load the attention layer whose GGUF names start `{blk}.` (`blk.3` for a decoder's fourth
+    /// layer).
     pub fn load(store: &mut WeightStore, blk: &str, cfg: &ModelConfig) -> Result<Self> {
+        Self::load_as(store, blk, cfg, false)
+    }
+
+    /// Load the layer `{blk}.`, a Gated DeltaNet layer where `linear`.
+    pub fn load_as(
+        store: &mut WeightStore,
+        blk: &str,
+        cfg: &ModelConfig,
+        linear: bool,
+    ) -> Result<Self> {
+        let mixer = match linear {
+            true => Mixer::GatedDelta(GatedDeltaNet::load(store, blk, cfg)?),
+            false => Mixer::Attention(Attention::load(store, blk, cfg)?),
+        };
         Ok(DecoderLayer {
-            attn_norm: store.get_dense(&format!("{blk}.attn_norm.weight"))?,
+            attn_norm: norm_weight(store, &format!("{blk}.attn_norm.weight"), cfg)?,
             eps: cfg.rms_eps as f32,
-            attn: Attention::load(store, blk, cfg)?,
+            mixer,
             mlp: Mlp::load(store, blk, cfg)?,
         })
     }
 
-    /// The input of the attention: `norm(x)`.
+    /// The input of the mixer: `norm(x)`.
     pub fn attn_norm(&self, x: &Tensor) -> Result<Tensor> {
         Ok(candle_nn::ops::rms_norm(x, &self.attn_norm, self.eps)?)
     }
 
-    /// The whole layer over new rows `x` `[n, hidden]` at the rotations `cos`, `sin`: their K/V
-    /// appended to `cache`, each row attending to the cached rows `visible` grants it.
+    /// An attention layer over new rows `x` `[n, hidden]` at the rotations `cos`, `sin`: their
+    /// K/V appended to `cache`, each row attending to the cached rows `visible` grants it.
     pub fn forward_cached(
         &self,
         x: &Tensor,
@@ -311,14 +424,16 @@ impl DecoderLayer {
         cache: &mut KvCache,
         visible: &Visibility,
     ) -> Result<Tensor> {
+        let attn = self.attn()?;
         let h = self.attn_norm(x)?;
-        let (q, k, v) = self.attn.qkv(&h, cos, sin)?;
+        let (q, k, v, gate) = attn.qkv_gate(&h, cos, sin)?;
         cache.append(&k, &v)?;
         let (kc, vc) = cache.view()?;
         let mixed = match visible {
-            Visibility::Dense(m) => self.attn.attend(&q, &kc, &vc, m.as_ref())?,
-            Visibility::Listed(t) => self.attn.attend_listed(&q, &kc, &vc, t)?,
+            Visibility::Dense(m) => grouped_attention(&q, &kc, &vc, m.as_ref(), attn.n_kv_heads)?,
+            Visibility::Listed(t) => crate::gpu::attention(&q, &kc, &vc, t)?,
         };
+        let mixed = attn.output(mixed, gate.as_ref())?;
         self.mlp.forward(&(x + mixed)?)
     }
 }

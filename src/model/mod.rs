@@ -5,6 +5,7 @@ pub mod chat_template;
 pub mod config;
 pub mod decoder;
 pub mod draft_vocab;
+pub mod gated_delta;
 pub mod kv_cache;
 pub mod layer;
 pub mod mtp;

@@ -295,11 +295,14 @@ impl MtpHead {
             return Ok(None);
         }
         if self.step.is_none() {
+            let Some(block) = self.block.step_weights() else {
+                return Ok(None);
+            };
             let built = GpuStep::new(
                 &StepWeights {
                     cfg: &self.cfg,
                     embed: target.embedding(),
-                    layers: vec![self.block.step_weights()],
+                    layers: vec![block],
                     norm: &self.final_norm,
                     lm_head: target.lm_head_weights(),
                     cos: &self.cos,

@@ -97,7 +97,13 @@ impl WeightStore {
                 path: first.clone(),
                 reason: candle_message(&e),
             })?;
-        let prefix = if tensors.get("model.embed_tokens.weight").is_ok()
+        // Qwen3.5's checkpoints wrap the decoder in a vision-language model.
+        let prefix = if tensors
+            .get("model.language_model.embed_tokens.weight")
+            .is_ok()
+        {
+            "model.language_model.".to_string()
+        } else if tensors.get("model.embed_tokens.weight").is_ok()
             || tensors.get("model.layers.0.input_layernorm.weight").is_ok()
             || tensors.get("model.mtp_layers.0.input_proj.weight").is_ok()
         {
@@ -116,6 +122,11 @@ impl WeightStore {
             quantize_dense: false,
             half_matrices: false,
         })
+    }
+
+    /// Whether the tensors are a Hugging Face checkpoint's (their names and conventions).
+    pub fn hugging_face(&self) -> bool {
+        matches!(self.backing, Backing::Safetensors { .. })
     }
 
     /// Tensors held in memory under GGUF names (tests build random models this way).
@@ -337,6 +348,21 @@ const LAYER_MODULES: &[(&str, &str)] = &[
     ("token_norm", "token_layernorm"),
     ("hidden_norm", "hidden_layernorm"),
     ("final_norm", "final_layernorm"),
+    // Qwen3.5's Gated DeltaNet layers (llama.cpp's names; `ssm_a` and `ssm_dt.bias` below).
+    ("attn_qkv", "linear_attn.in_proj_qkv"),
+    ("attn_gate", "linear_attn.in_proj_z"),
+    ("ssm_beta", "linear_attn.in_proj_b"),
+    ("ssm_alpha", "linear_attn.in_proj_a"),
+    ("ssm_conv1d", "linear_attn.conv1d"),
+    ("ssm_norm", "linear_attn.norm"),
+    ("ssm_out", "linear_attn.out_proj"),
+];
+
+/// GGUF names of a Gated DeltaNet layer's vectors whose Hugging Face names are not module
+/// weights: `A_log` (llama.cpp stores `-exp(A_log)` as `ssm_a`) and `dt_bias`.
+const LAYER_VECTORS: &[(&str, &str)] = &[
+    ("ssm_a", "linear_attn.A_log"),
+    ("ssm_dt.bias", "linear_attn.dt_bias"),
 ];
 
 /// GGUF prefixes of layer tensors and their Hugging Face prefixes: decoder layers and MiMo's MTP
@@ -359,6 +385,9 @@ pub fn hf_name(gguf: &str, prefix: &str) -> String {
         else {
             continue;
         };
+        if let Some((_, hf)) = LAYER_VECTORS.iter().find(|(g, _)| *g == tail) {
+            return format!("{prefix}{hf_stem}{layer}.{hf}");
+        }
         let (stem, suffix) = tail.rsplit_once('.').unwrap_or((tail, "weight"));
         let module = LAYER_MODULES
             .iter()
@@ -744,6 +773,15 @@ mod tests {
                 }
             }
         }
+        // Qwen3.5's Gated DeltaNet vectors, which are not module weights in a checkpoint.
+        assert_eq!(
+            hf_name("blk.2.ssm_a", "model."),
+            "model.layers.2.linear_attn.A_log"
+        );
+        assert_eq!(
+            hf_name("blk.2.ssm_dt.bias", ""),
+            "layers.2.linear_attn.dt_bias"
+        );
         assert_eq!(gguf_layer_name("model.embed_tokens.weight"), None);
         assert_eq!(gguf_layer_name("lm_head.weight"), None);
         assert_eq!(gguf_layer_name("model.layers.x.mlp.up_proj.weight"), None);

@@ -1,0 +1,475 @@
+//! The Gated DeltaNet layer of Qwen3.5 / 3.6 hybrid models ("linear attention"), and its
+//! recurrent state kept so that a speculative block, a chain or a draft tree, can be verified in
+//! one pass and only its accepted path committed.
+//!
+//! Paper: Yang, Kautz and Hatamizadeh, "Gated Delta Networks: Improving Mamba2 with Delta Rule",
+//! arXiv:2412.06464. Reference implementations: Hugging Face transformers'
+//! `models/qwen3_5/modeling_qwen3_5.py` (`Qwen3_5GatedDeltaNet`, `torch_recurrent_gated_delta_rule`,
+//! `Qwen3_5RMSNormGated`); llama.cpp's `src/models/qwen35.cpp`.
+//!
+//! Per row t, with `x_t` the layer's normed input:
+//!
+//! ```text
+//! c_t = in_proj_qkv(x_t)                      channels [q (key heads) | k | v]
+//! u_t = silu(sum_j conv[., j] * c_{t-K+1+j})   a causal depthwise convolution over the row's path
+//! q, k = l2norm(q), l2norm(k); q /= sqrt(dk)
+//! beta = sigmoid(in_proj_b(x_t)), g = -exp(A_log) * softplus(in_proj_a(x_t) + dt_bias)
+//! per value head h (key head h / (v_heads / k_heads)), state S [dk, dv]:
+//!   S = S * exp(g);  S += k (beta (v - S^T k))^T;  o = S^T q
+//! out = out_proj(rmsnorm(o) * w * silu(in_proj_z(x_t)))   per value head
+//! ```
+//!
+//! Each row of a block continues the state of its parent row (its predecessor in a chain, its
+//! parent node in a tree), or the committed state for the block's roots: this is the per-node
+//! recurrence, exact for any tree, and the oracle the chunked tree form of a GPU kernel must
+//! match (`../shared/research/hybrid-targets.md` §6.2). The state after a row is never stored
+//! for long: a block keeps, per row, what it takes to redo the row (its convolution input and
+//! its `a`, `b` projections), and committing a path replays those rows from the committed state
+//! with the same arithmetic, so the committed state is bit for bit what a one-row step reaches.
+
+use crate::error::{Error, Result};
+use crate::model::config::{LinearAttention, ModelConfig};
+use crate::model::weights::{Linear, WeightStore};
+use candle_core::{DType, Device, Tensor};
+
+/// The recurrent state of one Gated DeltaNet layer for a sequence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GdnState {
+    /// Per value head the `[dk, dv]` state, row-major.
+    s: Vec<f32>,
+    /// The convolution's last `K - 1` inputs, oldest first, `C` channels each.
+    window: Vec<f32>,
+}
+
+/// What a row of a block leaves to redo it: its convolution input and its gate projections.
+#[derive(Debug, Clone)]
+struct RowInput {
+    c: Vec<f32>,
+    a: Vec<f32>,
+    b: Vec<f32>,
+}
+
+/// A Gated DeltaNet layer's weights (its input norm and MLP are the decoder layer's).
+pub struct GatedDeltaNet {
+    qkv: Linear,
+    z: Linear,
+    b: Linear,
+    a: Linear,
+    out: Linear,
+    /// `[C][K]`: channel c's taps, oldest input first.
+    conv: Vec<f32>,
+    /// `-exp(A_log)` per value head.
+    a_neg: Vec<f32>,
+    dt_bias: Vec<f32>,
+    /// The output norm's weight (plain `w`, no offset), `[dv]`.
+    norm: Vec<f32>,
+    shape: LinearAttention,
+    eps: f32,
+}
+
+impl GatedDeltaNet {
+    /// Load the layer whose GGUF names start `{blk}.` (`attn_qkv`, `attn_gate`, `ssm_beta`,
+    /// `ssm_alpha`, `ssm_conv1d`, `ssm_a`, `ssm_dt.bias`, `ssm_norm`, `ssm_out`; a Hugging Face
+    /// checkpoint's `linear_attn.*` names through the store).
+    pub fn load(store: &mut WeightStore, blk: &str, cfg: &ModelConfig) -> Result<Self> {
+        let shape = cfg
+            .linear
+            .clone()
+            .ok_or_else(|| Error::Config("a Gated DeltaNet layer in a model without".into()))?;
+        let (h, hv) = (cfg.hidden, shape.v_heads);
+        let (ch, vd) = (shape.conv_channels(), shape.v_heads * shape.v_dim);
+        let name = |s: &str| format!("{blk}.{s}");
+        let linear = |store: &mut WeightStore, s: &str, rows: usize, cols: usize| {
+            Linear::new(store.get_checked(&name(s), &[rows, cols])?, None)
+        };
+        let host = |store: &mut WeightStore, s: &str| -> Result<Vec<f32>> {
+            Ok(store
+                .get_dense(&name(s))?
+                .to_device(&Device::Cpu)?
+                .to_dtype(DType::F32)?
+                .flatten_all()?
+                .to_vec1::<f32>()?)
+        };
+        let conv = host(store, "ssm_conv1d.weight")?;
+        if conv.len() != ch * shape.conv {
+            return Err(Error::Config(format!(
+                "{blk}: a convolution of {} values for {ch} channels of {} taps",
+                conv.len(),
+                shape.conv
+            )));
+        }
+        let a = host(store, "ssm_a")?;
+        // Hugging Face stores A_log; llama.cpp's GGUF stores -exp(A_log).
+        let a_neg = match store.hugging_face() {
+            true => a.iter().map(|v| -v.exp()).collect(),
+            false => a,
+        };
+        let dt_bias = host(store, "ssm_dt.bias")?;
+        let norm = host(store, "ssm_norm.weight")?;
+        if a_neg.len() != hv || dt_bias.len() != hv || norm.len() != shape.v_dim {
+            return Err(Error::Config(format!(
+                "{blk}: gate vectors of {} and {} values and a norm of {} for {hv} value heads of {}",
+                a_neg.len(),
+                dt_bias.len(),
+                norm.len(),
+                shape.v_dim
+            )));
+        }
+        Ok(GatedDeltaNet {
+            qkv: linear(store, "attn_qkv.weight", ch, h)?,
+            z: linear(store, "attn_gate.weight", vd, h)?,
+            b: linear(store, "ssm_beta.weight", hv, h)?,
+            a: linear(store, "ssm_alpha.weight", hv, h)?,
+            out: linear(store, "ssm_out.weight", h, vd)?,
+            conv,
+            a_neg,
+            dt_bias,
+            norm,
+            shape,
+            eps: cfg.rms_eps as f32,
+        })
+    }
+
+    /// The state of an empty sequence.
+    pub fn zero_state(&self) -> GdnState {
+        let l = &self.shape;
+        GdnState {
+            s: vec![0.0; l.v_heads * l.k_dim * l.v_dim],
+            window: vec![0.0; (l.conv - 1) * l.conv_channels()],
+        }
+    }
+
+    /// Advance `st` by one row (`input`), returning the row's output per value head `[hv * dv]`
+    /// (before the gated norm).
+    fn step(&self, st: &mut GdnState, input: &RowInput) -> Vec<f32> {
+        let l = &self.shape;
+        let (ch, taps) = (l.conv_channels(), l.conv);
+        // The convolution over the window and this row's input, then SiLU.
+        let mut u = vec![0f32; ch];
+        for (c, uc) in u.iter_mut().enumerate() {
+            let w = &self.conv[c * taps..(c + 1) * taps];
+            let mut acc = 0f32;
+            for (j, &wj) in w[..taps - 1].iter().enumerate() {
+                acc += wj * st.window[j * ch + c];
+            }
+            acc += w[taps - 1] * input.c[c];
+            *uc = acc / (1.0 + (-acc).exp());
+        }
+        if taps > 1 {
+            st.window.copy_within(ch.., 0);
+            let last = (taps - 2) * ch;
+            st.window[last..].copy_from_slice(&input.c);
+        }
+        let (kd, vd) = (l.k_dim, l.v_dim);
+        let (q_all, rest) = u.split_at_mut(l.k_heads * kd);
+        let (k_all, v_all) = rest.split_at_mut(l.k_heads * kd);
+        let l2 = |x: &mut [f32]| {
+            let ss: f32 = x.iter().map(|v| v * v).sum();
+            let inv = 1.0 / (ss + 1e-6).sqrt();
+            x.iter_mut().for_each(|v| *v *= inv);
+        };
+        let scale = 1.0 / (kd as f32).sqrt();
+        for hk in 0..l.k_heads {
+            let q = &mut q_all[hk * kd..(hk + 1) * kd];
+            l2(q);
+            q.iter_mut().for_each(|v| *v *= scale);
+            l2(&mut k_all[hk * kd..(hk + 1) * kd]);
+        }
+        let group = l.v_heads / l.k_heads;
+        let mut o = vec![0f32; l.v_heads * vd];
+        for h in 0..l.v_heads {
+            let hk = h / group;
+            let (q, k) = (
+                &q_all[hk * kd..(hk + 1) * kd],
+                &k_all[hk * kd..(hk + 1) * kd],
+            );
+            let v = &v_all[h * vd..(h + 1) * vd];
+            let beta = 1.0 / (1.0 + (-input.b[h]).exp());
+            let x = input.a[h] + self.dt_bias[h];
+            let softplus = if x > 20.0 { x } else { x.exp().ln_1p() };
+            let decay = (self.a_neg[h] * softplus).exp();
+            let s = &mut st.s[h * kd * vd..(h + 1) * kd * vd];
+            s.iter_mut().for_each(|x| *x *= decay);
+            // delta = beta (v - S^T k); S += k delta^T; o = S^T q
+            let mut delta = v.to_vec();
+            for i in 0..kd {
+                let row = &s[i * vd..(i + 1) * vd];
+                for (d, &sv) in delta.iter_mut().zip(row) {
+                    *d -= sv * k[i];
+                }
+            }
+            delta.iter_mut().for_each(|d| *d *= beta);
+            for i in 0..kd {
+                let row = &mut s[i * vd..(i + 1) * vd];
+                for (sv, &d) in row.iter_mut().zip(&delta) {
+                    *sv += k[i] * d;
+                }
+            }
+            let oh = &mut o[h * vd..(h + 1) * vd];
+            for i in 0..kd {
+                let row = &s[i * vd..(i + 1) * vd];
+                for (ov, &sv) in oh.iter_mut().zip(row) {
+                    *ov += sv * q[i];
+                }
+            }
+        }
+        o
+    }
+
+    /// The rows of a block (`x` the layer's normed input `[n, hidden]`), row i continuing the
+    /// state after row `parents[i]` (an earlier row) or `start` (`None`): the layer's output
+    /// `[n, hidden]`, each row's input for a later replay, and the state after the last row when
+    /// the block is a chain (every row the previous one's child).
+    fn run(
+        &self,
+        x: &Tensor,
+        parents: &[Option<usize>],
+        start: &GdnState,
+    ) -> Result<(Tensor, Vec<RowInput>, Option<GdnState>)> {
+        let n = parents.len();
+        let device = x.device().clone();
+        let host = |t: Tensor| -> Result<Vec<f32>> {
+            Ok(t.to_device(&Device::Cpu)?
+                .to_dtype(DType::F32)?
+                .flatten_all()?
+                .to_vec1::<f32>()?)
+        };
+        let l = &self.shape;
+        let (ch, hv, vd) = (l.conv_channels(), l.v_heads, l.v_dim);
+        let c = host(self.qkv.forward(x)?)?;
+        let z = host(self.z.forward(x)?)?;
+        let a = host(self.a.forward(x)?)?;
+        let b = host(self.b.forward(x)?)?;
+        let inputs: Vec<RowInput> = (0..n)
+            .map(|i| RowInput {
+                c: c[i * ch..(i + 1) * ch].to_vec(),
+                a: a[i * hv..(i + 1) * hv].to_vec(),
+                b: b[i * hv..(i + 1) * hv].to_vec(),
+            })
+            .collect();
+        // The last row that continues each row: a row's state is dropped after it.
+        let mut last_child = vec![None; n];
+        for (i, p) in parents.iter().enumerate() {
+            if let Some(p) = *p {
+                if p >= i {
+                    return Err(Error::InvalidArgument(format!(
+                        "row {i} continues row {p}, which does not come before it"
+                    )));
+                }
+                last_child[p] = Some(i);
+            }
+        }
+        let mut states: Vec<Option<GdnState>> = vec![None; n];
+        let mut gated = vec![0f32; n * hv * vd];
+        for i in 0..n {
+            let mut st = match parents[i] {
+                Some(p) => states[p]
+                    .clone()
+                    .ok_or_else(|| Error::Device(format!("row {i}: its parent's state is gone")))?,
+                None => start.clone(),
+            };
+            let o = self.step(&mut st, &inputs[i]);
+            // The gated norm per value head: rmsnorm(o) * w * silu(z).
+            for h in 0..hv {
+                let oh = &o[h * vd..(h + 1) * vd];
+                let zh = &z[(i * hv + h) * vd..(i * hv + h + 1) * vd];
+                let ms: f32 = oh.iter().map(|v| v * v).sum::<f32>() / vd as f32;
+                let inv = 1.0 / (ms + self.eps).sqrt();
+                let out = &mut gated[(i * hv + h) * vd..(i * hv + h + 1) * vd];
+                for d in 0..vd {
+                    let silu = zh[d] / (1.0 + (-zh[d]).exp());
+                    out[d] = oh[d] * inv * self.norm[d] * silu;
+                }
+            }
+            if let Some(p) = parents[i] {
+                if last_child[p] == Some(i) {
+                    states[p] = None;
+                }
+            }
+            if last_child[i].is_some() || i + 1 == n {
+                states[i] = Some(st);
+            }
+        }
+        let chain = parents
+            .iter()
+            .enumerate()
+            .all(|(i, p)| *p == i.checked_sub(1));
+        let last = if chain { states[n - 1].take() } else { None };
+        let gated = Tensor::from_vec(gated, (n, hv * vd), &device)?;
+        Ok((self.out.forward(&gated)?, inputs, last))
+    }
+}
+
+/// Rows of a block up to which each row's input is kept for a later commit of part of it (a
+/// verify pass's chain or tree); a longer block (a prompt) keeps only the state after it, and a
+/// commit of part of it starts the sequence again.
+pub const STASH_ROWS: usize = 1024;
+
+/// One Gated DeltaNet layer's state for a sequence: the state after the committed rows, and the
+/// last block run, not yet committed (its rows' inputs and parents, or only the state after it).
+#[derive(Debug, Clone)]
+pub struct RecurrentCache {
+    committed: GdnState,
+    /// Rows in `committed`.
+    len: usize,
+    /// The block after them.
+    pending: Option<Pending>,
+    zero: GdnState,
+}
+
+#[derive(Debug, Clone)]
+struct Pending {
+    parents: Vec<Option<usize>>,
+    /// Each row's input, where the block was short enough to keep them.
+    inputs: Option<Vec<RowInput>>,
+    /// The state after the last row, where the block is a chain.
+    last: Option<GdnState>,
+}
+
+impl RecurrentCache {
+    /// An empty sequence's state for `layer`.
+    pub fn new(layer: &GatedDeltaNet) -> Self {
+        let zero = layer.zero_state();
+        RecurrentCache {
+            committed: zero.clone(),
+            len: 0,
+            pending: None,
+            zero,
+        }
+    }
+
+    /// Rows seen (committed and pending).
+    pub fn len(&self) -> usize {
+        self.len + self.pending.as_ref().map_or(0, |p| p.parents.len())
+    }
+
+    /// True when no row has been seen.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Run a block through `layer` after every row seen so far (a pending block taken whole,
+    /// as a new block after it means), row i continuing `parents[i]` or the sequence's last row.
+    pub fn forward(
+        &mut self,
+        layer: &GatedDeltaNet,
+        x: &Tensor,
+        parents: &[Option<usize>],
+    ) -> Result<Tensor> {
+        let seen = self.len();
+        self.commit_first(layer, seen)?;
+        if self.len != seen {
+            return Err(Error::InvalidArgument(
+                "the Gated DeltaNet state was lost (a long block cut short): read the sequence again"
+                    .into(),
+            ));
+        }
+        let (out, inputs, last) = layer.run(x, parents, &self.committed)?;
+        self.pending = Some(Pending {
+            parents: parents.to_vec(),
+            inputs: (parents.len() <= STASH_ROWS).then_some(inputs),
+            last,
+        });
+        Ok(out)
+    }
+
+    /// Fold the pending block's rows into the committed state (all of them: the caller has
+    /// moved past it), or start over where they cannot be replayed.
+    fn commit_first(&mut self, layer: &GatedDeltaNet, upto: usize) -> Result<()> {
+        let Some(p) = self.pending.take() else {
+            return Ok(());
+        };
+        let rows = p.parents.len();
+        debug_assert_eq!(upto, self.len + rows);
+        if let Some(last) = p.last {
+            self.committed = last;
+            self.len += rows;
+            return Ok(());
+        }
+        match &p.inputs {
+            Some(inputs) => {
+                for input in inputs {
+                    layer.step(&mut self.committed, input);
+                }
+                self.len += rows;
+            }
+            None => self.reset(),
+        }
+        Ok(())
+    }
+
+    /// Keep the rows seen up to `len`: the committed ones and the pending block's first rows,
+    /// where they are a chain whose inputs were kept. Any other length cannot be reached again
+    /// (the states are gone): the sequence starts over at 0. Returns the rows kept.
+    pub fn truncate(&mut self, len: usize) -> usize {
+        if len >= self.len() {
+            return self.len();
+        }
+        let Some(mut p) = self.pending.take() else {
+            self.reset();
+            return 0;
+        };
+        let keep = len.saturating_sub(self.len);
+        let chain = (0..keep).all(|i| p.parents[i] == i.checked_sub(1));
+        if len < self.len || !chain || p.inputs.is_none() {
+            self.reset();
+            return 0;
+        }
+        p.parents.truncate(keep);
+        if let Some(inputs) = p.inputs.as_mut() {
+            inputs.truncate(keep);
+        }
+        p.last = None;
+        self.pending = Some(p);
+        self.len()
+    }
+
+    /// Of the pending block, whose first row follows the committed rows at `base`, keep the rows
+    /// `rows` (a path from a root, in order) as the sequence's next rows: a chain, folded into
+    /// the state when the sequence moves past it.
+    pub fn keep(&mut self, base: usize, rows: &[usize]) -> Result<()> {
+        let Some(p) = self.pending.take() else {
+            if rows.is_empty() && base == self.len {
+                return Ok(());
+            }
+            return Err(Error::InvalidArgument(format!(
+                "keep from {base}: no block after the {} committed rows",
+                self.len
+            )));
+        };
+        if base != self.len {
+            self.pending = Some(p);
+            return Err(Error::InvalidArgument(format!(
+                "keep from {base}: the last block starts at {}",
+                self.len
+            )));
+        }
+        for (k, &r) in rows.iter().enumerate() {
+            let want = if k == 0 { None } else { Some(rows[k - 1]) };
+            if r >= p.parents.len() || p.parents[r] != want {
+                self.pending = Some(p);
+                return Err(Error::InvalidArgument(format!(
+                    "keep: rows {rows:?} are not a path from the block's root"
+                )));
+            }
+        }
+        let Some(inputs) = p.inputs else {
+            // A long block kept no inputs: start over (the caller reads the sequence anew).
+            self.reset();
+            return Ok(());
+        };
+        self.pending = Some(Pending {
+            parents: (0..rows.len()).map(|i| i.checked_sub(1)).collect(),
+            inputs: Some(rows.iter().map(|&r| inputs[r].clone()).collect()),
+            last: None,
+        });
+        Ok(())
+    }
+
+    /// Forget the sequence.
+    pub fn reset(&mut self) {
+        self.committed = self.zero.clone();
+        self.len = 0;
+        self.pending = None;
+    }
+}
