@@ -2,7 +2,8 @@
 //! on a tiny random model (`tests/data/qwen35/`, made by `generate.py` there): the logits of every
 //! prefix of a prompt, of every node of a draft tree verified in one pass (each node's reference is
 //! a cache-free forward over the prompt and its path), and of a token after the tree's accepted
-//! path is kept; then the same tree verified as one-row steps along each path.
+//! path is kept; then the same tree verified as one-row steps along each path; the same model as
+//! llama.cpp's converter writes it (GGUF); greedy `linear` and `tree` exactly `ar`'s.
 
 use candle_core::Device;
 use serde::Deserialize;
@@ -419,4 +420,49 @@ fn the_vision_language_layout_reads_alike() {
         g.prefix_logits.last().unwrap(),
     )
     .unwrap();
+}
+
+/// The same model converted by llama.cpp's own `convert_hf_to_gguf.py` (norms + 1, `-exp(A_log)`,
+/// value heads tiled, `post_attention_norm`): the GGUF reader gives transformers' logits too,
+/// for the prompt and for the tree verified in one pass.
+#[test]
+fn the_llama_cpp_gguf_matches_transformers() {
+    let g = golden();
+    let path = dir().join("model.gguf");
+    let content = treespec::model::weights::read_gguf_header(&path).unwrap();
+    let cfg = ModelConfig::from_gguf(&content).unwrap();
+    let l = cfg.linear.as_ref().unwrap();
+    assert!(l.v_tiled && l.layers == vec![true, true, true, false]);
+    assert_eq!((cfg.rotary_dim, cfg.norm_offset), (8, 0.0));
+    let mut store = WeightStore::gguf(&path, content, &Device::Cpu, true).unwrap();
+    let mut d = Decoder::load(&mut store, cfg, 64).unwrap();
+    let rows = d
+        .forward(&Batch::causal(&g.prompt, 0).all_logits())
+        .unwrap()
+        .logits_rows()
+        .unwrap();
+    for (i, (got, want)) in rows.iter().zip(&g.prefix_logits).enumerate() {
+        compare(&format!("GGUF prompt row {i}"), got, want).unwrap();
+    }
+    let base = g.prompt.len();
+    let parents: Vec<Option<usize>> = g
+        .tree
+        .parents
+        .iter()
+        .map(|&p| (p >= 0).then_some(p as usize))
+        .collect();
+    let positions = (0..parents.len())
+        .map(|i| base + depth(&g.tree.parents, i))
+        .collect();
+    let batch = Batch::causal(&g.tree.tokens, base)
+        .with_positions(positions)
+        .with_mask(BlockMask::from_parents(&parents).unwrap())
+        .all_logits();
+    let rows = d.forward(&batch).unwrap().logits_rows().unwrap();
+    for (i, (got, want)) in rows.iter().zip(&g.tree.logits).enumerate() {
+        compare(&format!("GGUF tree node {i}"), got, want).unwrap();
+    }
+    // And as a user opens it: the file's tokenizer and the whole loader.
+    let m = treespec::model::load(path.to_str().unwrap(), &Default::default()).unwrap();
+    assert_eq!(m.decoder.config().vocab_size, 512);
 }

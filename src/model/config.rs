@@ -85,9 +85,20 @@ pub struct LinearAttention {
     pub v_dim: usize,
     /// Width of the causal depthwise convolution over time.
     pub conv: usize,
+    /// Value heads in llama.cpp's GGUF order, "tiled" (value head h reads key head
+    /// `h % k_heads`), where Hugging Face groups them (key head `h / (v_heads / k_heads)`).
+    pub v_tiled: bool,
 }
 
 impl LinearAttention {
+    /// The key head value head `h` reads.
+    pub fn key_head(&self, h: usize) -> usize {
+        match self.v_tiled {
+            true => h % self.k_heads,
+            false => h / (self.v_heads / self.k_heads),
+        }
+    }
+
     /// Channels of the convolution: queries, keys and values.
     pub fn conv_channels(&self) -> usize {
         2 * self.k_heads * self.k_dim + self.v_heads * self.v_dim
@@ -293,14 +304,44 @@ impl ModelConfig {
         cfg.max_position = get_u("context_length").unwrap_or(4096);
         cfg.rope_style = match family {
             Family::Llama => RopeStyle::Interleaved,
-            Family::Qwen2 | Family::Qwen3 => RopeStyle::HalfSplit,
-            Family::Qwen35 => {
-                return Err(Error::Config(
-                    "qwen35 GGUF files are not read yet (Qwen3.5 / 3.6 run from their Hugging                      Face checkpoint)"
-                        .into(),
-                ))
-            }
+            Family::Qwen2 | Family::Qwen3 | Family::Qwen35 => RopeStyle::HalfSplit,
         };
+        if family == Family::Qwen35 {
+            // llama.cpp's converter: norms stored as 1 + w, A as -exp(A_log), the value heads
+            // tiled (research: hybrid-targets.md §2.2-2.3).
+            let state = get_u("ssm.state_size")?;
+            let v_heads = get_u("ssm.time_step_rank")?;
+            let k_heads = get_u("ssm.group_count")?;
+            let layers = match md.get(&key("attention.recurrent_layers")) {
+                Some(gguf_file::Value::Array(a)) => a
+                    .iter()
+                    .map(|v| match v {
+                        gguf_file::Value::Bool(b) => Ok(*b),
+                        _ => Err(Error::Config("recurrent_layers is not a bool array".into())),
+                    })
+                    .collect::<Result<Vec<_>>>()?,
+                _ => {
+                    let interval = get_u("full_attention_interval").unwrap_or(4).max(1);
+                    (0..blocks - nextn)
+                        .map(|i| (i + 1) % interval != 0)
+                        .collect()
+                }
+            };
+            cfg.linear = Some(LinearAttention {
+                layers,
+                k_heads,
+                v_heads,
+                k_dim: state,
+                v_dim: get_u("ssm.inner_size")? / v_heads.max(1),
+                conv: get_u("ssm.conv_kernel")?,
+                v_tiled: k_heads != v_heads,
+            });
+            cfg.rotary_dim = get_u("rope.dimension_count").unwrap_or(head_dim);
+            cfg.attn_gate = true;
+            cfg.qk_norm = true;
+            // The MTP head (`blk.{n}.nextn.*`) of a hybrid is not run yet.
+            cfg.mtp_heads = 0;
+        }
         cfg.mtp_heads = nextn;
         cfg.tie_embeddings = !content.tensor_infos.contains_key("output.weight");
         cfg.qkv_bias = content.tensor_infos.contains_key("blk.0.attn_q.bias");
@@ -452,6 +493,7 @@ impl ModelConfig {
             k_dim: need(raw.linear_key_head_dim, "linear_key_head_dim")?,
             v_dim: need(raw.linear_value_head_dim, "linear_value_head_dim")?,
             conv: raw.linear_conv_kernel_dim.unwrap_or(4),
+            v_tiled: false,
         });
         let factor = partial.or(raw.partial_rotary_factor).unwrap_or(0.25);
         self.rotary_dim = ((self.head_dim as f64 * factor).round() as usize).max(2);

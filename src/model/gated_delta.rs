@@ -175,10 +175,9 @@ impl GatedDeltaNet {
             q.iter_mut().for_each(|v| *v *= scale);
             l2(&mut k_all[hk * kd..(hk + 1) * kd]);
         }
-        let group = l.v_heads / l.k_heads;
         let mut o = vec![0f32; l.v_heads * vd];
         for h in 0..l.v_heads {
-            let hk = h / group;
+            let hk = l.key_head(h);
             let (q, k) = (
                 &q_all[hk * kd..(hk + 1) * kd],
                 &k_all[hk * kd..(hk + 1) * kd],

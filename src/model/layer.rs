@@ -319,8 +319,13 @@ impl Mlp {
             store.get_checked(&format!("{blk}.ffn_down.weight"), &[cfg.hidden, cfg.ffn])?,
             None,
         )?;
+        // llama.cpp names the MLP's norm `post_attention_norm` in Qwen3.5 files.
+        let norm = match store.contains(&format!("{blk}.ffn_norm.weight")) {
+            true => format!("{blk}.ffn_norm.weight"),
+            false => format!("{blk}.post_attention_norm.weight"),
+        };
         Ok(Mlp {
-            norm: norm_weight(store, &format!("{blk}.ffn_norm.weight"), cfg)?,
+            norm: norm_weight(store, &norm, cfg)?,
             gate_up,
             down,
             eps: cfg.rms_eps as f32,

@@ -30,6 +30,9 @@ const END_MARKERS: &[&str] = &[
 
 /// Qwen2's pre-tokenizer split (from its tokenizer.json).
 const REGEX_QWEN2: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Qwen3.5's pre-tokenizer split (GGUF `qwen35`): Qwen2's with combining marks counted as
+/// letters (llama.cpp's `LLAMA_VOCAB_PRE_TYPE_QWEN35`, from the model's tokenizer.json).
+const REGEX_QWEN35: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// Llama 3's pre-tokenizer split (GGUF `llama-bpe`).
 const REGEX_LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
@@ -123,6 +126,10 @@ impl TextTokenizer {
                 tk.with_normalizer(Some(NFC)).map_err(tok_err)?;
                 tk.with_pre_tokenizer(Some(split(REGEX_QWEN2)?));
             }
+            "qwen35" => {
+                tk.with_normalizer(Some(NFC)).map_err(tok_err)?;
+                tk.with_pre_tokenizer(Some(split(REGEX_QWEN35)?));
+            }
             "llama-bpe" | "llama3" | "smaug-bpe" => {
                 tk.with_pre_tokenizer(Some(split(REGEX_LLAMA3)?));
             }
@@ -138,7 +145,7 @@ impl TextTokenizer {
             }
             other => {
                 return Err(tok_err(format!(
-                    "GGUF pre-tokenizer `{other}` is not supported (qwen2, llama-bpe, smollm, gpt2 \
+                    "GGUF pre-tokenizer `{other}` is not supported (qwen2, qwen35, llama-bpe, smollm, gpt2 \
                      are); pass a checkpoint directory with tokenizer.json instead"
                 )))
             }

@@ -10,6 +10,13 @@ its weights in safetensors, and the logits an independent reference gives:
 - `continue`: after accepting a path of the tree, the logits of one more token (what a decoder
   that folded the accepted path into its recurrent state must give).
 
+Then the same model through llama.cpp's own converter (`convert_hf_to_gguf.py` of the llama.cpp
+that llama-cpp-python 0.3.36 vendors; pass its `vendor/llama.cpp` as LLAMA_CPP, `--outtype f32 --no-mtp`: this model has no MTP head):
+`model.gguf`, with llama.cpp's transforms (norms + 1, `-exp(A_log)`, the value heads reordered
+"tiled"), so the GGUF reader is checked against upstream, not against treespec's own reading. The
+tiny BPE tokenizer it needs is trained here; the converter's check of known pre-tokenizers is told
+it is `qwen35`'s (the only change to its behaviour).
+
 The model has more GDN value heads than key heads (grouped value attention) and the torch f32 path
 of transformers (no `fla`, no `causal_conv1d`). Norm weights, the conv, A_log, dt_bias and the
 gated norm are randomised after init (init makes them trivial). Run: `python3 generate.py` (CPU,
@@ -17,6 +24,8 @@ a few seconds); tests read the outputs and never need Python.
 """
 import json
 import os
+import subprocess
+import sys
 
 import torch
 from safetensors.torch import save_file
@@ -118,3 +127,34 @@ golden = {
 with open(os.path.join(here, "golden.json"), "w") as f:
     json.dump(golden, f)
 print("wrote model.safetensors, config.json, golden.json")
+
+# ---- The GGUF, by llama.cpp's converter ----
+llama = os.environ.get("LLAMA_CPP")
+if llama:
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=cfg.vocab_size,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=["<|endoftext|>"],
+    )
+    corpus = [open(__file__).read()] * 4 + ["the quick brown fox jumps over the lazy dog " * 50]
+    tok.train_from_iterator(corpus, trainer)
+    tok.save(os.path.join(here, "tokenizer.json"))
+    with open(os.path.join(here, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>"}, f)
+    wrapper = (
+        "import sys; sys.path.insert(0, %r); sys.path.insert(0, %r)\n"
+        "import conversion.base as b\n"
+        "b.TextModel.get_vocab_base_pre = lambda self, tokenizer: 'qwen35'\n"
+        "import convert_hf_to_gguf as c\n"
+        "sys.argv = ['convert', %r, '--outfile', %r, '--outtype', 'f32', '--no-mtp']\n"
+        "c.main()\n"
+    ) % (os.path.join(llama, "gguf-py"), llama, here, os.path.join(here, "model.gguf"))
+    subprocess.run([sys.executable, "-c", wrapper], check=True)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        os.remove(os.path.join(here, f))
+    print("wrote model.gguf")
