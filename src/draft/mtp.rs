@@ -31,7 +31,8 @@ pub const KIND: &str = "MTP head";
 pub struct MtpDrafter {
     head: MtpHead,
     name: String,
-    /// The target layer whose output (before the final norm) feeds the head: its last.
+    /// The target layer whose output feeds the head (through [`MtpHead::target_hidden`]): its
+    /// last.
     layers: [usize; 1],
     hidden: usize,
     /// Target hidden states of positions `head.len()..`, not yet run through the head, in the
@@ -152,6 +153,7 @@ impl Drafter for MtpDrafter {
             mut pieces if pieces.len() == 1 => pieces.remove(0),
             pieces => Tensor::cat(&pieces, 0)?,
         };
+        let pending = self.head.target_hidden(req.target, &pending)?;
         let rows = pending.dim(0)?;
         if start + rows + 1 != seq.len() {
             return Err(Error::InvalidArgument(format!(

@@ -319,6 +319,8 @@ impl ModelConfig {
                         gguf_file::Value::Bool(b) => Ok(*b),
                         _ => Err(Error::Config("recurrent_layers is not a bool array".into())),
                     })
+                    // The MTP blocks' entries (after the decoder's) are not the decoder's.
+                    .take(blocks - nextn)
                     .collect::<Result<Vec<_>>>()?,
                 _ => {
                     let interval = get_u("full_attention_interval").unwrap_or(4).max(1);
@@ -339,8 +341,6 @@ impl ModelConfig {
             cfg.rotary_dim = get_u("rope.dimension_count").unwrap_or(head_dim);
             cfg.attn_gate = true;
             cfg.qk_norm = true;
-            // The MTP head (`blk.{n}.nextn.*`) of a hybrid is not run yet.
-            cfg.mtp_heads = 0;
         }
         cfg.mtp_heads = nextn;
         cfg.tie_embeddings = !content.tensor_infos.contains_key("output.weight");
@@ -407,7 +407,11 @@ impl ModelConfig {
         cfg.max_position = raw.max_position_embeddings.unwrap_or(4096);
         cfg.tie_embeddings = raw.tie_word_embeddings.unwrap_or(false);
         cfg.qkv_bias = raw.attention_bias.unwrap_or(family == Family::Qwen2);
-        cfg.mtp_heads = raw.num_nextn_predict_layers.unwrap_or(0);
+        cfg.mtp_heads = match family {
+            // Qwen3.5's MTP head (`mtp.*`) is counted apart from the decoder's layers.
+            Family::Qwen35 => raw.mtp_num_hidden_layers.unwrap_or(0),
+            _ => raw.num_nextn_predict_layers.unwrap_or(0),
+        };
         if let Some(scaling) = raw.rope_scaling {
             let kind = scaling
                 .get("rope_type")
@@ -467,7 +471,7 @@ struct HfConfig {
 impl ModelConfig {
     /// The hybrid layers of a Hugging Face Qwen3.5 config (`partial` the rotary factor of
     /// `rope_parameters`, where set): the layer pattern, the Gated DeltaNet sizes, partial RoPE,
-    /// the (1 + w) norms, the MTP layers.
+    /// the (1 + w) norms.
     fn hybrid_from_hf(&mut self, raw: &HfConfig, partial: Option<f64>) -> Result<()> {
         let interval = raw.full_attention_interval.unwrap_or(4).max(1);
         let layers: Vec<bool> = match &raw.layer_types {
@@ -500,10 +504,6 @@ impl ModelConfig {
         self.norm_offset = 1.0;
         self.attn_gate = true;
         self.qk_norm = true;
-        // Qwen3.5's MTP head (`mtp.*`: the embedding first, the post-norm hidden) is not run
-        // yet, so the checkpoint is not offered as its own drafter.
-        let _ = raw.mtp_num_hidden_layers;
-        self.mtp_heads = 0;
         Ok(())
     }
 }

@@ -588,10 +588,20 @@ impl Decoder {
         Ok(self.lm_head.forward(&eye)?.t()?.contiguous()?)
     }
 
+    /// The final norm over hidden states `[n, hidden]` (the last layer's outputs): what the LM
+    /// head reads.
+    pub fn final_norm(&self, hidden: &Tensor) -> Result<Tensor> {
+        let hidden = hidden.to_dtype(DType::F32)?;
+        Ok(candle_nn::ops::rms_norm(
+            &hidden,
+            &self.norm,
+            self.cfg.rms_eps as f32,
+        )?)
+    }
+
     /// Final norm and LM head over hidden states `[n, hidden]`: `[n, vocab]` logits.
     pub fn logits_from_hidden(&self, hidden: &Tensor) -> Result<Tensor> {
-        let x = candle_nn::ops::rms_norm(hidden, &self.norm, self.cfg.rms_eps as f32)?;
-        self.lm_head.forward(&x)
+        self.lm_head.forward(&self.final_norm(hidden)?)
     }
 
     /// Run the new block through the model, appending its K/V to the cache.

@@ -371,12 +371,15 @@ impl DecoderLayer {
         }
     }
 
-    /// The layer's weights as the GPU step reads them (`None` for a Gated DeltaNet layer, which
-    /// the step does not run).
+    /// The layer's weights as the GPU step reads them (`None` for a Gated DeltaNet layer or a
+    /// gated, partly rotated attention layer (Qwen3.5's), which the step does not run).
     pub(crate) fn step_weights(&self) -> Option<crate::gpu::step::LayerWeights<'_>> {
         let Mixer::Attention(attn) = &self.mixer else {
             return None;
         };
+        if attn.gated || attn.rotary_dim != attn.head_dim {
+            return None;
+        }
         Some(crate::gpu::step::LayerWeights {
             attn_norm: &self.attn_norm,
             qkv: attn.qkv.linears(),

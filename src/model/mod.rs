@@ -190,6 +190,11 @@ pub fn load_mtp_head(
         )));
     }
     match files {
+        ModelFiles::Checkpoint(dir) if cfg.family == config::Family::Qwen35 => {
+            let mut store =
+                WeightStore::safetensors(&source::safetensors_files(dir)?, &opts.device)?;
+            mtp::MtpHead::load(&mut store, cfg, mtp::MtpLayout::Qwen35, i, context)
+        }
         ModelFiles::Checkpoint(dir) => {
             load_mimo_head(&source::safetensors_files(dir)?, cfg, i, opts, context)
         }

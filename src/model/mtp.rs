@@ -17,14 +17,20 @@
 //! The first pass over the context pairs position `p` with the target's pre-norm hidden state
 //! `h_p` and the token `x_{p+1}`; a chain continues one position at a time, fed `o` and the token
 //! it drafted. The head shares the target's embedding and LM head.
+//!
+//! Qwen3.5 / 3.6 (`mtp.*` in Hugging Face checkpoints, `blk.{n}.nextn.*` in llama.cpp's GGUF;
+//! reference: vLLM `model_executor/models/qwen3_5_mtp.py`, llama.cpp `src/models/qwen35.cpp`)
+//! differs in three places: the embedding comes first (`fc(cat[norm_e(e), norm_h(g)])`), `g` is
+//! the target's hidden state *after* its final norm (what its LM head reads), and the embedding is
+//! not zeroed at position 0. The block is a gated full-attention Qwen3.5 layer.
 
 use crate::error::{Error, Result};
 use crate::gpu::step::{ChainStart, GpuStep, HeadStage, StepInput, StepWeights};
-use crate::model::config::ModelConfig;
+use crate::model::config::{Family, ModelConfig};
 use crate::model::decoder::{rope_tables, BlockMask, Decoder, PastMask};
 use crate::model::draft_vocab::tokens_of;
 use crate::model::kv_cache::KvCache;
-use crate::model::layer::DecoderLayer;
+use crate::model::layer::{norm_weight, DecoderLayer};
 use crate::model::visibility::{Visibility, VisibleKeys};
 use crate::model::weights::{Linear, WeightStore};
 use candle_core::{DType, Tensor};
@@ -41,12 +47,17 @@ pub enum MtpLayout {
     /// `n_layers + i` with `blk.{b}.nextn.{enorm, hnorm, eh_proj, shared_head_norm}` beside its
     /// ordinary tensors; embedding first in the concatenation (as DeepSeek's `eh_proj`).
     GgufNextn,
+    /// Qwen3.5 / 3.6 Hugging Face checkpoints: `mtp.{fc, pre_fc_norm_embedding,
+    /// pre_fc_norm_hidden, norm}` and the block `mtp.layers.{i}.*`, beside (not inside) the
+    /// decoder's `model.*`; embedding first.
+    Qwen35,
 }
 
 impl MtpLayout {
     /// GGUF-style names of the head's own tensors and the prefix of its block, for head `i` of
     /// a target shaped as `cfg`.
     fn names(self, i: usize, cfg: &ModelConfig) -> MtpNames {
+        let qwen35 = cfg.family == Family::Qwen35;
         match self {
             MtpLayout::MiMo => MtpNames {
                 block: format!("mtp.{i}"),
@@ -55,6 +66,7 @@ impl MtpLayout {
                 input_proj: format!("mtp.{i}.input_proj.weight"),
                 final_norm: format!("mtp.{i}.final_norm.weight"),
                 hidden_first: true,
+                reads: HiddenRead::PreNorm,
             },
             MtpLayout::GgufNextn => {
                 let b = cfg.n_layers + i;
@@ -65,10 +77,44 @@ impl MtpLayout {
                     input_proj: format!("blk.{b}.nextn.eh_proj.weight"),
                     final_norm: format!("blk.{b}.nextn.shared_head_norm.weight"),
                     hidden_first: false,
+                    reads: match qwen35 {
+                        true => HiddenRead::PostNorm,
+                        false => HiddenRead::PreNorm,
+                    },
                 }
             }
+            // Looked up under the `mtp.` prefix ([`WeightStore::swap_hf_prefix`]).
+            MtpLayout::Qwen35 => MtpNames {
+                block: format!("blk.{i}"),
+                token_norm: "pre_fc_norm_embedding.weight".into(),
+                hidden_norm: "pre_fc_norm_hidden.weight".into(),
+                input_proj: "fc.weight".into(),
+                final_norm: "norm.weight".into(),
+                hidden_first: false,
+                reads: HiddenRead::PostNorm,
+            },
         }
     }
+
+    /// The Hugging Face prefixes the head's names may sit under, where not the decoder's (the
+    /// released checkpoints keep `mtp.*` at the top; llama.cpp's converter also reads
+    /// `model.mtp.*`).
+    fn hf_prefixes(self) -> &'static [&'static str] {
+        match self {
+            MtpLayout::Qwen35 => &["mtp.", "model.mtp."],
+            MtpLayout::MiMo | MtpLayout::GgufNextn => &[],
+        }
+    }
+}
+
+/// Which of the target's hidden states feeds the head, with what the embedding at position 0 is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HiddenRead {
+    /// The last layer's output before the final norm; the embedding at position 0 zeroed
+    /// (MiMo, vLLM `mimo_mtp.py`; DeepSeek-style `nextn` layers).
+    PreNorm,
+    /// The final norm's output, as the LM head reads it; every embedding kept (Qwen3.5).
+    PostNorm,
 }
 
 struct MtpNames {
@@ -78,6 +124,7 @@ struct MtpNames {
     input_proj: String,
     final_norm: String,
     hidden_first: bool,
+    reads: HiddenRead,
 }
 
 /// A head's reduced vocabulary: its token ids (ascending), as a tensor on the head's device, and
@@ -171,6 +218,8 @@ pub struct MtpHead {
     listed_attention: bool,
     /// The concatenation's order: hidden state first (MiMo) or embedding first.
     hidden_first: bool,
+    /// Which of the target's hidden states the head reads.
+    reads: HiddenRead,
     /// The reduced vocabulary the head drafts among ([`crate::model::draft_vocab`]), if its file
     /// has one.
     vocab: Option<HeadVocab>,
@@ -195,9 +244,34 @@ impl MtpHead {
         context: usize,
     ) -> Result<Self> {
         let names = layout.names(i, cfg);
+        let mut outer = None;
+        for p in layout.hf_prefixes().iter().rev() {
+            // The first prefix that holds the head, else the first (whose name the error gives).
+            let before = store.swap_hf_prefix(p);
+            outer = outer.or(before);
+            if store.contains(&names.input_proj) {
+                break;
+            }
+        }
+        let head = Self::load_names(store, cfg, layout, &names, context);
+        if let Some(p) = outer {
+            store.swap_hf_prefix(&p);
+        }
+        head
+    }
+
+    /// [`MtpHead::load`] of the tensors `names`, the store's prefix set for them.
+    fn load_names(
+        store: &mut WeightStore,
+        cfg: &ModelConfig,
+        layout: MtpLayout,
+        names: &MtpNames,
+        context: usize,
+    ) -> Result<Self> {
         if !store.contains(&names.input_proj) {
             let missing = match layout {
                 MtpLayout::MiMo => crate::model::weights::hf_name(&names.input_proj, "model."),
+                MtpLayout::Qwen35 => crate::model::weights::hf_name(&names.input_proj, "mtp."),
                 MtpLayout::GgufNextn => names.input_proj.clone(),
             };
             return Err(Error::Config(format!(
@@ -225,22 +299,34 @@ impl MtpHead {
         } else {
             None
         };
+        let norm = |store: &mut WeightStore, name: &str| norm_weight(store, name, cfg);
         Ok(MtpHead {
-            token_norm: store.get_dense(&names.token_norm)?,
-            hidden_norm: store.get_dense(&names.hidden_norm)?,
+            token_norm: norm(store, &names.token_norm)?,
+            hidden_norm: norm(store, &names.hidden_norm)?,
             input_proj: Linear::new(store.get_checked(&names.input_proj, &[h, 2 * h])?, None)?,
             block: DecoderLayer::load(store, &names.block, cfg)?,
-            final_norm: store.get_dense(&names.final_norm)?,
+            final_norm: norm(store, &names.final_norm)?,
             cache: KvCache::new(cfg.n_kv_heads, cfg.head_dim, context, DType::F32, &device)?,
             cos,
             sin,
             listed_attention: Visibility::listed_for(cfg, &device),
             hidden_first: names.hidden_first,
+            reads: names.reads,
             cfg: cfg.clone(),
             vocab,
             step: None,
             chain: None,
         })
+    }
+
+    /// The head's input from the target's hidden states `h` (`[n, hidden]`, the last layer's
+    /// output before the final norm, as the drafter collects them): `h` itself, or for a head
+    /// that reads them after the final norm (Qwen3.5), the norm's output.
+    pub fn target_hidden(&self, target: &Decoder, h: &Tensor) -> Result<Tensor> {
+        match self.reads {
+            HiddenRead::PreNorm => Ok(h.clone()),
+            HiddenRead::PostNorm => target.final_norm(h),
+        }
     }
 
     /// The tokens the head drafts among, when it drafts among fewer than the target's.
@@ -393,6 +479,7 @@ impl MtpHead {
             .into_iter()
             .next()
             .ok_or_else(|| Error::Device("the target gave no hidden states".into()))?;
+        let hidden = self.target_hidden(target, &hidden)?;
         target.reset();
         // The first pass over the context, then chain steps fed back their own outputs.
         let run = |head: &mut MtpHead| -> Result<Vec<Tensor>> {
@@ -697,7 +784,7 @@ impl MtpHead {
         }
         let eps = self.cfg.rms_eps as f32;
         let mut e = target.embed(tokens)?;
-        if start == 0 {
+        if start == 0 && self.reads == HiddenRead::PreNorm {
             // vLLM zeroes the embedding at position 0 (`mimo_mtp.py:76`).
             let zero = Tensor::zeros((1, self.cfg.hidden), e.dtype(), e.device())?;
             e = if n > 1 {

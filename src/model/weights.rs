@@ -160,6 +160,16 @@ impl WeightStore {
         &self.device
     }
 
+    /// Look Hugging Face names up under `prefix` instead (`mtp.` for Qwen3.5's MTP head, which
+    /// sits beside the decoder, not inside it); returns the prefix it replaces. `None`, and no
+    /// change, for a store that is not a Hugging Face checkpoint.
+    pub fn swap_hf_prefix(&mut self, prefix: &str) -> Option<String> {
+        match &mut self.backing {
+            Backing::Safetensors { prefix: p, .. } => Some(std::mem::replace(p, prefix.into())),
+            _ => None,
+        }
+    }
+
     /// True when a tensor of that (GGUF) name exists.
     pub fn contains(&self, name: &str) -> bool {
         match &self.backing {

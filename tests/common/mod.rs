@@ -22,6 +22,30 @@ pub fn tiny_config(family: Family, vocab: usize) -> ModelConfig {
     cfg
 }
 
+/// A tiny Qwen3.5-shaped hybrid config: three Gated DeltaNet layers with more value heads than
+/// key heads, then a gated attention layer turning half of each head; GGUF conventions (plain
+/// norm weights, value heads tiled as llama.cpp stores them).
+pub fn tiny_hybrid_config(vocab: usize) -> ModelConfig {
+    use treespec::model::config::LinearAttention;
+    let mut cfg = ModelConfig::new(Family::Qwen35, 4, 32, 64, 4, 2, 8, vocab);
+    cfg.rope_theta = 10_000.0;
+    cfg.max_position = 512;
+    cfg.rotary_dim = 4;
+    cfg.attn_gate = true;
+    cfg.qk_norm = true;
+    cfg.linear = Some(LinearAttention {
+        layers: vec![true, true, true, false],
+        k_heads: 2,
+        v_heads: 4,
+        k_dim: 8,
+        v_dim: 8,
+        conv: 4,
+        v_tiled: true,
+    });
+    cfg.validate().unwrap();
+    cfg
+}
+
 /// Random weights for `cfg`, under GGUF names. Scaled so activations stay O(1).
 pub fn random_weights(cfg: &ModelConfig, seed: u64) -> HashMap<String, Tensor> {
     let mut rng = Lcg(seed
@@ -40,16 +64,35 @@ pub fn random_weights(cfg: &ModelConfig, seed: u64) -> HashMap<String, Tensor> {
         let ws = 1.0 / (h as f32).sqrt();
         m.insert(p("attn_norm.weight"), (t(&[h], 0.1) + 1.0).unwrap());
         m.insert(p("ffn_norm.weight"), (t(&[h], 0.1) + 1.0).unwrap());
-        m.insert(p("attn_q.weight"), t(&[q_out, h], 2.0 * ws));
-        m.insert(p("attn_k.weight"), t(&[kv_out, h], 2.0 * ws));
-        m.insert(p("attn_v.weight"), t(&[kv_out, h], ws));
-        m.insert(p("attn_output.weight"), t(&[h, q_out], ws));
+        if let Some(l) = cfg.linear.as_ref().filter(|l| l.layers[i]) {
+            // A Gated DeltaNet layer (llama.cpp's names; `ssm_a` is -exp(A_log)).
+            let (ch, hv, vd) = (l.conv_channels(), l.v_heads, l.v_heads * l.v_dim);
+            m.insert(p("attn_qkv.weight"), t(&[ch, h], 2.0 * ws));
+            m.insert(p("attn_gate.weight"), t(&[vd, h], ws));
+            m.insert(p("ssm_beta.weight"), t(&[hv, h], ws));
+            m.insert(p("ssm_alpha.weight"), t(&[hv, h], ws));
+            m.insert(p("ssm_conv1d.weight"), t(&[ch, l.conv], 0.5));
+            m.insert(p("ssm_a"), (t(&[hv], 0.5) - 1.0).unwrap());
+            m.insert(p("ssm_dt.bias"), t(&[hv], 1.0));
+            m.insert(p("ssm_norm.weight"), (t(&[l.v_dim], 0.1) + 1.0).unwrap());
+            m.insert(p("ssm_out.weight"), t(&[h, vd], 1.0 / (vd as f32).sqrt()));
+        } else {
+            // With an output gate the query rows are [query | gate] per head.
+            let q_rows = if cfg.attn_gate { 2 * q_out } else { q_out };
+            m.insert(p("attn_q.weight"), t(&[q_rows, h], 2.0 * ws));
+            m.insert(p("attn_k.weight"), t(&[kv_out, h], 2.0 * ws));
+            m.insert(p("attn_v.weight"), t(&[kv_out, h], ws));
+            m.insert(p("attn_output.weight"), t(&[h, q_out], ws));
+        }
         m.insert(p("ffn_gate.weight"), t(&[cfg.ffn, h], ws));
         m.insert(p("ffn_up.weight"), t(&[cfg.ffn, h], ws));
         m.insert(
             p("ffn_down.weight"),
             t(&[h, cfg.ffn], 1.0 / (cfg.ffn as f32).sqrt()),
         );
+        if cfg.linear.as_ref().is_some_and(|l| l.layers[i]) {
+            continue;
+        }
         if cfg.qkv_bias {
             m.insert(p("attn_q.bias"), t(&[q_out], 0.5));
             m.insert(p("attn_k.bias"), t(&[kv_out], 0.5));
@@ -99,6 +142,36 @@ pub fn random_mtp_head_among(
     }
     let mut store = WeightStore::from_tensors(m, &Device::Cpu);
     MtpHead::load(&mut store, cfg, MtpLayout::MiMo, 0, context).unwrap()
+}
+
+/// A random Qwen3.5-style MTP head for the hybrid target `cfg` ([`tiny_hybrid_config`]), as
+/// llama.cpp's converter stores one: block `blk.{n_layers}` (gated attention) with its `nextn.*`
+/// tensors; it reads the target's post-norm hidden states, embedding first.
+pub fn random_hybrid_mtp_head(cfg: &ModelConfig, seed: u64, context: usize) -> MtpHead {
+    let mut one = cfg.clone();
+    one.n_layers = 1;
+    if let Some(l) = &mut one.linear {
+        l.layers = vec![false];
+    }
+    let (h, b) = (cfg.hidden, cfg.n_layers);
+    let mut m: HashMap<String, Tensor> = random_weights(&one, seed)
+        .into_iter()
+        .filter_map(|(k, v)| {
+            k.strip_prefix("blk.0.")
+                .map(|s| (format!("blk.{b}.{s}"), v))
+        })
+        .collect();
+    let mut rng = Lcg(seed ^ 0x5EED);
+    let mut t = |shape: &[usize], scale: f32, offset: f32| rng.tensor(shape, scale, offset);
+    for norm in ["enorm", "hnorm", "shared_head_norm"] {
+        m.insert(format!("blk.{b}.nextn.{norm}.weight"), t(&[h], 0.1, 1.0));
+    }
+    m.insert(
+        format!("blk.{b}.nextn.eh_proj.weight"),
+        t(&[h, 2 * h], 1.0 / (2.0 * h as f32).sqrt(), 0.0),
+    );
+    let mut store = WeightStore::from_tensors(m, &Device::Cpu);
+    MtpHead::load(&mut store, cfg, MtpLayout::GgufNextn, 0, context).unwrap()
 }
 
 /// A tiny random decoder of `family` with a cache of `context` tokens.

@@ -8,11 +8,16 @@ its weights in safetensors, and the logits an independent reference gives:
   expected logits those of a cache-free forward over prompt + the node's root-to-node path (exact,
   and independent of any tree algorithm);
 - `continue`: after accepting a path of the tree, the logits of one more token (what a decoder
-  that folded the accepted path into its recurrent state must give).
+  that folded the accepted path into its recurrent state must give);
+- `mtp_golden.json`: the native MTP head (random `mtp.*` tensors, in the checkpoint as the
+  released models keep them) run as vLLM's `Qwen3_5MultiTokenPredictor` does, from transformers'
+  own decoder layer and norm: the first pass over the prompt (the target's post-norm hidden
+  states, embedding first), a greedy chain after the root, and a tree the head grows, each node's
+  logits those of a cache-free pass along its path.
 
 Then the same model through llama.cpp's own converter (`convert_hf_to_gguf.py` of the llama.cpp
-that llama-cpp-python 0.3.36 vendors; pass its `vendor/llama.cpp` as LLAMA_CPP, `--outtype f32 --no-mtp`: this model has no MTP head):
-`model.gguf`, with llama.cpp's transforms (norms + 1, `-exp(A_log)`, the value heads reordered
+that llama-cpp-python 0.3.36 vendors; pass its `vendor/llama.cpp` as LLAMA_CPP; `--outtype f32`,
+the MTP head as `blk.4.nextn.*`): `model.gguf`, with llama.cpp's transforms (norms + 1, `-exp(A_log)`, the value heads reordered
 "tiled"), so the GGUF reader is checked against upstream, not against treespec's own reading. The
 tiny BPE tokenizer it needs is trained here; the converter's check of known pre-tokenizers is told
 it is `qwen35`'s (the only change to its behaviour).
@@ -58,6 +63,7 @@ cfg = Qwen3_5TextConfig(
         "mrope_interleaved": True,
     },
     max_position_embeddings=4096,
+    mtp_num_hidden_layers=1,
 )
 cfg._attn_implementation = "eager"
 model = Qwen3_5ForCausalLM(cfg).float().eval()
@@ -77,7 +83,32 @@ with torch.no_grad():
         elif p.dim() == 2:
             p.copy_(torch.randn_like(p) / p.shape[1] ** 0.5)
 
+# ---- The MTP head (`mtp.*`), as vLLM's Qwen3_5MultiTokenPredictor runs it ----
+# transformers drops `mtp.*`; its own decoder layer (full attention) and RMSNorm make the head.
+# Built from a forked RNG so that the model and the draws below stay as they were without it.
+from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5DecoderLayer, Qwen3_5RMSNorm
+
+full = cfg.layer_types.index("full_attention")
+with torch.random.fork_rng():
+    torch.manual_seed(20261205)
+    mtp = torch.nn.ModuleDict(
+        {
+            "fc": torch.nn.Linear(2 * cfg.hidden_size, cfg.hidden_size, bias=False),
+            "pre_fc_norm_embedding": Qwen3_5RMSNorm(cfg.hidden_size, cfg.rms_norm_eps),
+            "pre_fc_norm_hidden": Qwen3_5RMSNorm(cfg.hidden_size, cfg.rms_norm_eps),
+            "norm": Qwen3_5RMSNorm(cfg.hidden_size, cfg.rms_norm_eps),
+            "layers": torch.nn.ModuleList([Qwen3_5DecoderLayer(cfg, full)]),
+        }
+    ).float().eval()
+    with torch.no_grad():
+        for name, p in mtp.named_parameters():
+            if "norm" in name:
+                p.copy_(0.1 * torch.randn_like(p))  # (1 + w) norms
+            else:
+                p.copy_(torch.randn_like(p) / p.shape[1] ** 0.5)
+
 state = {k: v.contiguous() for k, v in model.state_dict().items()}
+state.update({"mtp." + k: v.contiguous() for k, v in mtp.state_dict().items()})
 save_file(state, os.path.join(here, "model.safetensors"))
 text = cfg.to_dict()
 text["architectures"] = ["Qwen3_5ForCausalLM"]
@@ -116,6 +147,82 @@ accepted = path(9)  # depth 5: 0 1 3 6 8 9
 nxt = int(torch.randint(0, cfg.vocab_size, (1,)))
 cont = logits_of(prompt + [tokens[j] for j in accepted] + [nxt])[-1].tolist()
 
+
+
+def mtp_rows(embeds, hidden, positions, visible):
+    """The head over rows (embedding, hidden, position) in one cache-free pass, row r seeing
+    the rows `visible[r]` (itself included): each row's output after `mtp.norm`."""
+    with torch.no_grad():
+        e = mtp["pre_fc_norm_embedding"](torch.stack(embeds))
+        h = mtp["pre_fc_norm_hidden"](torch.stack(hidden))
+        x = mtp["fc"](torch.cat([e, h], dim=-1))[None]  # embedding first
+        n = len(positions)
+        mask = torch.full((1, 1, n, n), float("-inf"))
+        for r, seen in enumerate(visible):
+            mask[0, 0, r, seen] = 0.0
+        pos = torch.tensor([positions])
+        rope = model.model.rotary_emb(x, pos[None].expand(3, 1, -1))
+        y = mtp["layers"][0](x, position_embeddings=rope, attention_mask=mask, position_ids=pos)
+        return mtp["norm"](y)[0]
+
+
+def mtp_path(first_tokens, path_tokens):
+    """The head's first pass over the prompt (row p pairs the target's post-norm hidden h_p with
+    the next token, the last row with `first_tokens[-1]`, the root), then a chain fed its own
+    outputs and `path_tokens`: (outputs, logits) of every row. Each chain row is computed by a
+    cache-free pass over all rows before it."""
+    with torch.no_grad():
+        g = model.model(input_ids=torch.tensor([prompt]), use_cache=False).last_hidden_state[0]
+    emb = model.model.embed_tokens
+    embeds = [emb(torch.tensor(t)) for t in first_tokens]
+    hidden = [g[p] for p in range(len(prompt))]
+    positions = list(range(len(prompt)))
+    out = mtp_rows(embeds, hidden, positions, [list(range(r + 1)) for r in range(len(positions))])
+    for t in path_tokens:
+        embeds.append(emb(torch.tensor(t)))
+        hidden.append(out[-1])
+        positions.append(positions[-1] + 1)
+        out = mtp_rows(embeds, hidden, positions, [list(range(r + 1)) for r in range(len(positions))])
+    with torch.no_grad():
+        return out, model.lm_head(out)
+
+
+# The first pass and a greedy chain of four after the root (the token the target gives next).
+root = int(prefix[-1].argmax())
+first_tokens = prompt[1:] + [root]
+chain = []
+for _ in range(3):
+    _, logits = mtp_path(first_tokens, chain)
+    chain.append(int(logits[-1].argmax()))
+outs, logits = mtp_path(first_tokens, chain)
+# A tree the head grows: node i's parent mtp_parents[i] (-1: the root's row), its logits those of
+# the chain along its path.
+mtp_parents = [-1, -1, 0, 0, 1, 2, 5, 6]
+mtp_tokens = [int(t) for t in torch.randint(0, cfg.vocab_size, (len(mtp_parents),))]
+
+
+def mtp_node_path(i):
+    out = []
+    while i >= 0:
+        out.append(mtp_tokens[i])
+        i = mtp_parents[i]
+    return out[::-1]
+
+
+mtp_nodes = [mtp_path(first_tokens, mtp_node_path(i))[1][-1].tolist() for i in range(len(mtp_parents))]
+mtp_golden = {
+    "generator": "tests/data/qwen35/generate.py (the head as vLLM's qwen3_5_mtp.py), transformers %s, torch %s"
+    % (__import__("transformers").__version__, torch.__version__),
+    "prompt": prompt,
+    "root": root,
+    "first_pass_logits": logits[: len(prompt)].tolist(),
+    "first_pass_outputs": outs[: len(prompt)].tolist(),
+    "chain": {"tokens": chain, "logits": logits[len(prompt):].tolist()},
+    "tree": {"parents": mtp_parents, "tokens": mtp_tokens, "logits": mtp_nodes},
+}
+with open(os.path.join(here, "mtp_golden.json"), "w") as f:
+    json.dump(mtp_golden, f)
+
 golden = {
     "generator": "tests/data/qwen35/generate.py, transformers %s, torch %s"
     % (__import__("transformers").__version__, torch.__version__),
@@ -126,7 +233,7 @@ golden = {
 }
 with open(os.path.join(here, "golden.json"), "w") as f:
     json.dump(golden, f)
-print("wrote model.safetensors, config.json, golden.json")
+print("wrote model.safetensors, config.json, golden.json, mtp_golden.json")
 
 # ---- The GGUF, by llama.cpp's converter ----
 llama = os.environ.get("LLAMA_CPP")
@@ -151,7 +258,7 @@ if llama:
         "import conversion.base as b\n"
         "b.TextModel.get_vocab_base_pre = lambda self, tokenizer: 'qwen35'\n"
         "import convert_hf_to_gguf as c\n"
-        "sys.argv = ['convert', %r, '--outfile', %r, '--outtype', 'f32', '--no-mtp']\n"
+        "sys.argv = ['convert', %r, '--outfile', %r, '--outtype', 'f32']\n"
         "c.main()\n"
     ) % (os.path.join(llama, "gguf-py"), llama, here, os.path.join(here, "model.gguf"))
     subprocess.run([sys.executable, "-c", wrapper], check=True)
