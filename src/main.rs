@@ -45,8 +45,8 @@ enum Command {
     /// Check treespec's own kernels on a device against their CPU references; exits non-zero on
     /// a mismatch.
     Selftest(SelftestArgs),
-    /// Write a random-weight GGUF model with a real model's shape and formats (qwen2.5-1.5b,
-    /// qwen2.5-0.5b, qwen3-8b), for timing passes with `bench --costs` where the real weights
+    /// Write a random-weight GGUF model with a real model's shape and formats (`--shape`),
+    /// for timing passes with `bench --costs` where the real weights
     /// cannot be had; what it writes is noise.
     Synth(SynthArgs),
     /// Train an MTP head for a target on the target's own answers (resumes where --out left off);
@@ -155,7 +155,8 @@ struct TrainArgs {
 
 #[derive(Args)]
 struct SynthArgs {
-    /// The shape: qwen2.5-1.5b, qwen2.5-0.5b, qwen3-8b, qwen3-32b or qwen3.6-27b-dense.
+    /// The shape: qwen2.5-1.5b, qwen2.5-0.5b, qwen3-8b, qwen3-32b, qwen3.6-27b-dense, or the
+    /// hybrids qwen3.6-27b and qwen3.5-0.8b.
     #[arg(long)]
     shape: String,
     /// Copy the tokenizer of this real GGUF model (its vocabulary's size then sets the

@@ -36,6 +36,29 @@ pub struct Shape {
     pub vocab: usize,
     /// The LM head is the embedding (no `output.weight`).
     pub tied: bool,
+    /// Qwen3.5 / 3.6's hybrid layers, where the shape has them (family [`Family::Qwen35`]).
+    pub hybrid: Option<Hybrid>,
+}
+
+/// The Gated DeltaNet side of a hybrid shape (llama.cpp's `qwen35` architecture): every
+/// `interval`-th layer is gated attention, the others Gated DeltaNet layers; `mtp` MTP blocks
+/// (`blk.{layers + i}.nextn.*`) after the decoder's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hybrid {
+    /// Query/key heads of a Gated DeltaNet layer.
+    pub k_heads: usize,
+    /// Value heads (a multiple of `k_heads`).
+    pub v_heads: usize,
+    /// Width of a key and of a value head (llama.cpp requires them equal).
+    pub head: usize,
+    /// Taps of the causal convolution.
+    pub conv: usize,
+    /// Every `interval`-th layer is an attention layer.
+    pub interval: usize,
+    /// Dimensions of an attention head RoPE turns.
+    pub rotary: usize,
+    /// MTP blocks.
+    pub mtp: usize,
 }
 
 /// The shapes `synth` writes, as Q4_K_M files (see [`format_of`]).
@@ -51,6 +74,7 @@ pub const SHAPES: &[Shape] = &[
         head_dim: 128,
         vocab: 151_936,
         tied: false,
+        hybrid: None,
     },
     Shape {
         name: "qwen2.5-0.5b",
@@ -63,6 +87,7 @@ pub const SHAPES: &[Shape] = &[
         head_dim: 64,
         vocab: 151_936,
         tied: false,
+        hybrid: None,
     },
     Shape {
         name: "qwen3-8b",
@@ -75,6 +100,7 @@ pub const SHAPES: &[Shape] = &[
         head_dim: 128,
         vocab: 151_936,
         tied: false,
+        hybrid: None,
     },
     Shape {
         name: "qwen3-32b",
@@ -87,9 +113,10 @@ pub const SHAPES: &[Shape] = &[
         head_dim: 128,
         vocab: 151_936,
         tied: false,
+        hybrid: None,
     },
     // Qwen3.6-27B's sizes (hidden, MLP, its gated attention's 24 / 4 heads of 256, 64 layers) with
-    // every layer a dense Qwen3 attention layer: the hybrid's Gated DeltaNet layers are issue 37's.
+    // every layer a dense Qwen3 attention layer, to compare with `qwen3.6-27b`.
     Shape {
         name: "qwen3.6-27b-dense",
         family: Family::Qwen3,
@@ -101,8 +128,52 @@ pub const SHAPES: &[Shape] = &[
         head_dim: 256,
         vocab: 248_320,
         tied: false,
+        hybrid: None,
+    },
+    // Qwen3.6-27B (= Qwen3.5-27B): 48 Gated DeltaNet layers (16 key / 48 value heads of 128)
+    // and 16 gated attention layers, [L, L, L, F] x 16, with its MTP block.
+    Shape {
+        name: "qwen3.6-27b",
+        family: Family::Qwen35,
+        layers: 64,
+        hidden: 5120,
+        ffn: 17_408,
+        heads: 24,
+        kv_heads: 4,
+        head_dim: 256,
+        vocab: 248_320,
+        tied: false,
+        hybrid: Some(QWEN35_HYBRID),
+    },
+    // Qwen3.5-0.8B: the smallest of the family (18 + 6 layers, 16 / 16 heads, tied).
+    Shape {
+        name: "qwen3.5-0.8b",
+        family: Family::Qwen35,
+        layers: 24,
+        hidden: 1024,
+        ffn: 3584,
+        heads: 8,
+        kv_heads: 2,
+        head_dim: 256,
+        vocab: 248_320,
+        tied: true,
+        hybrid: Some(Hybrid {
+            v_heads: 16,
+            ..QWEN35_HYBRID
+        }),
     },
 ];
+
+/// The Gated DeltaNet layers of Qwen3.6-27B (the other sizes change the value heads).
+const QWEN35_HYBRID: Hybrid = Hybrid {
+    k_heads: 16,
+    v_heads: 48,
+    head: 128,
+    conv: 4,
+    interval: 4,
+    rotary: 64,
+    mtp: 1,
+};
 
 /// The shape named `name`, or an error listing the known ones.
 pub fn shape(name: &str) -> Result<Shape> {
@@ -294,7 +365,8 @@ pub fn write(
     let (q_out, kv_out) = (shape.heads * hd, shape.kv_heads * hd);
     // (name, rows, cols, format); vectors (norms, biases) are f32.
     let mut mats: Vec<(String, usize, usize, GgmlDType)> = vec![];
-    let mut vecs: Vec<(String, usize, f32)> = vec![("output_norm.weight".into(), h, 1.0)];
+    // (name, values, columns (0: a vector), centre).
+    let mut vecs: Vec<(String, usize, usize, f32)> = vec![("output_norm.weight".into(), h, 0, 1.0)];
     let mut mat = |name: String, tensor: &str, layer, rows, cols| {
         let format = format_of(tensor, layer, cols);
         mats.push((name, rows, cols, format));
@@ -305,26 +377,65 @@ pub fn write(
     if !shape.tied {
         mat("output.weight".into(), "output", None, shape.vocab, h);
     }
-    for i in 0..shape.layers {
-        let at = Some((i, shape.layers));
+    let mtp = shape.hybrid.map_or(0, |y| y.mtp);
+    for i in 0..shape.layers + mtp {
+        let at = Some((i.min(shape.layers - 1), shape.layers));
         let p = |s: &str| format!("blk.{i}.{s}.weight");
-        mat(p("attn_q"), "attn_q", at, q_out, h);
-        mat(p("attn_k"), "attn_k", at, kv_out, h);
-        mat(p("attn_v"), "attn_v", at, kv_out, h);
-        mat(p("attn_output"), "attn_output", at, h, q_out);
+        let linear = shape
+            .hybrid
+            .filter(|y| i < shape.layers && (i + 1) % y.interval != 0);
+        match linear {
+            Some(y) => {
+                // A Gated DeltaNet layer, as llama.cpp's converter names and shapes it.
+                let (ch, vd) = (
+                    2 * y.k_heads * y.head + y.v_heads * y.head,
+                    y.v_heads * y.head,
+                );
+                mat(p("attn_qkv"), "attn_qkv", at, ch, h);
+                mat(p("attn_gate"), "attn_gate", at, vd, h);
+                mat(p("ssm_beta"), "ssm_beta", at, y.v_heads, h);
+                mat(p("ssm_alpha"), "ssm_alpha", at, y.v_heads, h);
+                mat(p("ssm_out"), "ssm_out", at, h, vd);
+                vecs.push((p("ssm_conv1d"), ch * y.conv, y.conv, 0.0));
+                vecs.push((format!("blk.{i}.ssm_a"), y.v_heads, 0, -1.0));
+                vecs.push((format!("blk.{i}.ssm_dt.bias"), y.v_heads, 0, 0.0));
+                vecs.push((p("ssm_norm"), y.head, 0, 1.0));
+            }
+            None => {
+                // Qwen3.5's attention gates its output: the query rows are [query | gate].
+                let q_rows = q_out * if shape.hybrid.is_some() { 2 } else { 1 };
+                mat(p("attn_q"), "attn_q", at, q_rows, h);
+                mat(p("attn_k"), "attn_k", at, kv_out, h);
+                mat(p("attn_v"), "attn_v", at, kv_out, h);
+                mat(p("attn_output"), "attn_output", at, h, q_out);
+            }
+        }
         mat(p("ffn_gate"), "ffn_gate", at, shape.ffn, h);
         mat(p("ffn_up"), "ffn_up", at, shape.ffn, h);
         mat(p("ffn_down"), "ffn_down", at, h, shape.ffn);
-        vecs.push((p("attn_norm"), h, 1.0));
-        vecs.push((p("ffn_norm"), h, 1.0));
+        vecs.push((p("attn_norm"), h, 0, 1.0));
+        // llama.cpp names the MLP's norm `post_attention_norm` in `qwen35` files.
+        let ffn_norm = if shape.hybrid.is_some() {
+            "post_attention_norm"
+        } else {
+            "ffn_norm"
+        };
+        vecs.push((p(ffn_norm), h, 0, 1.0));
         if shape.family == Family::Qwen2 {
             for (t, n) in [("attn_q", q_out), ("attn_k", kv_out), ("attn_v", kv_out)] {
-                vecs.push((format!("blk.{i}.{t}.bias"), n, 0.0));
+                vecs.push((format!("blk.{i}.{t}.bias"), n, 0, 0.0));
             }
         }
-        if shape.family == Family::Qwen3 {
-            vecs.push((p("attn_q_norm"), hd, 1.0));
-            vecs.push((p("attn_k_norm"), hd, 1.0));
+        if matches!(shape.family, Family::Qwen3 | Family::Qwen35) && linear.is_none() {
+            vecs.push((p("attn_q_norm"), hd, 0, 1.0));
+            vecs.push((p("attn_k_norm"), hd, 0, 1.0));
+        }
+        if i >= shape.layers {
+            // The MTP block's own tensors (llama.cpp's `nextn`): embedding first in `eh_proj`.
+            mat(p("nextn.eh_proj"), "nextn.eh_proj", at, h, 2 * h);
+            for n in ["enorm", "hnorm", "shared_head_norm"] {
+                vecs.push((p(&format!("nextn.{n}")), h, 0, 1.0));
+            }
         }
     }
     let cpu = Device::Cpu;
@@ -336,16 +447,20 @@ pub fn write(
             ggml_file::qtensor_from_ggml(format, &data, vec![rows, cols], &cpu)?,
         ));
     }
-    for (name, n, centre) in vecs {
+    for (name, n, cols, centre) in vecs {
         let values: Vec<u8> = (0..n)
             .flat_map(|_| {
                 let u = (rng.next() >> 40) as f32 / (1u64 << 24) as f32;
                 (centre + 0.1 * (u - 0.5)).to_le_bytes()
             })
             .collect();
+        let dims = match cols {
+            0 => vec![n],
+            c => vec![n / c, c],
+        };
         tensors.push((
             name,
-            ggml_file::qtensor_from_ggml(GgmlDType::F32, &values, vec![n], &cpu)?,
+            ggml_file::qtensor_from_ggml(GgmlDType::F32, &values, dims, &cpu)?,
         ));
     }
     tensors.sort_by(|a, b| a.0.cmp(&b.0));
@@ -357,6 +472,8 @@ pub fn write(
         tokens.push(format!("synth{i}"));
     }
     let arch = shape.family.name();
+    // Qwen3.5 / 3.6 turn their RoPE ten times slower than Qwen2.5 / 3.
+    let rope_base = if shape.hybrid.is_some() { 1e7 } else { 1e6 };
     use gguf_file::Value as V;
     let s = |x: &str| V::String(x.to_string());
     let u = |x: usize| V::U32(x as u32);
@@ -366,7 +483,7 @@ pub fn write(
             "general.name".into(),
             s(&format!("synthetic {}", shape.name)),
         ),
-        (format!("{arch}.block_count"), u(shape.layers)),
+        (format!("{arch}.block_count"), u(shape.layers + mtp)),
         (format!("{arch}.context_length"), u(32_768)),
         (format!("{arch}.embedding_length"), u(h)),
         (format!("{arch}.feed_forward_length"), u(shape.ffn)),
@@ -378,13 +495,47 @@ pub fn write(
             format!("{arch}.attention.layer_norm_rms_epsilon"),
             V::F32(1e-6),
         ),
-        (format!("{arch}.rope.freq_base"), V::F32(1_000_000.0)),
+        (format!("{arch}.rope.freq_base"), V::F32(rope_base)),
     ];
+    if let Some(y) = shape.hybrid {
+        md.extend(hybrid_metadata(arch, shape, &y));
+    }
     match tokenizer {
         Some(t) => md.extend(t.metadata.iter().cloned()),
         None => md.extend(tokenizer_metadata(&tokens, 256..specials, 257)),
     }
     crate::model::weights::write_gguf(path, &md, &tensors)
+}
+
+/// The `qwen35` keys of a hybrid shape, as llama.cpp's converter writes them (its loader needs
+/// `rope.dimension_sections`; the recurrent-layer list covers the MTP blocks too).
+fn hybrid_metadata(arch: &str, shape: &Shape, y: &Hybrid) -> Vec<(String, gguf_file::Value)> {
+    use gguf_file::Value as V;
+    let u = |x: usize| V::U32(x as u32);
+    let pairs = y.rotary / 2;
+    let sections = [pairs.div_ceil(3), (pairs + 1) / 3, pairs / 3, 0];
+    let blocks = shape.layers + y.mtp;
+    let recurrent = (0..blocks)
+        .map(|i| V::Bool(i < shape.layers && (i + 1) % y.interval != 0))
+        .collect();
+    vec![
+        (format!("{arch}.ssm.conv_kernel"), u(y.conv)),
+        (format!("{arch}.ssm.state_size"), u(y.head)),
+        (format!("{arch}.ssm.group_count"), u(y.k_heads)),
+        (format!("{arch}.ssm.time_step_rank"), u(y.v_heads)),
+        (format!("{arch}.ssm.inner_size"), u(y.v_heads * y.head)),
+        (format!("{arch}.full_attention_interval"), u(y.interval)),
+        (
+            format!("{arch}.attention.recurrent_layers"),
+            V::Array(recurrent),
+        ),
+        (format!("{arch}.rope.dimension_count"), u(y.rotary)),
+        (
+            format!("{arch}.rope.dimension_sections"),
+            V::Array(sections.iter().map(|&x| V::I32(x as i32)).collect()),
+        ),
+        (format!("{arch}.nextn_predict_layers"), u(y.mtp)),
+    ]
 }
 
 /// Decoder layers of a synthetic DFlash drafter: z-lab's Qwen3 drafters have five.

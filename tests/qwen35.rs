@@ -5,6 +5,8 @@
 //! path is kept; then the same tree verified as one-row steps along each path; the same model as
 //! llama.cpp's converter writes it (GGUF); greedy `linear` and `tree` exactly `ar`'s.
 
+mod common;
+
 use candle_core::Device;
 use serde::Deserialize;
 use std::path::Path;
@@ -51,7 +53,8 @@ fn decoder() -> Decoder {
     let cfg = std::fs::read_to_string(dir().join("config.json")).unwrap();
     let cfg = ModelConfig::from_hf_json(&cfg).unwrap();
     let mut store =
-        WeightStore::safetensors(&[dir().join("model.safetensors")], &Device::Cpu).unwrap();
+        WeightStore::safetensors(&[dir().join("model.safetensors")], &common::test_device())
+            .unwrap();
     Decoder::load(&mut store, cfg, 64).unwrap()
 }
 

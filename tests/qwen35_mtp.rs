@@ -6,6 +6,8 @@
 //! converter writes (`blk.4.nextn.*`); then greedy `mtp` and `tree` over the head emit exactly
 //! `ar`'s tokens on the hybrid target.
 
+mod common;
+
 use candle_core::{Device, Tensor};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -53,6 +55,14 @@ fn golden() -> Golden {
     serde_json::from_str(&text).unwrap()
 }
 
+/// Load options on the test device ([`common::test_device`]).
+fn options() -> LoadOptions {
+    LoadOptions {
+        device: common::test_device(),
+        ..LoadOptions::default()
+    }
+}
+
 /// The target and its head from the Hugging Face checkpoint, as the loader finds them.
 fn from_checkpoint() -> (Decoder, MtpHead) {
     let cfg =
@@ -60,9 +70,10 @@ fn from_checkpoint() -> (Decoder, MtpHead) {
             .unwrap();
     assert_eq!(cfg.mtp_heads, 1);
     let files = ModelFiles::Checkpoint(dir());
-    let head = load_mtp_head(&files, &cfg, 0, &LoadOptions::default(), CONTEXT).unwrap();
+    let head = load_mtp_head(&files, &cfg, 0, &options(), CONTEXT).unwrap();
     let mut store =
-        WeightStore::safetensors(&[dir().join("model.safetensors")], &Device::Cpu).unwrap();
+        WeightStore::safetensors(&[dir().join("model.safetensors")], &common::test_device())
+            .unwrap();
     (Decoder::load(&mut store, cfg, CONTEXT).unwrap(), head)
 }
 
@@ -80,7 +91,11 @@ fn from_gguf() -> (Decoder, MtpHead) {
 
 /// The largest difference between rows, or a panic naming `what` past the tolerance.
 fn check(what: &str, got: &Tensor, want: &[Vec<f32>]) {
-    let got = got.to_vec2::<f32>().unwrap();
+    let got = got
+        .to_dtype(candle_core::DType::F32)
+        .unwrap()
+        .to_vec2::<f32>()
+        .unwrap();
     assert_eq!(got.len(), want.len(), "{what}: rows");
     let d = got
         .iter()

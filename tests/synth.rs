@@ -18,6 +18,33 @@ fn tiny(family: Family, tied: bool) -> Shape {
         head_dim: 128,
         vocab: 300,
         tied,
+        hybrid: None,
+    }
+}
+
+/// A tiny hybrid: Qwen3.5's layers (three Gated DeltaNet layers to one gated attention layer)
+/// and an MTP block.
+fn tiny_hybrid() -> Shape {
+    Shape {
+        name: "tiny-hybrid",
+        family: Family::Qwen35,
+        layers: 8,
+        hidden: 256,
+        ffn: 512,
+        heads: 2,
+        kv_heads: 1,
+        head_dim: 128,
+        vocab: 300,
+        tied: false,
+        hybrid: Some(synth::Hybrid {
+            k_heads: 2,
+            v_heads: 4,
+            head: 32,
+            conv: 4,
+            interval: 4,
+            rotary: 32,
+            mtp: 1,
+        }),
     }
 }
 
@@ -36,6 +63,54 @@ fn a_synthetic_model_loads_and_decodes_finite_logits() {
         assert_eq!(rows.last().map(|r| r.len()), Some(300));
         assert!(rows.iter().flatten().all(|v| v.is_finite()), "{family:?}");
     }
+}
+
+/// A hybrid file reads as llama.cpp's converter writes one (`qwen35`, the MTP block counted in
+/// `block_count`), decodes finite logits, and its MTP head loads and drafts through greedy `mtp`
+/// with `ar`'s tokens.
+#[test]
+fn a_synthetic_hybrid_loads_decodes_and_drafts_with_its_head() {
+    use treespec::engine::{Engine, Mode, Settings};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hybrid.gguf");
+    synth::write(&tiny_hybrid(), &path, 5, None).unwrap();
+    let mut f = std::fs::File::open(&path).unwrap();
+    let content = gguf_file::Content::read(&mut f).unwrap();
+    assert_eq!(content.metadata["qwen35.block_count"].to_u32().unwrap(), 9);
+    assert!(content
+        .tensor_infos
+        .contains_key("blk.8.nextn.eh_proj.weight"));
+    assert!(content.tensor_infos.contains_key("blk.0.ssm_conv1d.weight"));
+    assert!(content
+        .tensor_infos
+        .contains_key("blk.3.attn_q_norm.weight"));
+    let cfg = treespec::model::config::ModelConfig::from_gguf(&content).unwrap();
+    let l = cfg.linear.as_ref().unwrap();
+    assert_eq!(l.layers, [true, true, true, false, true, true, true, false]);
+    assert_eq!((l.k_heads, l.v_heads, l.k_dim, l.v_dim), (2, 4, 32, 32));
+    assert_eq!((cfg.rotary_dim, cfg.mtp_heads, cfg.n_layers), (32, 1, 8));
+    let spec = path.to_str().unwrap();
+    let mut m = treespec::model::load(spec, &LoadOptions::default()).unwrap();
+    let ids = m.tokenizer.encode("def f(x):", false).unwrap();
+    let out = m.decoder.forward(&Batch::causal(&ids, 0)).unwrap();
+    let rows = out.logits_rows().unwrap();
+    assert!(rows.iter().flatten().all(|v| v.is_finite()));
+    let ar_settings = Settings {
+        mode: Mode::Ar,
+        ..Settings::default()
+    };
+    let m = treespec::model::load(spec, &LoadOptions::default()).unwrap();
+    let mut e = Engine::new(m.decoder, None, Default::default(), ar_settings, 0).unwrap();
+    let ar = e.generate(&ids, 12, |_| true).unwrap().tokens;
+    let m = treespec::model::load(spec, &LoadOptions::default()).unwrap();
+    let head = treespec::load::load_drafter("mtp", &m, &LoadOptions::default()).unwrap();
+    let s = Settings {
+        mode: Mode::Mtp,
+        ..Settings::default()
+    };
+    let mut e = Engine::new(m.decoder, Some(head), Default::default(), s, 0).unwrap();
+    let out = e.generate(&ids, 12, |_| true).unwrap();
+    assert_eq!(out.tokens, ar);
 }
 
 #[test]

@@ -22,6 +22,15 @@ pub fn tiny_config(family: Family, vocab: usize) -> ModelConfig {
     cfg
 }
 
+/// The device tests that can run anywhere run on: the CPU, or the first GPU with
+/// `TREESPEC_TEST_DEVICE=cuda` (a CUDA build on a GPU machine).
+pub fn test_device() -> Device {
+    match std::env::var("TREESPEC_TEST_DEVICE").as_deref() {
+        Ok("cuda") => Device::new_cuda(0).expect("TREESPEC_TEST_DEVICE=cuda: no GPU"),
+        _ => Device::Cpu,
+    }
+}
+
 /// A tiny Qwen3.5-shaped hybrid config: three Gated DeltaNet layers with more value heads than
 /// key heads, then a gated attention layer turning half of each head; GGUF conventions (plain
 /// norm weights, value heads tiled as llama.cpp stores them).
