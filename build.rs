@@ -16,7 +16,16 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const KERNELS: &[&str] = &["topk", "attention", "step", "mmvq", "mmtc", "mmq", "wide"];
+const KERNELS: &[&str] = &[
+    "topk",
+    "attention",
+    "step",
+    "mmvq",
+    "mmtc",
+    "mmq",
+    "wide",
+    "gdn",
+];
 /// Headers the kernels include.
 const HEADERS: &[&str] = &["pdl.cuh", "stacked.cuh"];
 /// Machine code carried unless `TREESPEC_CUDA_SASS` says otherwise: sm_90 (H100, H200),

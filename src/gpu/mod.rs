@@ -4,6 +4,7 @@
 //!
 //! - [`row_top_k`], [`row_argmax`] (`topk`): per-row top-k with the log-normaliser; argmax.
 //! - [`attention`] (`attention`): batch-invariant grouped-query attention over per-row key lists.
+//! - [`gdn`] (`gdn`): a Gated DeltaNet layer's convolution and recurrence over a chain or a tree.
 //! - [`step`] (`step`, `attention`): the decoder's forward pass, whose quantised products
 //!   (`products`, CUDA builds) run on dp4a (`mmvq`) or tensor cores (`mmtc`, Q4_K and Q6_K) or,
 //!   with `TREESPEC_MMQ=1`, in the K-quant family of one summation contract ([`mmq`]), and, for
@@ -12,6 +13,7 @@
 
 pub mod attention;
 pub mod crossover;
+pub mod gdn;
 #[cfg(feature = "cuda")]
 pub(crate) mod launch;
 pub mod mmq;
@@ -57,6 +59,7 @@ pub fn selftest(device: &candle_core::Device) -> Result<Vec<String>> {
             mmq::selftest_stacked(dev, &mut rng, &mut report)?;
         }
         wide::selftest(dev, &mut rng, &mut report)?;
+        crate::model::gated_delta::selftest::selftest(device, &mut rng, &mut report)?;
     }
     Ok(report)
 }

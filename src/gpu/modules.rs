@@ -14,6 +14,8 @@ use std::sync::{Arc, Mutex};
 pub(crate) enum Module {
     /// `attention.cu`: batch-invariant attention, its combination, the wide-pass kernels.
     Attention,
+    /// `gdn.cu`: the Gated DeltaNet layer's convolution and recurrence.
+    Gdn,
     /// `mmq.cu`: the K-quant products of one summation contract (dp4a and tensor cores).
     Mmq,
     /// `mmtc.cu`: the tensor-core quantised products.
@@ -38,6 +40,7 @@ impl Module {
         }
         match self {
             Module::Attention => fatbin!("attention"),
+            Module::Gdn => fatbin!("gdn"),
             Module::Mmq => fatbin!("mmq"),
             Module::Mmtc => fatbin!("mmtc"),
             Module::Mmvq => fatbin!("mmvq"),

@@ -293,10 +293,10 @@ impl Decoder {
         let recurrent = layers
             .iter()
             .map(|l| match &l.mixer {
-                Mixer::GatedDelta(g) => Some(RecurrentCache::new(g)),
-                Mixer::Attention(_) => None,
+                Mixer::GatedDelta(g) => RecurrentCache::new(g).map(Some),
+                Mixer::Attention(_) => Ok(None),
             })
-            .collect();
+            .collect::<Result<Vec<_>>>()?;
         let listed_attention = Visibility::listed_for(&cfg, &device);
         let mut decoder = Decoder {
             step: None,

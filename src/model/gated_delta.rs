@@ -28,6 +28,7 @@
 //! with the same arithmetic, so the committed state is bit for bit what a one-row step reaches.
 
 use crate::error::{Error, Result};
+use crate::gpu::gdn;
 use crate::model::config::{LinearAttention, ModelConfig};
 use crate::model::weights::{Linear, WeightStore};
 use candle_core::{DType, Device, Tensor};
@@ -49,6 +50,21 @@ struct RowInput {
     b: Vec<f32>,
 }
 
+/// A layer's state for a sequence: on the host, or on the GPU where the layer runs the kernels
+/// ([`crate::gpu::gdn`]).
+#[derive(Debug, Clone)]
+enum State {
+    Host(GdnState),
+    Device(gdn::State),
+}
+
+/// What a block leaves to commit any path of it.
+#[derive(Debug, Clone)]
+enum Rows {
+    Host(Vec<RowInput>),
+    Device(gdn::Block),
+}
+
 /// A Gated DeltaNet layer's weights (its input norm and MLP are the decoder layer's).
 pub struct GatedDeltaNet {
     qkv: Linear,
@@ -65,6 +81,8 @@ pub struct GatedDeltaNet {
     norm: Vec<f32>,
     shape: LinearAttention,
     eps: f32,
+    /// The small weights on the GPU, where the layer runs the kernels there.
+    gpu: Option<gdn::Weights>,
 }
 
 impl GatedDeltaNet {
@@ -115,6 +133,9 @@ impl GatedDeltaNet {
                 shape.v_dim
             )));
         }
+        let eps = cfg.rms_eps as f32;
+        let device = store.device().clone();
+        let gpu = gdn::Weights::upload(&device, &shape, eps, (&conv, &a_neg, &dt_bias, &norm))?;
         Ok(GatedDeltaNet {
             qkv: linear(store, "attn_qkv.weight", ch, h)?,
             z: linear(store, "attn_gate.weight", vd, h)?,
@@ -126,11 +147,20 @@ impl GatedDeltaNet {
             dt_bias,
             norm,
             shape,
-            eps: cfg.rms_eps as f32,
+            eps,
+            gpu,
         })
     }
 
-    /// The state of an empty sequence.
+    /// The state of an empty sequence, where this layer keeps it (host or GPU).
+    fn zero(&self) -> Result<State> {
+        Ok(match &self.gpu {
+            Some(g) => State::Device(g.zero_state()?),
+            None => State::Host(self.zero_state()),
+        })
+    }
+
+    /// The state of an empty sequence on the host.
     pub fn zero_state(&self) -> GdnState {
         let l = &self.shape;
         GdnState {
@@ -223,6 +253,60 @@ impl GatedDeltaNet {
         &self,
         x: &Tensor,
         parents: &[Option<usize>],
+        start: &State,
+    ) -> Result<(Tensor, Rows, Option<State>)> {
+        match (start, &self.gpu) {
+            (State::Host(start), _) => {
+                let (out, inputs, last) = self.host_run(x, parents, start)?;
+                Ok((out, Rows::Host(inputs), last.map(State::Host)))
+            }
+            (State::Device(start), Some(g)) => {
+                let proj = |l: &Linear| -> Result<Tensor> {
+                    Ok(l.forward(x)?.to_dtype(DType::F32)?.contiguous()?)
+                };
+                let (c, z, a, b) = (
+                    proj(&self.qkv)?,
+                    proj(&self.z)?,
+                    proj(&self.a)?,
+                    proj(&self.b)?,
+                );
+                let (gated, block, last) = g.block((&c, &z, &a, &b), parents, start, true)?;
+                let gated = gated.to_dtype(x.dtype())?;
+                Ok((
+                    self.out.forward(&gated)?,
+                    Rows::Device(block),
+                    last.map(State::Device),
+                ))
+            }
+            (State::Device(_), None) => Err(no_kernels()),
+        }
+    }
+
+    /// `start` with the block's rows `path` (a path from a root, in order) folded in.
+    fn replay(&self, start: &State, rows: &Rows, path: &[usize]) -> Result<State> {
+        let Some(&last) = path.last() else {
+            return Ok(start.clone());
+        };
+        match (start, rows, &self.gpu) {
+            (State::Host(s), Rows::Host(inputs), _) => {
+                let mut s = s.clone();
+                for &r in path {
+                    self.step(&mut s, &inputs[r]);
+                }
+                Ok(State::Host(s))
+            }
+            (State::Device(s), Rows::Device(block), Some(g)) => {
+                Ok(State::Device(g.commit(s, block, last)?))
+            }
+            _ => Err(no_kernels()),
+        }
+    }
+
+    /// The rows of a block on the host (see [`Self::run`]).
+    fn host_run(
+        &self,
+        x: &Tensor,
+        parents: &[Option<usize>],
         start: &GdnState,
     ) -> Result<(Tensor, Vec<RowInput>, Option<GdnState>)> {
         let n = parents.len();
@@ -308,38 +392,62 @@ pub const STASH_ROWS: usize = 1024;
 /// last block run, not yet committed (its rows' inputs and parents, or only the state after it).
 #[derive(Debug, Clone)]
 pub struct RecurrentCache {
-    committed: GdnState,
+    committed: State,
     /// Rows in `committed`.
     len: usize,
     /// The block after them.
     pending: Option<Pending>,
-    zero: GdnState,
+    zero: State,
 }
 
 #[derive(Debug, Clone)]
 struct Pending {
+    /// The block's parents.
     parents: Vec<Option<usize>>,
-    /// Each row's input, where the block was short enough to keep them.
-    inputs: Option<Vec<RowInput>>,
-    /// The state after the last row, where the block is a chain.
-    last: Option<GdnState>,
+    /// The block's rows that follow the committed ones, a path from a root in order (what a
+    /// commit of part of the block kept); the whole block where `None`.
+    path: Option<Vec<usize>>,
+    /// What it takes to commit the block's rows, where the block was short enough to keep it.
+    rows: Option<Rows>,
+    /// The state after the last row, where the block is a chain (and whole).
+    last: Option<State>,
+}
+
+impl Pending {
+    /// Rows pending.
+    fn len(&self) -> usize {
+        self.path.as_ref().map_or(self.parents.len(), Vec::len)
+    }
+
+    /// The parent of pending row `i` among the pending rows.
+    fn parent(&self, i: usize) -> Option<usize> {
+        match &self.path {
+            None => self.parents[i],
+            Some(_) => i.checked_sub(1),
+        }
+    }
+
+    /// The block row of pending row `i`.
+    fn block_row(&self, i: usize) -> usize {
+        self.path.as_ref().map_or(i, |p| p[i])
+    }
 }
 
 impl RecurrentCache {
-    /// An empty sequence's state for `layer`.
-    pub fn new(layer: &GatedDeltaNet) -> Self {
-        let zero = layer.zero_state();
-        RecurrentCache {
+    /// An empty sequence's state for `layer` (on the GPU where the layer runs there).
+    pub fn new(layer: &GatedDeltaNet) -> Result<Self> {
+        let zero = layer.zero()?;
+        Ok(RecurrentCache {
             committed: zero.clone(),
             len: 0,
             pending: None,
             zero,
-        }
+        })
     }
 
     /// Rows seen (committed and pending).
     pub fn len(&self) -> usize {
-        self.len + self.pending.as_ref().map_or(0, |p| p.parents.len())
+        self.len + self.pending.as_ref().map_or(0, Pending::len)
     }
 
     /// True when no row has been seen.
@@ -363,36 +471,43 @@ impl RecurrentCache {
                     .into(),
             ));
         }
-        let (out, inputs, last) = layer.run(x, parents, &self.committed)?;
+        let (out, rows, last) = layer.run(x, parents, &self.committed)?;
         self.pending = Some(Pending {
             parents: parents.to_vec(),
-            inputs: (parents.len() <= STASH_ROWS).then_some(inputs),
+            path: None,
+            rows: (parents.len() <= STASH_ROWS).then_some(rows),
             last,
         });
         Ok(out)
     }
 
-    /// Fold the pending block's rows into the committed state (all of them: the caller has
-    /// moved past it), or start over where they cannot be replayed.
+    /// Fold the pending rows into the committed state (all of them: the caller has moved past
+    /// them), or start over where they cannot be replayed.
     fn commit_first(&mut self, layer: &GatedDeltaNet, upto: usize) -> Result<()> {
         let Some(p) = self.pending.take() else {
             return Ok(());
         };
-        let rows = p.parents.len();
+        let rows = p.len();
         debug_assert_eq!(upto, self.len + rows);
-        if let Some(last) = p.last {
-            self.committed = last;
+        if let (None, Some(last)) = (&p.path, &p.last) {
+            self.committed = last.clone();
             self.len += rows;
             return Ok(());
         }
-        match &p.inputs {
-            Some(inputs) => {
-                for input in inputs {
-                    layer.step(&mut self.committed, input);
-                }
+        let path: Vec<usize> = (0..rows).map(|i| p.block_row(i)).collect();
+        // The kernels fold a path from a root; a whole block that is no chain (a tree nobody
+        // kept a path of) is replayed row by row on the host only.
+        let chain = (0..rows).all(|i| p.parent(i) == i.checked_sub(1));
+        match &p.rows {
+            Some(r @ Rows::Host(_)) => {
+                self.committed = layer.replay(&self.committed, r, &path)?;
                 self.len += rows;
             }
-            None => self.reset(),
+            Some(r @ Rows::Device(_)) if chain => {
+                self.committed = layer.replay(&self.committed, r, &path)?;
+                self.len += rows;
+            }
+            _ => self.reset(),
         }
         Ok(())
     }
@@ -409,15 +524,12 @@ impl RecurrentCache {
             return 0;
         };
         let keep = len.saturating_sub(self.len);
-        let chain = (0..keep).all(|i| p.parents[i] == i.checked_sub(1));
-        if len < self.len || !chain || p.inputs.is_none() {
+        let chain = (0..keep).all(|i| p.parent(i) == i.checked_sub(1));
+        if len < self.len || !chain || p.rows.is_none() {
             self.reset();
             return 0;
         }
-        p.parents.truncate(keep);
-        if let Some(inputs) = p.inputs.as_mut() {
-            inputs.truncate(keep);
-        }
+        p.path = Some((0..keep).map(|i| p.block_row(i)).collect());
         p.last = None;
         self.pending = Some(p);
         self.len()
@@ -427,7 +539,7 @@ impl RecurrentCache {
     /// `rows` (a path from a root, in order) as the sequence's next rows: a chain, folded into
     /// the state when the sequence moves past it.
     pub fn keep(&mut self, base: usize, rows: &[usize]) -> Result<()> {
-        let Some(p) = self.pending.take() else {
+        let Some(mut p) = self.pending.take() else {
             if rows.is_empty() && base == self.len {
                 return Ok(());
             }
@@ -445,23 +557,21 @@ impl RecurrentCache {
         }
         for (k, &r) in rows.iter().enumerate() {
             let want = if k == 0 { None } else { Some(rows[k - 1]) };
-            if r >= p.parents.len() || p.parents[r] != want {
+            if r >= p.len() || p.parent(r) != want {
                 self.pending = Some(p);
                 return Err(Error::InvalidArgument(format!(
                     "keep: rows {rows:?} are not a path from the block's root"
                 )));
             }
         }
-        let Some(inputs) = p.inputs else {
+        if p.rows.is_none() {
             // A long block kept no inputs: start over (the caller reads the sequence anew).
             self.reset();
             return Ok(());
-        };
-        self.pending = Some(Pending {
-            parents: (0..rows.len()).map(|i| i.checked_sub(1)).collect(),
-            inputs: Some(rows.iter().map(|&r| inputs[r].clone()).collect()),
-            last: None,
-        });
+        }
+        p.path = Some(rows.iter().map(|&r| p.block_row(r)).collect());
+        p.last = None;
+        self.pending = Some(p);
         Ok(())
     }
 
@@ -472,3 +582,10 @@ impl RecurrentCache {
         self.pending = None;
     }
 }
+
+fn no_kernels() -> Error {
+    Error::Device("a Gated DeltaNet state on the GPU for a layer without its GPU kernels".into())
+}
+
+#[cfg(feature = "cuda")]
+pub(crate) mod selftest;

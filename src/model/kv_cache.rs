@@ -158,7 +158,9 @@ impl KvCache {
         idx: Option<&Tensor>,
     ) -> Result<()> {
         self.check_keep(base, rows)?;
-        if let Some(idx) = idx {
+        // A cache of no heads (a Gated DeltaNet layer's) holds only its count: nothing to move,
+        // and an empty gather is an invalid launch on a GPU.
+        if let Some(idx) = idx.filter(|_| self.k.elem_count() > 0) {
             let k = self.k.index_select(idx, 1)?;
             let v = self.v.index_select(idx, 1)?;
             self.k.slice_set(&k, 1, base)?;

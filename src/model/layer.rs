@@ -346,7 +346,7 @@ pub enum Mixer {
     /// Attention (the K/V cache is the caller's).
     Attention(Attention),
     /// A Gated DeltaNet (its recurrent state is the caller's, [`crate::model::gated_delta`]).
-    GatedDelta(GatedDeltaNet),
+    GatedDelta(Box<GatedDeltaNet>),
 }
 
 /// One pre-norm decoder layer: `x += mix(norm(x)); x += mlp(norm(x))`. The caller runs the
@@ -406,7 +406,7 @@ impl DecoderLayer {
         linear: bool,
     ) -> Result<Self> {
         let mixer = match linear {
-            true => Mixer::GatedDelta(GatedDeltaNet::load(store, blk, cfg)?),
+            true => Mixer::GatedDelta(Box::new(GatedDeltaNet::load(store, blk, cfg)?)),
             false => Mixer::Attention(Attention::load(store, blk, cfg)?),
         };
         Ok(DecoderLayer {
