@@ -132,6 +132,8 @@ pub struct TextSide {
     pub tokenizer: TextTokenizer,
     /// Its chat template.
     pub template: ChatTemplate,
+    /// What loading chose on the user's behalf, one line each (the chat shows them).
+    pub notes: Vec<String>,
 }
 
 /// The `head` that means no MTP head beside the drafter.
@@ -157,29 +159,146 @@ pub fn head_for(target: &str, head: Option<&str>) -> Option<String> {
     }
 }
 
+/// Which drafter to load beside a target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrafterChoice<'a> {
+    /// No drafter: `ar`, and `mtp` where a head is given beside it.
+    None,
+    /// This one: a model, a head file, a DFlash checkpoint or [`MTP_DRAFTER`].
+    Named(&'a str),
+    /// The best that fits the target without a download ([`auto_drafter`]).
+    Auto,
+}
+
+/// What [`auto_drafter`] picked for a target, and the line that tells the user so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AutoDrafter {
+    /// The drafter to load (a known model key, [`MTP_DRAFTER`] or a path), or none.
+    pub spec: Option<String>,
+    /// Why, where the choice is not the obvious one (shown once, in the chat's status line).
+    pub note: Option<String>,
+}
+
+/// A drafter must be at most this fraction of its target's bytes to be picked unasked: a model
+/// of the target's own size drafts as slowly as the target verifies.
+const AUTO_DRAFTER_MAX_SHARE: u64 = 3;
+
+/// The drafter for `target` (loaded from the argument `spec`) when the user named none, never
+/// downloading one that cannot fit: the default drafter for the default target (fetched like
+/// it); the target's own MTP head; else the smallest GGUF model in `cache` (the models folder)
+/// with the target's vocabulary and at most a third of its size; else none, saying why.
+pub fn auto_drafter(spec: &str, target: &LoadedModel, cache: &std::path::Path) -> AutoDrafter {
+    if spec == fetch::TARGET.key {
+        return AutoDrafter {
+            spec: Some(fetch::DRAFTER.key.to_string()),
+            note: None,
+        };
+    }
+    if target.decoder.config().mtp_heads > 0 {
+        return AutoDrafter {
+            spec: Some(MTP_DRAFTER.to_string()),
+            note: None,
+        };
+    }
+    match drafter_in_cache(cache, target) {
+        Some(path) => {
+            let name = ModelFiles::Gguf(path.clone()).display_name();
+            AutoDrafter {
+                spec: Some(path.display().to_string()),
+                note: Some(format!(
+                    "drafting with {name} (found in the cache, same vocabulary as {})",
+                    target.name
+                )),
+            }
+        }
+        None => AutoDrafter {
+            spec: None,
+            note: Some(format!(
+                "no drafter in the cache shares {}'s vocabulary and it has no MTP head: `ar` \
+                 only (name one with --drafter)",
+                target.name
+            )),
+        },
+    }
+}
+
+/// The bytes of a model's weights: the GGUF file, or a checkpoint's safetensors files.
+fn model_bytes(files: &ModelFiles) -> u64 {
+    let len = |p: &std::path::Path| std::fs::metadata(p).map_or(0, |m| m.len());
+    match files {
+        ModelFiles::Gguf(p) => len(p),
+        ModelFiles::Checkpoint(dir) => std::fs::read_dir(dir).map_or(0, |entries| {
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+                .map(|p| len(&p))
+                .sum()
+        }),
+    }
+}
+
+/// The smallest GGUF model in `dir` that can draft for `target`: not the target itself, not an
+/// MTP head, at most [`AUTO_DRAFTER_MAX_SHARE`]-th of the target's bytes, with exactly its
+/// vocabulary. Files that cannot be read are passed over.
+pub fn drafter_in_cache(dir: &std::path::Path, target: &LoadedModel) -> Option<std::path::PathBuf> {
+    let limit = model_bytes(&target.files) / AUTO_DRAFTER_MAX_SHARE;
+    let own = std::fs::canonicalize(target.files.path()).ok();
+    let mut candidates: Vec<(u64, std::path::PathBuf)> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
+        .filter(|p| std::fs::canonicalize(p).ok() != own)
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.len(), p)))
+        .filter(|(len, _)| *len <= limit)
+        .collect();
+    candidates.sort();
+    candidates.into_iter().map(|(_, p)| p).find(|p| {
+        let Ok(content) = read_gguf_header(p) else {
+            return false;
+        };
+        !mtp_gguf::is_head(&content)
+            && TextTokenizer::from_gguf(&content)
+                .is_ok_and(|tok| tok.vocab() == target.tokenizer.vocab())
+    })
+}
+
 /// Load the target (and the drafter and an MTP head beside it, when given) into an engine; the
-/// engine takes the decoders, the tokenizer and template are returned beside it.
+/// engine takes the decoders, the tokenizer and template are returned beside it. With
+/// [`DrafterChoice::Auto`], [`auto_drafter`] picks from the models cache; its note, if any, is
+/// in [`TextSide::notes`].
 pub fn build_engine(
     target: &str,
-    drafter: Option<&str>,
+    drafter: DrafterChoice,
     head: Option<&str>,
     settings: Settings,
     seed: u64,
     opts: &LoadOptions,
 ) -> Result<(Engine, TextSide)> {
     let t = load_model(target, opts)?;
-    let drafter = match drafter {
-        Some(spec) => Some(load_drafter(spec, &t, opts)?),
-        // A target with its own MTP head drafts with it unless told otherwise.
-        None if t.decoder.config().mtp_heads > 0 && head.is_none() => {
-            match load_drafter(MTP_DRAFTER, &t, opts) {
-                Ok(d) => Some(d),
-                Err(e) => {
-                    eprintln!("treespec: drafting without the target's MTP head: {e}");
-                    None
-                }
-            }
+    let mut notes = vec![];
+    let (spec, auto) = match drafter {
+        DrafterChoice::None => (None, false),
+        DrafterChoice::Named(spec) => (Some(spec.to_string()), false),
+        // An MTP head given beside the drafter drafts `mtp`; the target's own is not added.
+        DrafterChoice::Auto if head.is_some() && t.decoder.config().mtp_heads > 0 => (None, true),
+        DrafterChoice::Auto => {
+            let picked = auto_drafter(target, &t, &crate::paths::models_dir());
+            notes.extend(picked.note);
+            (picked.spec, true)
         }
+    };
+    let drafter = match spec {
+        // Picked unasked, the target's own head may still fail to load: draft without it.
+        Some(spec) if auto && spec == MTP_DRAFTER => match load_drafter(&spec, &t, opts) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                notes.push(format!("drafting without the target's MTP head: {e}"));
+                None
+            }
+        },
+        Some(spec) => Some(load_drafter(&spec, &t, opts)?),
         None => None,
     };
     // A drafter that is an MTP head drafts `mtp` itself: the shipped head is not added beside it.
@@ -195,11 +314,18 @@ pub fn build_engine(
     if let Some(h) = head {
         engine = engine.add_head(h)?;
     }
-    engine.set_settings(settings)?;
+    // A mode that needs a drafter none fits for: the error says why there is none.
+    if let Err(e) = engine.set_settings(settings) {
+        return Err(match notes.last() {
+            Some(n) => Error::Config(format!("{e}: {n}")),
+            None => e,
+        });
+    }
     let text = TextSide {
         name: t.name,
         tokenizer: t.tokenizer,
         template: t.template,
+        notes,
     };
     Ok((engine, text))
 }

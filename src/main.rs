@@ -9,8 +9,9 @@ use treespec::bench::{self, BenchConfig};
 use treespec::draft::Drafter;
 use treespec::engine::{Engine, Mode, Settings, DEFAULT_BUDGET, DEFAULT_DEPTH, DEFAULT_GAMMA};
 use treespec::generate::generate;
-use treespec::load::{self, TextSide};
+use treespec::load::{self, DrafterChoice, TextSide};
 use treespec::model::chat_template::{ChatMessage, Role};
+use treespec::model::recommended::{self, RecommendedSampling};
 use treespec::model::LoadOptions;
 use treespec::sampling::SamplingParams;
 use treespec::{device, fetch};
@@ -484,7 +485,7 @@ impl RuntimeArgs {
 /// Load the target (and the drafter and the MTP head, when given) into an engine.
 fn build_engine(
     target: &str,
-    (drafter, head): (Option<&str>, Option<&str>),
+    (drafter, head): (DrafterChoice, Option<&str>),
     settings: Settings,
     seed: u64,
     rt: &RuntimeArgs,
@@ -512,19 +513,19 @@ fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
         _ => None,
     };
     let drafter = match (&a.drafter, mode) {
-        (Some(d), _) => Some(d.clone()),
+        (Some(d), _) => DrafterChoice::Named(d),
         // `mtp` with a head needs no other drafter.
-        (None, Mode::Mtp) if head.is_some() => None,
-        (None, m) if m.uses_drafter() && a.model == "target" => Some("drafter".to_string()),
+        (None, Mode::Mtp) if head.is_some() => DrafterChoice::None,
         (None, Mode::Mtp) => anyhow::bail!(
             "--mode mtp needs an MTP head: --head FILE, or --drafter mtp for the target's own"
         ),
-        (None, m) if m.needs_drafter() => anyhow::bail!("--mode {mode} needs --drafter"),
-        (None, _) => None,
+        // The target's own head, or a drafter of its vocabulary already in the cache.
+        (None, m) if m.uses_drafter() => DrafterChoice::Auto,
+        (None, _) => DrafterChoice::None,
     };
     let (mut engine, m) = build_engine(
         &a.model,
-        (drafter.as_deref(), head.as_deref()),
+        (drafter, head.as_deref()),
         settings,
         a.decode.seed,
         &a.runtime,
@@ -539,6 +540,9 @@ fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
         msgs.push(ChatMessage::new(Role::User, a.prompt.clone()));
         m.template.render(&msgs, true)?
     };
+    for n in &m.notes {
+        eprintln!("treespec: {n}");
+    }
     let ids = m.tokenizer.encode(&text, true)?;
     let mut stdout = std::io::stdout().lock();
     let (_, stats) = generate(&mut engine, &m.tokenizer, &ids, a.max_tokens, |piece| {
@@ -749,7 +753,13 @@ fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
     };
     let (mut engine, m) = build_engine(
         &a.target,
-        (needs_drafter.then_some(a.drafter.as_str()), head.as_deref()),
+        (
+            match needs_drafter {
+                true => DrafterChoice::Named(&a.drafter),
+                false => DrafterChoice::None,
+            },
+            head.as_deref(),
+        ),
         settings,
         a.decode.seed,
         &a.runtime,
@@ -839,6 +849,24 @@ fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
     // default pair has its head (BENCHMARKS.md section 26); otherwise in `tree`.
     let starting = if head.is_some() { "mtp" } else { "tree" };
     let mode = parse_mode(&pick(&a.mode, &cfg.mode, starting))?;
+    // What the model's files recommend, for each sampling setting the user left unset.
+    let recommended = match a.demo {
+        true => RecommendedSampling::default(),
+        false => treespec::model::source::resolve(&load::model_path(&target)?)
+            .map(|files| recommended::sampling(&files))
+            .unwrap_or_default(),
+    };
+    let recommended = RecommendedSampling {
+        temperature: recommended
+            .temperature
+            .filter(|_| a.temperature.or(cfg.temperature).is_none()),
+        top_p: recommended
+            .top_p
+            .filter(|_| a.top_p.or(cfg.top_p).is_none()),
+        top_k: recommended
+            .top_k
+            .filter(|_| a.top_k.or(cfg.top_k).is_none()),
+    };
     let decode = DecodeArgs {
         budget: a.budget.or(cfg.budget).unwrap_or(DEFAULT_BUDGET),
         depth: a.depth.or(cfg.depth).unwrap_or(DEFAULT_DEPTH),
@@ -847,9 +875,13 @@ fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
             .mtp_k
             .or(cfg.mtp_k)
             .unwrap_or(treespec::engine::DEFAULT_MTP_K),
-        temperature: a.temperature.or(cfg.temperature).unwrap_or(0.0),
-        top_p: a.top_p.or(cfg.top_p).unwrap_or(1.0),
-        top_k: a.top_k.or(cfg.top_k).unwrap_or(0),
+        temperature: a
+            .temperature
+            .or(cfg.temperature)
+            .or(recommended.temperature)
+            .unwrap_or(0.0),
+        top_p: a.top_p.or(cfg.top_p).or(recommended.top_p).unwrap_or(1.0),
+        top_k: a.top_k.or(cfg.top_k).or(recommended.top_k).unwrap_or(0),
         seed: a.seed,
         min_chain_prob: a
             .min_chain_prob
@@ -867,12 +899,22 @@ fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
         exact: a.exact,
         wide_verify: a.wide_verify,
     };
-    let drafter = pick(&a.drafter, &cfg.drafter, "drafter");
-    let drafter = (drafter != "none").then_some(drafter);
+    // Unnamed, the drafter is the best that fits the target without a download.
+    let named = a.drafter.clone().or(cfg.drafter.clone());
+    let drafter = match named.as_deref() {
+        Some("none") => DrafterChoice::None,
+        Some(d) => DrafterChoice::Named(d),
+        None => DrafterChoice::Auto,
+    };
     let settings = decode.settings(mode)?;
     let dir = transcript::default_dir();
     // A chat to resume is read before the models load, so that a wrong path fails at once.
-    let mut notice = None;
+    // What the chat says on opening: lines joined by `; `.
+    let mut notices: Vec<String> = vec![];
+    if !recommended.is_empty() {
+        let r = recommended.describe();
+        notices.push(format!("sampling as the model recommends: {r}"));
+    }
     let resumed = match &a.resume {
         None => None,
         Some(file) => {
@@ -885,7 +927,7 @@ fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
             };
             let loaded = Transcript::load(&path)?;
             if let Some(d) = loaded.dropped {
-                notice = Some(format!("resumed {}; dropped {d}", path.display()));
+                notices.push(format!("resumed {}; dropped {d}", path.display()));
             }
             Some(loaded.transcript)
         }
@@ -895,22 +937,24 @@ fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
         let info = e.info().clone();
         (Box::new(e), info)
     } else {
-        eprintln!(
-            "loading {target}{} ...",
-            drafter
-                .as_deref()
-                .map(|d| format!(" and {d}"))
-                .unwrap_or_default()
-        );
-        let models = (drafter.as_deref(), head.as_deref());
+        let and = match drafter {
+            DrafterChoice::Named(d) => format!(" and {d}"),
+            _ => String::new(),
+        };
+        eprintln!("loading {target}{and} ...");
+        let models = (drafter, head.as_deref());
         let start = decode.settings(Mode::Ar)?;
         let (mut engine, text) = build_engine(&target, models, start, decode.seed, &runtime)?;
-        // A mode the models loaded cannot run starts as `ar`, saying why.
+        notices.extend(text.notes.iter().cloned());
+        // A mode the models loaded cannot run starts as `ar`, saying why (unless it was only the
+        // default and loading already said why there is no drafter).
+        let asked = a.mode.is_some() || cfg.mode.is_some();
         match engine.mode_unavailable(mode) {
             None => engine.set_settings(settings)?,
+            Some(_) if !asked && !text.notes.is_empty() => {}
             Some(why) => {
                 let why = format!("{mode} is unavailable ({why}): starting in ar");
-                notice = Some(notice.map_or(why.clone(), |n| format!("{n}; {why}")));
+                notices.push(why);
             }
         }
         let by_mode = match engine.head() {
@@ -929,6 +973,7 @@ fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
             device: device::describe(engine.target().device()),
             context: engine.target().context(),
             unavailable: vec![],
+            thinks: false,
         };
         let live = LiveEngine::new(engine, text.tokenizer, text.template, info);
         let info = live.info().clone();
@@ -948,7 +993,8 @@ fn run_chat(a: ChatArgs) -> anyhow::Result<()> {
         keys: cfg.keys.clone(),
     };
     let mut app = App::new(engine, transcript, opts);
-    if let Some(n) = notice {
+    if !notices.is_empty() {
+        let n = notices.join("; ");
         app.notice = Some(treespec::tui::app::Notice {
             text: n,
             error: false,

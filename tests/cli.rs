@@ -501,3 +501,48 @@ fn bench_json_traces_auto_steps() {
     }
     assert!(traced > 0, "no auto answer in {report}");
 }
+
+/// With no drafter named, a target other than the default one drafts with a model of its own
+/// vocabulary already in the cache (the smallest that fits, never downloading one), else the
+/// run says in one line why there is none; `ar` needs none and loads none.
+#[test]
+fn an_unnamed_drafter_comes_from_the_cache_or_is_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path();
+    let wide = common::TinyShape {
+        hidden: 256,
+        ffn: 512,
+        dtype: candle_core::quantized::GgmlDType::Q8_0,
+        nextn: 0,
+    };
+    let target = common::write_tiny_gguf_shaped(home, "llama", 31, &[], wide);
+    let run = |mode: &str| {
+        let args = ["generate", "-m", target.to_str().unwrap(), "--mode", mode];
+        let extra = ["-p", "hi", "--max-tokens", "12", "--exact"];
+        treespec(&[&args[..], &extra[..]].concat(), &[], home)
+    };
+    // Nothing in the cache: `tree` cannot run, and says why; `ar` runs without a word.
+    assert_clean_error(&run("tree"), "no drafter in the cache shares");
+    let ar = run("ar");
+    assert!(
+        ar.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ar.stderr)
+    );
+    assert!(!String::from_utf8_lossy(&ar.stderr).contains("drafter"));
+    // In the cache: one of another vocabulary, one as large as the target, and the one that fits.
+    let models = home.join("cache/models");
+    std::fs::create_dir_all(&models).unwrap();
+    common::write_tiny_gguf_vocab(&models, "llama", 32, &["<extra>"]);
+    common::write_tiny_gguf_shaped(&models, "llama", 33, &[], wide);
+    let fits = common::write_tiny_gguf(&models, "llama", 34);
+    let tree = run("tree");
+    let err = String::from_utf8_lossy(&tree.stderr);
+    assert!(tree.status.success(), "{err}");
+    let name = fits.file_stem().unwrap().to_str().unwrap();
+    assert!(err.contains(&format!("drafting with {name}")), "{err}");
+    assert_eq!(
+        tree.stdout, ar.stdout,
+        "greedy `tree` must emit `ar`'s text"
+    );
+}

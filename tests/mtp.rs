@@ -9,6 +9,7 @@ mod common;
 use std::collections::BTreeSet;
 use treespec::draft::{CausalDrafter, MtpDrafter};
 use treespec::engine::{Engine, Mode, Settings};
+use treespec::load::DrafterChoice;
 use treespec::model::config::Family;
 
 const VOCAB: usize = 8;
@@ -262,9 +263,15 @@ fn a_gguf_nextn_layer_is_the_mtp_drafter() {
         ..Default::default()
     };
     let spec = path.display().to_string();
-    let (mut e, _) =
-        treespec::load::build_engine(&spec, None, None, settings(Mode::Ar, 1, 1, 1), 0, &opts)
-            .unwrap();
+    let (mut e, _) = treespec::load::build_engine(
+        &spec,
+        DrafterChoice::Auto,
+        None,
+        settings(Mode::Ar, 1, 1, 1),
+        0,
+        &opts,
+    )
+    .unwrap();
     assert_eq!(e.drafter().unwrap().kind(), "MTP head");
     assert_eq!(e.target().config().n_layers, 2);
     let prompt = [10u32, 20, 30, 40, 50];

@@ -11,6 +11,7 @@ use common::TinyShape;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use treespec::engine::{Mode, Settings, StepEvent};
+use treespec::load::DrafterChoice;
 use treespec::load::{build_engine, load_drafter, load_model};
 use treespec::model::mtp_gguf::{self, HeadTarget};
 use treespec::model::weights::read_gguf_header;
@@ -91,7 +92,7 @@ type Drafts = Vec<(Vec<u32>, Vec<u32>)>;
 fn answer(target: &Path, drafter: &Path, mode: Mode) -> (Vec<u32>, Drafts) {
     let (mut e, _) = build_engine(
         &target.display().to_string(),
-        Some(&drafter.display().to_string()),
+        DrafterChoice::Named(&drafter.display().to_string()),
         None,
         settings(mode),
         0,
@@ -237,7 +238,7 @@ fn a_head_exported_with_a_draft_vocabulary_drafts_only_from_it() {
     );
     let (e, _) = build_engine(
         &gguf.display().to_string(),
-        Some(&reduced.display().to_string()),
+        DrafterChoice::Named(&reduced.display().to_string()),
         None,
         settings(Mode::Mtp),
         0,

@@ -6,6 +6,7 @@ mod common;
 
 use candle_core::{DType, Device, Tensor};
 use std::collections::BTreeSet;
+use treespec::load::DrafterChoice;
 use treespec::model::config::{Family, RopeStyle};
 use treespec::model::decoder::{Batch, Decoder};
 use treespec::model::mtp::{MtpHead, MtpLayout};
@@ -434,7 +435,8 @@ fn walk_against_decoding(reduced: bool) {
         ..Settings::default()
     };
     let (mut e, _) =
-        treespec::load::build_engine(&spec, None, None, s(Mode::Ar), 0, &opts).unwrap();
+        treespec::load::build_engine(&spec, DrafterChoice::None, None, s(Mode::Ar), 0, &opts)
+            .unwrap();
     // The target's greedy answers (24 tokens, no stop) to a few prompts; the last held out.
     let mut data = vec![];
     for seed in 0..40u32 {
@@ -483,7 +485,7 @@ fn walk_against_decoding(reduced: bool) {
     trainer.save(&file).unwrap();
     let (mut e, _) = treespec::load::build_engine(
         &spec,
-        Some(&file.display().to_string()),
+        DrafterChoice::Named(&file.display().to_string()),
         None,
         s(Mode::Mtp),
         0,
@@ -520,7 +522,7 @@ fn walk_against_decoding(reduced: bool) {
     .unwrap();
     let (mut e, _) = treespec::load::build_engine(
         &spec,
-        Some(&exported.display().to_string()),
+        DrafterChoice::Named(&exported.display().to_string()),
         None,
         s(Mode::Mtp),
         0,
@@ -663,8 +665,15 @@ fn a_run_writes_a_head_that_resumes_and_drafts() {
         gamma: 3,
         ..Settings::default()
     };
-    let (mut e, _) =
-        treespec::load::build_engine(&spec, Some(&head), None, s(Mode::Ar), 0, &opts).unwrap();
+    let (mut e, _) = treespec::load::build_engine(
+        &spec,
+        DrafterChoice::Named(&head),
+        None,
+        s(Mode::Ar),
+        0,
+        &opts,
+    )
+    .unwrap();
     assert_eq!(e.drafter().unwrap().kind(), "MTP head");
     let prompt = [10u32, 20, 30, 40];
     let ar = e.generate(&prompt, 16, |_| true).unwrap().tokens;

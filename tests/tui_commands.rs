@@ -368,3 +368,54 @@ fn export_during_an_answer_includes_it_as_in_progress() {
     finish(&mut app);
     assert_eq!(app.transcript.turns[0].answer(), "Hello there friend!\n");
 }
+
+/// `/forget` leaves the oldest turns out of the next prompt (the screen keeps them, marked),
+/// and the status bar shows how full the context was after the last answer.
+#[test]
+fn forget_drops_the_oldest_turns_from_the_prompt_and_the_meter_shows_the_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut app, log) = app_with(vec![answer(), answer(), answer()], dir.path());
+    let send = |app: &mut App, text: &str| {
+        type_text(app, text);
+        app.on_key(key(KeyCode::Enter));
+        finish(app);
+    };
+    send(&mut app, "first");
+    send(&mut app, "second");
+    // The prompt (the scripted engine counts its characters as tokens) and the 5 tokens answered.
+    assert_eq!(app.context_used(), app.stats.prompt_tokens + 5);
+    let buf = render(&mut app, 200, 30);
+    assert!(find(&buf, "ctx 1%").is_some(), "the context meter");
+    type_text(&mut app, "/forget");
+    app.on_key(key(KeyCode::Enter));
+    assert_eq!(app.forgotten, 1);
+    assert!(app.notice.as_ref().unwrap().text.contains("(1 in it)"));
+    send(&mut app, "third");
+    let requests = log.lock().unwrap().requests.clone();
+    let users: Vec<&str> = requests[2]
+        .iter()
+        .filter(|m| m.role == treespec::model::chat_template::Role::User)
+        .map(|m| m.content.as_str())
+        .collect();
+    assert_eq!(
+        users,
+        ["second", "third"],
+        "the first turn is out of the prompt"
+    );
+    let buf = render(&mut app, 100, 40);
+    assert!(
+        find(&buf, "first").is_some(),
+        "forgotten turns stay on screen"
+    );
+    assert!(find(&buf, "the turn above is out of the model's context").is_some());
+    // More than there are: all of them, then nothing more; a bad count is one clear line.
+    type_text(&mut app, "/forget 10");
+    app.on_key(key(KeyCode::Enter));
+    assert_eq!(app.forgotten, 3);
+    type_text(&mut app, "/forget x");
+    app.on_key(key(KeyCode::Enter));
+    assert!(app.notice.as_ref().unwrap().error);
+    // A new chat starts with everything in context again.
+    app.on_key(ctrl('n'));
+    assert_eq!(app.forgotten, 0);
+}

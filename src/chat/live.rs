@@ -1,6 +1,7 @@
 //! The live chat engine: the real engine on its thread, with the tokenizer and chat template that
 //! turn messages into ids and ids into display text.
 
+use super::reasoning::{Part, ReasoningSplit};
 use super::{ChatEngine, ChatEvent, EngineInfo, Origin, StepView, TokenPiece, TreeView};
 use crate::engine::thread::{Command, EngineThread, Event};
 use crate::engine::{Engine, Mode, Settings};
@@ -16,6 +17,9 @@ pub struct LiveEngine {
     settings: Settings,
     stream: StreamDecoder,
     step: usize,
+    /// A thinking model's reasoning block, followed through each answer.
+    reasoning: Option<ReasoningSplit>,
+    thinking: Option<bool>,
 }
 
 impl LiveEngine {
@@ -31,6 +35,8 @@ impl LiveEngine {
             .filter_map(|m| engine.mode_unavailable(m).map(|why| (m, why)))
             .collect();
         info.context = engine.target().context();
+        let reasoning = ReasoningSplit::new(&tokenizer);
+        info.thinks = reasoning.is_some();
         let settings = *engine.settings();
         LiveEngine {
             thread: EngineThread::spawn(engine),
@@ -40,6 +46,8 @@ impl LiveEngine {
             settings,
             stream: StreamDecoder::new(),
             step: 0,
+            reasoning,
+            thinking: None,
         }
     }
 
@@ -52,12 +60,19 @@ impl LiveEngine {
         let origins = ev.origins();
         let mut pieces = Vec::with_capacity(ev.emitted.len());
         for (i, &t) in ev.emitted.iter().enumerate() {
-            let text = self
+            let part = self.reasoning.as_mut().map_or(Part::Answer, |r| r.part(t));
+            if part == Part::Marker {
+                continue;
+            }
+            let mut text = self
                 .stream
                 .push(&self.tokenizer, t)
                 .ok()
                 .flatten()
                 .unwrap_or_default();
+            if let (Part::Answer, Some(r)) = (part, self.reasoning.as_mut()) {
+                text = r.answer_text(text);
+            }
             let origin = match origins.get(i).copied().flatten() {
                 Some(depth) => Origin::Drafted { depth },
                 None if ev.mode == Mode::Ar => Origin::Plain,
@@ -67,6 +82,7 @@ impl LiveEngine {
                 text,
                 origin,
                 step: self.step,
+                reasoning: part == Part::Reasoning,
             });
         }
         let next = self.label(ev.next);
@@ -97,7 +113,9 @@ impl ChatEngine for LiveEngine {
     }
 
     fn generate(&mut self, messages: &[ChatMessage], max_tokens: usize) -> crate::Result<()> {
-        let text = self.template.render(messages, true)?;
+        let text = self
+            .template
+            .render_thinking(messages, true, self.thinking)?;
         let prompt = self.tokenizer.encode(&text, true)?;
         if prompt.len() >= self.info.context {
             return Err(crate::Error::ContextOverflow {
@@ -107,6 +125,9 @@ impl ChatEngine for LiveEngine {
         }
         self.stream = StreamDecoder::new();
         self.step = 0;
+        if let Some(r) = self.reasoning.as_mut() {
+            r.start(&text);
+        }
         self.thread.send(Command::Generate { prompt, max_tokens });
         Ok(())
     }
@@ -117,6 +138,10 @@ impl ChatEngine for LiveEngine {
 
     fn apply(&mut self, settings: Settings) {
         self.thread.send(Command::Settings(settings));
+    }
+
+    fn set_thinking(&mut self, thinking: Option<bool>) {
+        self.thinking = thinking;
     }
 
     fn poll(&mut self) -> Vec<ChatEvent> {

@@ -4,6 +4,7 @@
 //! prepared steps, so the UI can be tested without weights.
 
 pub mod live;
+pub mod reasoning;
 pub mod scripted;
 
 pub use crate::engine::thread::{Finished, Started};
@@ -35,6 +36,9 @@ pub struct TokenPiece {
     pub origin: Origin,
     /// The step (1-based within the answer) that emitted it.
     pub step: usize,
+    /// Part of a thinking model's reasoning (shown dimmed and folded, left out of the history).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reasoning: bool,
 }
 
 /// A draft tree for display: node 0 is the root.
@@ -114,6 +118,8 @@ pub struct EngineInfo {
     pub context: usize,
     /// Modes that cannot run, with the reason.
     pub unavailable: Vec<(Mode, String)>,
+    /// The target thinks: its vocabulary has the reasoning markers ([`reasoning`]).
+    pub thinks: bool,
 }
 
 impl EngineInfo {
@@ -157,6 +163,9 @@ pub trait ChatEngine {
     fn stop(&mut self);
     /// Ask for new settings.
     fn apply(&mut self, settings: Settings);
+    /// Ask a thinking model to reason before it answers, or not (`None`: as its template does
+    /// by default), from the next answer on.
+    fn set_thinking(&mut self, _thinking: Option<bool>) {}
     /// Events that arrived since the last call (never blocks).
     fn poll(&mut self) -> Vec<ChatEvent>;
 }

@@ -33,6 +33,7 @@ impl ScriptedAnswer {
                         text: t.to_string(),
                         origin: Origin::Drafted { depth: d + 1 },
                         step,
+                        reasoning: false,
                     })
                     .collect();
                 pieces.push(TokenPiece {
@@ -43,6 +44,7 @@ impl ScriptedAnswer {
                         Origin::Target
                     },
                     step,
+                    reasoning: false,
                 });
                 let mut tree = TreeView {
                     labels: vec!["<root>".into()],
@@ -82,6 +84,16 @@ impl ScriptedAnswer {
             .collect();
         ScriptedAnswer { steps }
     }
+
+    /// The same answer with its first `steps` steps a thinking model's reasoning.
+    pub fn reasoning_first(mut self, steps: usize) -> Self {
+        for s in self.steps.iter_mut().take(steps) {
+            for p in &mut s.pieces {
+                p.reasoning = true;
+            }
+        }
+        self
+    }
 }
 
 /// What a scripted engine was asked to do (shared, so tests can read it after handing the
@@ -94,6 +106,8 @@ pub struct ScriptLog {
     pub applied: Vec<Settings>,
     /// How many times it was asked to stop.
     pub stops: usize,
+    /// Each `set_thinking` call, in order.
+    pub thinking: Vec<Option<bool>>,
 }
 
 /// A chat engine that replays scripted answers, one step per poll.
@@ -122,6 +136,7 @@ impl ScriptedEngine {
                     Mode::Mtp,
                     "the target has no multi-token-prediction head".into(),
                 )],
+                thinks: false,
             },
             settings: Settings::default(),
             answers: answers.into(),
@@ -145,6 +160,12 @@ impl ScriptedEngine {
         let head = ("scripted-head.gguf".into(), crate::draft::mtp::KIND.into());
         self.info.by_mode = vec![(Mode::Mtp, head.0, head.1)];
         self.info.unavailable.clear();
+        self
+    }
+
+    /// The same engine over a thinking target (its answers may carry reasoning).
+    pub fn thinking(mut self) -> Self {
+        self.info.thinks = true;
         self
     }
 
@@ -249,6 +270,10 @@ impl ChatEngine for ScriptedEngine {
         }
         self.settings = settings;
         self.pending.push_back(ChatEvent::SettingsApplied(settings));
+    }
+
+    fn set_thinking(&mut self, thinking: Option<bool>) {
+        self.record(|l| l.thinking.push(thinking));
     }
 
     fn poll(&mut self) -> Vec<ChatEvent> {

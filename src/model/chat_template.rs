@@ -83,16 +83,50 @@ impl ChatTemplate {
     /// Render a conversation; with `add_generation_prompt` the text ends where the assistant's
     /// next answer begins.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        self.render_thinking(messages, add_generation_prompt, None)
+    }
+
+    /// [`ChatTemplate::render`] with the template's `enable_thinking` switch (Qwen3's and
+    /// Qwen3.5's templates) set, or left undefined (`None`: the template's own default).
+    pub fn render_thinking(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        thinking: Option<bool>,
+    ) -> Result<String> {
         let tmpl = self
             .env
             .get_template("chat")
             .map_err(|e| Error::Template(e.to_string()))?;
-        tmpl.render(context! {
+        let base = context! {
             messages => messages,
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos.as_str(),
             eos_token => self.eos.as_str(),
-        })
-        .map_err(|e| Error::Template(e.to_string()))
+        };
+        let ctx = match thinking {
+            Some(on) => context! { enable_thinking => on, ..base },
+            None => base,
+        };
+        tmpl.render(ctx).map_err(|e| Error::Template(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The switch as Qwen3's template reads it: an empty reasoning block when thinking is off.
+    const QWEN3_LIKE: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}";
+
+    #[test]
+    fn enable_thinking_reaches_the_template_only_when_set() {
+        let t = ChatTemplate::new(QWEN3_LIKE, None, None).unwrap();
+        let msgs = [ChatMessage::new(Role::User, "hi")];
+        let open = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n";
+        assert_eq!(t.render(&msgs, true).unwrap(), open);
+        assert_eq!(t.render_thinking(&msgs, true, Some(true)).unwrap(), open);
+        let off = t.render_thinking(&msgs, true, Some(false)).unwrap();
+        assert_eq!(off, format!("{open}<think>\n\n</think>\n\n"));
     }
 }

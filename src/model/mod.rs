@@ -10,6 +10,7 @@ pub mod kv_cache;
 pub mod layer;
 pub mod mtp;
 pub mod mtp_gguf;
+pub mod recommended;
 pub mod source;
 pub mod tokenizer;
 pub mod visibility;

@@ -252,12 +252,15 @@ impl TextTokenizer {
     }
 
     /// Encode text. Special-token text (`<|im_start|>`) maps to its id; a BOS is prepended
-    /// when the model asks for one and `add_bos` is set.
+    /// when the model asks for one and `add_bos` is set, unless the text already begins with it.
     pub fn encode(&self, text: &str, add_bos: bool) -> Result<Vec<u32>> {
         let enc = self.inner.encode(text, false).map_err(tok_err)?;
         let mut ids = Vec::with_capacity(enc.len() + 1);
         if add_bos && self.add_bos {
-            if let Some((id, _)) = &self.bos {
+            // A chat template that writes the BOS itself (Llama 3's `<|begin_of_text|>`) gets no
+            // second one: a doubled BOS is off the model's training distribution.
+            let starts_with_bos = |id: &u32| enc.get_ids().first() == Some(id);
+            if let Some((id, _)) = self.bos.as_ref().filter(|(id, _)| !starts_with_bos(id)) {
                 ids.push(*id);
             }
         }
@@ -268,6 +271,11 @@ impl TextTokenizer {
     /// Decode ids to text, dropping special tokens.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
         self.inner.decode(ids, true).map_err(tok_err)
+    }
+
+    /// The id of a vocabulary entry (special tokens included), if the vocabulary has it.
+    pub fn token_id(&self, text: &str) -> Option<u32> {
+        self.inner.token_to_id(text)
     }
 
     /// The text of one vocabulary entry as the model sees it (for display of draft tokens).
@@ -361,5 +369,42 @@ impl StreamDecoder {
             .strip_prefix(prefix.as_str())
             .filter(|s| !s.is_empty())
             .map(str::to_string))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gguf_file::Value as V;
+
+    /// A byte-level tokenizer whose BOS is `<|begin_of_text|>` (id 256), added to every encoding.
+    fn llama3_like() -> TextTokenizer {
+        let mut vocab = crate::synth::byte_level_alphabet();
+        vocab.push("<|begin_of_text|>".into());
+        vocab.push("<|eot_id|>".into());
+        let mut md: std::collections::HashMap<String, V> =
+            crate::synth::tokenizer_metadata(&vocab, 256..258, 257)
+                .into_iter()
+                .collect();
+        md.insert("tokenizer.ggml.bos_token_id".into(), V::U32(256));
+        md.insert("tokenizer.ggml.add_bos_token".into(), V::Bool(true));
+        let ct = gguf_file::Content {
+            magic: gguf_file::VersionedMagic::GgufV3,
+            metadata: md,
+            tensor_infos: Default::default(),
+            tensor_data_offset: 0,
+        };
+        TextTokenizer::from_gguf(&ct).expect("tokenizer")
+    }
+
+    #[test]
+    fn a_template_that_writes_the_bos_gets_no_second_one() {
+        let tok = llama3_like();
+        let plain = tok.encode("hi", true).unwrap();
+        assert_eq!(plain[0], 256, "the BOS is added to plain text");
+        assert_eq!(plain.len(), 3);
+        let templated = tok.encode("<|begin_of_text|>hi", true).unwrap();
+        assert_eq!(templated, plain, "a rendered BOS is not doubled");
+        assert_eq!(tok.encode("hi", false).unwrap(), plain[1..]);
     }
 }

@@ -75,9 +75,19 @@ impl Turn {
         }
     }
 
-    /// The answer's text.
+    /// The answer's text, without a thinking model's reasoning (which the next turn's prompt
+    /// leaves out, as the models' templates do).
     pub fn answer(&self) -> String {
-        self.tokens.iter().map(|t| t.text.as_str()).collect()
+        self.tokens
+            .iter()
+            .filter(|t| !t.reasoning)
+            .map(|t| t.text.as_str())
+            .collect()
+    }
+
+    /// Tokens of a thinking model's reasoning in the answer.
+    pub fn reasoning_tokens(&self) -> usize {
+        self.tokens.iter().filter(|t| t.reasoning).count()
     }
 
     /// True once the answer has ended.
@@ -154,11 +164,17 @@ impl Transcript {
 
     /// The conversation as chat messages (system prompt first, if any).
     pub fn messages(&self) -> Vec<ChatMessage> {
+        self.messages_after(0)
+    }
+
+    /// [`Transcript::messages`] without the first `skip` turns (left out of the model's context
+    /// to make room; the system prompt stays).
+    pub fn messages_after(&self, skip: usize) -> Vec<ChatMessage> {
         let mut m = vec![];
         if let Some(s) = &self.system {
             m.push(ChatMessage::new(Role::System, s.clone()));
         }
-        for t in &self.turns {
+        for t in self.turns.iter().skip(skip) {
             m.push(ChatMessage::new(Role::User, t.user.clone()));
             if t.is_complete() {
                 m.push(ChatMessage::new(Role::Assistant, t.answer()));
@@ -289,11 +305,22 @@ impl Transcript {
             s.push_str(&format!("**System:** {sys}\n\n"));
         }
         for t in &self.turns {
-            s.push_str(&format!(
-                "**You:**\n\n{}\n\n**Assistant:**\n\n{}\n\n",
-                t.user,
-                t.answer()
-            ));
+            s.push_str(&format!("**You:**\n\n{}\n\n**Assistant:**\n\n", t.user));
+            if t.reasoning_tokens() > 0 {
+                // Folded, as the chat shows it (GitHub and most viewers render <details>).
+                let reasoning: String = t
+                    .tokens
+                    .iter()
+                    .filter(|p| p.reasoning)
+                    .map(|p| p.text.as_str())
+                    .collect();
+                s.push_str(&format!(
+                    "<details><summary>reasoning ({} tokens)</summary>\n\n{}\n\n</details>\n\n",
+                    t.reasoning_tokens(),
+                    reasoning.trim()
+                ));
+            }
+            s.push_str(&format!("{}\n\n", t.answer()));
             if t.stats.steps > 0 {
                 let drafted = t
                     .tokens

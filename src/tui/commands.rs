@@ -16,6 +16,10 @@ pub enum CommandKind {
     Expand,
     /// Set the temperature.
     Temperature,
+    /// A thinking model reasons before it answers.
+    Think,
+    /// A thinking model answers at once.
+    NoThink,
     /// Set or clear the system prompt.
     System,
     /// Save the transcript.
@@ -24,6 +28,8 @@ pub enum CommandKind {
     Export,
     /// Start a new chat.
     Clear,
+    /// Leave the oldest turns out of the model's context.
+    Forget,
     /// Switch or list themes.
     Theme,
     /// Show the help.
@@ -67,7 +73,7 @@ impl Command {
 }
 
 /// Every slash command, in help order.
-pub const COMMANDS: [Command; 13] = [
+pub const COMMANDS: [Command; 16] = [
     Command {
         name: "mode",
         aliases: &[],
@@ -117,6 +123,22 @@ pub const COMMANDS: [Command; 13] = [
         kind: CommandKind::Temperature,
     },
     Command {
+        name: "think",
+        aliases: &[],
+        args: "",
+        about: "a thinking model reasons first",
+        group: 2,
+        kind: CommandKind::Think,
+    },
+    Command {
+        name: "no_think",
+        aliases: &["nothink"],
+        args: "",
+        about: "it answers at once",
+        group: 2,
+        kind: CommandKind::NoThink,
+    },
+    Command {
         name: "system",
         aliases: &[],
         args: "TEXT",
@@ -147,6 +169,14 @@ pub const COMMANDS: [Command; 13] = [
         about: "new chat",
         group: 5,
         kind: CommandKind::Clear,
+    },
+    Command {
+        name: "forget",
+        aliases: &[],
+        args: "[N]",
+        about: "leave the N oldest turns out of the context",
+        group: 5,
+        kind: CommandKind::Forget,
     },
     Command {
         name: "theme",
@@ -337,7 +367,7 @@ mod tests {
             complete("/t"),
             Some(Completion::Several {
                 common: "/t".into(),
-                names: vec!["/temp".into(), "/theme".into()],
+                names: vec!["/temp".into(), "/think".into(), "/theme".into()],
             })
         );
         assert_eq!(

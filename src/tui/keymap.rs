@@ -37,6 +37,8 @@ pub enum Action {
     ToggleTree,
     /// Colour tokens by origin, or not.
     ToggleColour,
+    /// Unfold or fold a thinking model's reasoning.
+    ToggleReasoning,
     /// Next theme.
     CycleTheme,
     /// Show the help.
@@ -55,7 +57,7 @@ pub enum Action {
 
 impl Action {
     /// Every action, in help order.
-    pub const ALL: [Action; 22] = [
+    pub const ALL: [Action; 23] = [
         Action::Send,
         Action::Newline,
         Action::Stop,
@@ -71,6 +73,7 @@ impl Action {
         Action::NewChat,
         Action::ToggleTree,
         Action::ToggleColour,
+        Action::ToggleReasoning,
         Action::CycleTheme,
         Action::Help,
         Action::PageUp,
@@ -98,6 +101,7 @@ impl Action {
             Action::NewChat => "new_chat",
             Action::ToggleTree => "toggle_tree",
             Action::ToggleColour => "toggle_colour",
+            Action::ToggleReasoning => "toggle_reasoning",
             Action::CycleTheme => "cycle_theme",
             Action::Help => "help",
             Action::PageUp => "page_up",
@@ -126,6 +130,7 @@ impl Action {
             Action::NewChat => "new chat",
             Action::ToggleTree => "show / hide the draft tree",
             Action::ToggleColour => "colour tokens by origin on / off",
+            Action::ToggleReasoning => "unfold / fold a thinking model's reasoning",
             Action::CycleTheme => "next theme",
             Action::Help => "this help",
             Action::PageUp => "scroll up a page",
@@ -308,6 +313,8 @@ impl Default for Keymap {
                 b(Key::alt(K::Char('t')), ToggleTree),
                 b(Key::plain(K::F(8)), ToggleColour),
                 b(Key::alt(K::Char('c')), ToggleColour),
+                b(Key::plain(K::F(10)), ToggleReasoning),
+                b(Key::alt(K::Char('r')), ToggleReasoning),
                 b(Key::plain(K::F(9)), CycleTheme),
                 b(Key::plain(K::F(1)), Help),
                 b(Key::plain(K::PageUp), PageUp),

@@ -66,7 +66,8 @@ impl App {
                     self.transcript.turns.push(t);
                     self.save();
                     if reason == StopReason::ContextFull {
-                        self.fail("the context is full: start a new chat (Ctrl+N) to go on");
+                        let choice = super::CONTEXT_FULL_CHOICE;
+                        self.fail(format!("the context is full: {choice}"));
                     } else if reason == StopReason::MaxTokens {
                         self.say("answer cut at the token limit");
                     }

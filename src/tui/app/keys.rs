@@ -133,6 +133,13 @@ impl App {
                     "token colouring off"
                 });
             }
+            Action::ToggleReasoning => {
+                self.show_reasoning = !self.show_reasoning;
+                self.say(match self.show_reasoning {
+                    true => "reasoning unfolded",
+                    false => "reasoning folded",
+                });
+            }
             Action::CycleTheme => {
                 self.theme = (self.theme + 1) % self.themes.len();
                 let name = self.theme().name.clone();

@@ -21,6 +21,10 @@ use crate::transcript::{Transcript, Turn};
 use std::path::PathBuf;
 use std::time::Instant;
 
+/// What the user can do when the conversation no longer fits the model's context.
+pub const CONTEXT_FULL_CHOICE: &str =
+    "/forget leaves the oldest turn out of the model's context, Ctrl+N starts a new chat";
+
 /// A message under the input box.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Notice {
@@ -76,6 +80,10 @@ pub struct App {
     pub show_tree: bool,
     /// Colour tokens by origin.
     pub colour: bool,
+    /// Show a thinking model's reasoning in full (else one folded line per answer).
+    pub show_reasoning: bool,
+    /// The oldest turns left out of the model's context (`/forget`); the screen still shows them.
+    pub forgotten: usize,
     /// Show the help popup.
     pub show_help: bool,
     /// Lines scrolled up from the bottom (0: follow new output).
@@ -128,6 +136,8 @@ impl App {
             theme,
             show_tree: true,
             colour: true,
+            show_reasoning: false,
+            forgotten: 0,
             show_help: false,
             scroll: 0,
             page: 10,
@@ -192,7 +202,8 @@ impl App {
     }
 
     fn ask(&mut self, text: String) {
-        let mut messages = self.transcript.messages();
+        self.forgotten = self.forgotten.min(self.transcript.turns.len());
+        let mut messages = self.transcript.messages_after(self.forgotten);
         messages.push(ChatMessage::new(Role::User, text.clone()));
         match self.engine.generate(&messages, self.max_tokens) {
             Ok(()) => {
@@ -205,7 +216,11 @@ impl App {
             }
             Err(e) => {
                 self.input.set(&text);
-                self.fail(e.to_string());
+                let full = matches!(e, crate::Error::ContextOverflow { .. });
+                self.fail(match full {
+                    true => format!("{e}: {}", CONTEXT_FULL_CHOICE),
+                    false => e.to_string(),
+                });
             }
         }
     }
@@ -242,6 +257,7 @@ impl App {
         self.last_step = None;
         self.stats = AnswerStats::default();
         self.scroll = 0;
+        self.forgotten = 0;
         self.say("new chat");
     }
 
@@ -254,6 +270,19 @@ impl App {
     /// All turns to draw: the saved ones and the one in progress.
     pub fn turns(&self) -> impl Iterator<Item = &Turn> {
         self.transcript.turns.iter().chain(self.current.iter())
+    }
+
+    /// Leave the `n` oldest turns still in the model's context out of it (they stay on screen
+    /// and in the transcript); returns how many were left out.
+    pub fn forget(&mut self, n: usize) -> usize {
+        let before = self.forgotten;
+        self.forgotten = (self.forgotten + n).min(self.transcript.turns.len());
+        self.forgotten - before
+    }
+
+    /// Tokens of the context in use after the last answer (its prompt and what it generated).
+    pub fn context_used(&self) -> usize {
+        self.stats.prompt_tokens + self.stats.tokens
     }
 
     /// Count tokens of each origin in the conversation (plain, drafted, target).

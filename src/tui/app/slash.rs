@@ -64,6 +64,18 @@ impl App {
                     self.say(format!("temperature {t}"));
                 }
             }
+            CommandKind::Think | CommandKind::NoThink => {
+                if !self.engine.info().thinks {
+                    self.fail("this model does not think: it has no <think> tokens");
+                    return;
+                }
+                let on = command.kind == CommandKind::Think;
+                self.engine.set_thinking(Some(on));
+                self.say(match on {
+                    true => "thinking on: the model reasons before it answers (next answer)",
+                    false => "thinking off: the model answers at once (next answer)",
+                });
+            }
             CommandKind::System => {
                 self.transcript.system = (!arg.is_empty()).then(|| arg.to_string());
                 self.save();
@@ -99,6 +111,22 @@ impl App {
                 }
             }
             CommandKind::Clear => self.new_chat(),
+            CommandKind::Forget => {
+                let n = match arg {
+                    "" => Ok(1),
+                    a => a.parse::<usize>(),
+                };
+                let Ok(n) = n else {
+                    self.fail(format!("usage: {} (a whole number)", command.usage()));
+                    return;
+                };
+                let left_out = self.forget(n);
+                let kept = self.transcript.turns.len() - self.forgotten;
+                self.say(match left_out {
+                    0 => "no turns left to leave out of the context".to_string(),
+                    n => format!("{n} more turns left out of the model's context ({kept} in it)"),
+                });
+            }
             CommandKind::Theme => {
                 if arg.is_empty() {
                     let names: Vec<String> = self.themes.iter().map(|t| t.name.clone()).collect();

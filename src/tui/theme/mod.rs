@@ -62,6 +62,8 @@ pub enum StyleKey {
     Input,
     /// Hints shown where there is nothing yet.
     Placeholder,
+    /// A thinking model's reasoning, and its folded line.
+    Reasoning,
     /// The root of the draft tree.
     TreeRoot,
     /// Drafted nodes the target did not accept.
@@ -82,7 +84,7 @@ pub enum StyleKey {
 
 impl StyleKey {
     /// Every style key, in the order theme files list them.
-    pub const ALL: [StyleKey; 25] = [
+    pub const ALL: [StyleKey; 26] = [
         StyleKey::Base,
         StyleKey::Border,
         StyleKey::BorderFocus,
@@ -100,6 +102,7 @@ impl StyleKey {
         StyleKey::Key,
         StyleKey::Input,
         StyleKey::Placeholder,
+        StyleKey::Reasoning,
         StyleKey::TreeRoot,
         StyleKey::TreeNode,
         StyleKey::TreeAccepted,
@@ -130,6 +133,7 @@ impl StyleKey {
             StyleKey::Key => "key",
             StyleKey::Input => "input",
             StyleKey::Placeholder => "placeholder",
+            StyleKey::Reasoning => "reasoning",
             StyleKey::TreeRoot => "tree_root",
             StyleKey::TreeNode => "tree_node",
             StyleKey::TreeAccepted => "tree_accepted",

@@ -65,6 +65,18 @@ pub fn status_spans(app: &App) -> Vec<Span<'static>> {
         },
         t.style(StyleKey::Status),
     ));
+    // How full the model's context was at the end of the last answer.
+    let context = info.context.max(1);
+    let used = app.context_used();
+    spans.push(sep());
+    spans.push(Span::styled(
+        format!("ctx {}%", (used * 100).div_ceil(context).min(100)),
+        t.style(if used * 10 >= context * 9 {
+            StyleKey::Error
+        } else {
+            StyleKey::Status
+        }),
+    ));
     if let Some(share) = st.ahead_share().filter(|_| st.ahead > 0) {
         // How much of the draft the drafter had ready before its step began (on a GPU it drafts
         // while the target verifies).

@@ -1,6 +1,7 @@
 //! The conversation panel: the turns as wrapped, coloured lines, scrolled.
 
 use crate::chat::Origin;
+use crate::transcript::Turn;
 use crate::tui::app::App;
 use crate::tui::keymap::Action;
 use crate::tui::theme::StyleKey;
@@ -66,13 +67,15 @@ pub fn transcript_lines(app: &App, width: usize) -> Vec<Line<'static>> {
             "Assistant",
             t.style(StyleKey::AssistantLabel),
         )));
+        let in_progress = i + 1 == turns.len() && app.current.is_some();
+        lines.extend(reasoning_lines(app, turn, in_progress, width));
         let pieces: Vec<(&str, Style)> = turn
             .tokens
             .iter()
+            .filter(|p| !p.reasoning)
             .map(|p| (p.text.as_str(), origin_style(app, p.origin)))
             .collect();
-        let in_progress = i + 1 == turns.len() && app.current.is_some();
-        if pieces.is_empty() && in_progress {
+        if pieces.is_empty() && in_progress && turn.reasoning_tokens() == 0 {
             lines.push(Line::from(Span::styled(
                 "  …",
                 t.style(StyleKey::Placeholder),
@@ -98,8 +101,52 @@ pub fn transcript_lines(app: &App, width: usize) -> Vec<Line<'static>> {
             )));
         }
         lines.push(Line::default());
+        if i + 1 == app.forgotten {
+            lines.push(Line::from(Span::styled(
+                match i {
+                    0 => "  ── the turn above is out of the model's context ──".to_string(),
+                    _ => format!(
+                        "  ── the {} turns above are out of the model's context ──",
+                        i + 1
+                    ),
+                },
+                t.style(StyleKey::Placeholder),
+            )));
+            lines.push(Line::default());
+        }
     }
     lines
+}
+
+/// A thinking model's reasoning in an answer: one folded line (how long it thought, and the key
+/// that unfolds it), or unfolded, its text in the reasoning style; nothing for other answers.
+fn reasoning_lines(app: &App, turn: &Turn, in_progress: bool, width: usize) -> Vec<Line<'static>> {
+    let n = turn.reasoning_tokens();
+    if n == 0 {
+        return vec![];
+    }
+    let style = app.theme().style(StyleKey::Reasoning);
+    if app.show_reasoning {
+        let text: Vec<(&str, Style)> = turn
+            .tokens
+            .iter()
+            .filter(|p| p.reasoning)
+            .map(|p| (p.text.as_str(), style))
+            .collect();
+        let mut lines = wrap(&text, width, 2);
+        lines.push(Line::default());
+        return lines;
+    }
+    let still = in_progress && turn.tokens.last().is_some_and(|p| p.reasoning);
+    let key = app.keymap.first_key(Action::ToggleReasoning);
+    let what = match still {
+        true => "thinking…",
+        false => "reasoning",
+    };
+    vec![Line::from(Span::styled(
+        format!("  ▸ {what} {n} tokens ({key} unfolds)"),
+        style,
+    ))]
 }
 
 /// Draw the conversation into `area`, keeping the scroll position within the text.
