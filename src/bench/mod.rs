@@ -393,3 +393,20 @@ pub fn markdown(r: &BenchReport) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `= ar` column and `--require-identical` stand on this: a difference anywhere, a
+    /// shorter or a longer answer all count, and the index is the first token that differs.
+    #[test]
+    fn divergence_finds_the_first_differing_token_and_length_differences() {
+        assert_eq!(divergence(&[1, 2, 3], &[1, 2, 3]), None);
+        assert_eq!(divergence(&[], &[]), None);
+        assert_eq!(divergence(&[1, 2, 3], &[1, 9, 3]), Some(1));
+        assert_eq!(divergence(&[1, 2, 3], &[1, 2, 3, 4]), Some(3));
+        assert_eq!(divergence(&[1, 2, 3], &[1, 2]), Some(2));
+        assert_eq!(divergence(&[5], &[6, 7]), Some(0));
+    }
+}

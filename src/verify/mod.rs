@@ -35,6 +35,9 @@ pub enum Verification {
     /// LOSSY: the target's top-p distribution is not renormalised before the acceptance ratio
     /// p(x) / q(x) and the residual.
     LossyUnnormalisedTopP,
+    /// LOSSY only past the first position: as [`Verification::LossyResidualFromP`] where a draft
+    /// after the first is rejected (a bug the first token's statistics cannot see).
+    LossyResidualFromPPastFirst,
 }
 
 impl Verification {
@@ -46,6 +49,7 @@ impl Verification {
             Verification::LossyArgmaxMatch => "LOSSY (argmax match)",
             Verification::LossyResidualFromP => "LOSSY (no residual)",
             Verification::LossyUnnormalisedTopP => "LOSSY (top-p not renormalised)",
+            Verification::LossyResidualFromPPastFirst => "LOSSY (no residual past the first)",
         }
     }
 }
@@ -110,7 +114,8 @@ pub fn verify_sampled_chain(
         if qx > 0.0 && u < (px / qx).min(1.0) {
             continue;
         }
-        if rule == Verification::LossyResidualFromP {
+        let deep_bug = rule == Verification::LossyResidualFromPPastFirst && i > 0;
+        if rule == Verification::LossyResidualFromP || deep_bug {
             return (i, draw(&pi, rng).unwrap_or(0));
         }
         // Rejected: sample the residual max(p - q, 0), renormalised.
@@ -178,6 +183,68 @@ mod tests {
             .sum::<f64>()
             / 2.0;
         assert!(tv > 0.05, "the lossy rule looked exact: {f:?}");
+    }
+
+    /// Frequencies of the first two emitted tokens of two-draft chains (drafts sampled from
+    /// `q[0]`, `q[1]`; the target's distribution at position i is `p[i]` whatever came before,
+    /// so the exact joint is `p[0] x p[1]`). A chain rejected at its first draft is followed, as
+    /// the next step would follow it, by a draw from `p[1]`.
+    fn first_two_freqs(p: [&[f32]; 2], q: [&[f32]; 2], rule: Verification, n: usize) -> Vec<f64> {
+        let mut rng = StdRng::seed_from_u64(11);
+        let v = p[0].len();
+        let mut counts = vec![0usize; v * v];
+        for _ in 0..n {
+            let drafts: Vec<SampledDraft> = q
+                .iter()
+                .map(|qi| {
+                    let qd = dist(qi);
+                    let token = draw(&qd, &mut rng).unwrap();
+                    SampledDraft { token, q: qd }
+                })
+                .collect();
+            let (k, y) = verify_sampled_chain(&drafts, |i| dist(p[i.min(1)]), rule, &mut rng);
+            let (a, b) = match k {
+                0 => (y, draw(&dist(p[1]), &mut rng).unwrap()),
+                1 => (drafts[0].token, y),
+                _ => (drafts[0].token, drafts[1].token),
+            };
+            counts[a as usize * v + b as usize] += 1;
+        }
+        counts.iter().map(|&c| c as f64 / n as f64).collect()
+    }
+
+    /// The rejection sampler is exact at the second position too, and a rule that is wrong only
+    /// there is caught: its first token is still exact, its pairs are not.
+    #[test]
+    fn a_rule_wrong_only_past_the_first_draft_fails_on_pairs() {
+        let p: [&[f32]; 2] = [&[0.4, 0.4, 0.2], &[0.5, 0.3, 0.2]];
+        let q: [&[f32]; 2] = [&[0.3, 0.5, 0.2], &[0.1, 0.1, 0.8]];
+        let joint: Vec<f64> = (0..9)
+            .map(|c| p[0][c / 3] as f64 * p[1][c % 3] as f64)
+            .collect();
+        let tv = |f: &[f64]| {
+            f.iter()
+                .zip(&joint)
+                .map(|(a, b)| (a - b).abs())
+                .sum::<f64>()
+                / 2.0
+        };
+        let exact = first_two_freqs(p, q, Verification::Lossless, 200_000);
+        assert!(tv(&exact) < 0.01, "exact rule off: TV {}", tv(&exact));
+        let rule = Verification::LossyResidualFromPPastFirst;
+        let deep = first_two_freqs(p, q, rule, 200_000);
+        assert!(
+            tv(&deep) > 0.05,
+            "the deep bug looked exact: TV {}",
+            tv(&deep)
+        );
+        // Its first token alone is exact: a test of first tokens could not have seen it.
+        let first: Vec<f64> = (0..3)
+            .map(|a| deep[a * 3..a * 3 + 3].iter().sum())
+            .collect();
+        for (f, e) in first.iter().zip(p[0]) {
+            assert!((f - *e as f64).abs() < 0.01, "{first:?}");
+        }
     }
 
     #[test]
