@@ -384,3 +384,20 @@ fn the_status_bar_names_the_drafter_of_the_mode() {
         "{text}"
     );
 }
+
+/// Under each answer: the prompt's length and reading speed, and the wait for the first token.
+#[test]
+fn an_answer_shows_its_prompt_speed_and_time_to_first_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut app, _) = app_with(vec![answer()], dir.path());
+    type_text(&mut app, "hi");
+    app.on_key(key(KeyCode::Enter));
+    finish(&mut app);
+    // The scripted engine reads a prompt of 2 characters (its tokens) in 5 ms.
+    let buf = render(&mut app, 160, 30);
+    assert!(find(&buf, "prompt 2 tok at 400 tok/s").is_some());
+    assert!(find(&buf, "· first token ").is_some());
+    let stats = app.transcript.turns[0].stats;
+    assert!(!stats.first_token.is_zero() && stats.first_token <= std::time::Duration::from_secs(5));
+    assert_eq!(stats.prefill, Duration::from_millis(5));
+}

@@ -29,6 +29,13 @@ pub struct AnswerStats {
     /// Time of the decode steps (the prompt not included).
     #[serde(rename = "decode_ms", with = "millis")]
     pub decode: Duration,
+    /// Time to read the prompt (0 where not measured).
+    #[serde(default, rename = "prefill_ms", with = "millis")]
+    pub prefill: Duration,
+    /// Time from sending the message to its first answer token, as the user waits for it (0
+    /// where not measured).
+    #[serde(default, rename = "first_token_ms", with = "millis")]
+    pub first_token: Duration,
 }
 
 impl AnswerStats {
@@ -50,6 +57,18 @@ impl AnswerStats {
         self.accepted += o.accepted;
         self.ahead += o.ahead;
         self.decode += o.decode;
+        self.prefill += o.prefill;
+        self.first_token += o.first_token;
+    }
+
+    /// Prompt tokens read per second (0 where the prompt's time was not measured).
+    pub fn prompt_tokens_per_sec(&self) -> f64 {
+        let s = self.prefill.as_secs_f64();
+        if s > 0.0 {
+            self.prompt_tokens as f64 / s
+        } else {
+            0.0
+        }
     }
 
     /// Tokens per second of decoding (0 before any time has passed).

@@ -26,10 +26,14 @@ impl App {
         match e {
             ChatEvent::Started(s) => {
                 self.stats.prompt_tokens = s.prompt_tokens;
+                self.stats.prefill = s.prefill;
                 // Decode speed counts from the end of the prompt.
                 self.started = Some(Instant::now());
             }
             ChatEvent::Step(v) => {
+                if let (Some(t), true) = (self.asked, self.stats.tokens == 0) {
+                    self.stats.first_token = t.elapsed();
+                }
                 self.stats.tokens += v.pieces.len();
                 self.stats.steps += 1;
                 if v.mode != Mode::Ar {

@@ -104,6 +104,8 @@ pub struct App {
     /// Esc was pressed during the answer in progress (it ends after its current step).
     stop_requested: bool,
     started: Option<Instant>,
+    /// When the answer in progress was asked for (its time to first token counts from here).
+    asked: Option<Instant>,
     max_tokens: usize,
 }
 
@@ -152,6 +154,7 @@ impl App {
             quit_armed: false,
             stop_requested: false,
             started: None,
+            asked: None,
             max_tokens: opts.max_tokens,
         }
     }
@@ -211,6 +214,7 @@ impl App {
                 self.stop_requested = false;
                 self.stats = AnswerStats::default();
                 self.started = Some(Instant::now());
+                self.asked = self.started;
                 self.scroll = 0;
                 self.notice = None;
             }

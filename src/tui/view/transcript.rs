@@ -90,12 +90,26 @@ pub fn transcript_lines(app: &App, width: usize) -> Vec<Line<'static>> {
                 crate::engine::StopReason::ContextFull => " · context full",
                 crate::engine::StopReason::StopToken => "",
             };
+            let st = &turn.stats;
+            // The prompt's speed and the wait for the first token, where they were measured.
+            let prompt = match st.prefill.is_zero() {
+                true => String::new(),
+                false => format!(
+                    " · prompt {} tok at {:.0} tok/s",
+                    st.prompt_tokens,
+                    st.prompt_tokens_per_sec()
+                ),
+            };
+            let first = match st.first_token.is_zero() {
+                true => String::new(),
+                false => format!(" · first token {} ms", st.first_token.as_millis()),
+            };
             lines.push(Line::from(Span::styled(
                 format!(
-                    "  {} tokens · {:.1} tok/s · τ {:.2}{why}",
-                    turn.stats.tokens,
-                    turn.stats.tokens_per_sec(),
-                    turn.stats.tau()
+                    "  {} tokens · {:.1} tok/s · τ {:.2}{prompt}{first}{why}",
+                    st.tokens,
+                    st.tokens_per_sec(),
+                    st.tau()
                 ),
                 t.style(StyleKey::TreeDim),
             )));
