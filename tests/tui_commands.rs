@@ -419,3 +419,36 @@ fn forget_drops_the_oldest_turns_from_the_prompt_and_the_meter_shows_the_context
     app.on_key(ctrl('n'));
     assert_eq!(app.forgotten, 0);
 }
+
+/// `/copy` hands the last answer (or its last code block) to the terminal loop for OSC 52.
+#[test]
+fn copy_takes_the_last_answer_or_its_code_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let code = treespec::chat::scripted::ScriptedAnswer::from_steps(
+        Mode::Ar,
+        &[
+            (&[], "Use:\n```sh\n"),
+            (&[], "ls -la\n"),
+            (&[], "```\nDone."),
+        ],
+    );
+    let (mut app, _) = app_with(vec![code], dir.path());
+    let run = |app: &mut App, cmd: &str| {
+        type_text(app, cmd);
+        app.on_key(key(KeyCode::Enter));
+    };
+    run(&mut app, "/copy");
+    assert!(app.notice.as_ref().unwrap().error, "nothing to copy yet");
+    assert_eq!(app.clipboard, None);
+    run(&mut app, "list files");
+    finish(&mut app);
+    run(&mut app, "/copy");
+    assert_eq!(
+        app.clipboard.take().unwrap(),
+        "Use:\n```sh\nls -la\n```\nDone."
+    );
+    run(&mut app, "/copy code");
+    assert_eq!(app.clipboard.take().unwrap(), "ls -la");
+    run(&mut app, "/copy all");
+    assert!(app.notice.as_ref().unwrap().error);
+}

@@ -30,6 +30,8 @@ pub enum CommandKind {
     Clear,
     /// Leave the oldest turns out of the model's context.
     Forget,
+    /// Copy the last answer (or its last code block) to the clipboard.
+    Copy,
     /// Switch or list themes.
     Theme,
     /// Show the help.
@@ -73,7 +75,7 @@ impl Command {
 }
 
 /// Every slash command, in help order.
-pub const COMMANDS: [Command; 16] = [
+pub const COMMANDS: [Command; 17] = [
     Command {
         name: "mode",
         aliases: &[],
@@ -153,6 +155,14 @@ pub const COMMANDS: [Command; 16] = [
         about: "save the transcript",
         group: 4,
         kind: CommandKind::Save,
+    },
+    Command {
+        name: "copy",
+        aliases: &[],
+        args: "[code]",
+        about: "copy the last answer (or its code)",
+        group: 4,
+        kind: CommandKind::Copy,
     },
     Command {
         name: "export",

@@ -4,6 +4,7 @@
 //! termination signal.
 
 pub mod app;
+pub mod clipboard;
 pub mod commands;
 pub mod input;
 pub mod keymap;
@@ -113,6 +114,10 @@ pub fn run(app: &mut App) -> crate::Result<()> {
         }
         if app.poll_engine() || app.generating() {
             dirty = true;
+        }
+        if let Some(text) = app.clipboard.take() {
+            // Written between two frames, so that it never lands inside a drawn line.
+            execute!(stdout(), crossterm::style::Print(clipboard::osc52(&text)))?;
         }
         if dirty && last_draw.elapsed() >= FRAME {
             terminal.draw(|f| view::draw(f, app))?;

@@ -82,6 +82,8 @@ pub struct App {
     pub colour: bool,
     /// Show a thinking model's reasoning in full (else one folded line per answer).
     pub show_reasoning: bool,
+    /// Text for the clipboard, which the terminal loop sends (OSC 52) and clears.
+    pub clipboard: Option<String>,
     /// The oldest turns left out of the model's context (`/forget`); the screen still shows them.
     pub forgotten: usize,
     /// Show the help popup.
@@ -140,6 +142,7 @@ impl App {
             colour: true,
             show_reasoning: false,
             forgotten: 0,
+            clipboard: None,
             show_help: false,
             scroll: 0,
             page: 10,

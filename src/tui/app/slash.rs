@@ -110,6 +110,33 @@ impl App {
                     Err(e) => self.fail(format!("could not export: {e}")),
                 }
             }
+            CommandKind::Copy => {
+                let Some(turn) = self.transcript.turns.last() else {
+                    self.fail("no answer to copy yet");
+                    return;
+                };
+                let answer = turn.answer();
+                let text = match arg {
+                    "" => Some(answer),
+                    "code" => crate::tui::clipboard::last_code_block(&answer),
+                    _ => {
+                        self.fail(format!("usage: {}", command.usage()));
+                        return;
+                    }
+                };
+                match text {
+                    Some(t) => {
+                        let what = if arg.is_empty() {
+                            "the last answer"
+                        } else {
+                            "its last code block"
+                        };
+                        self.say(format!("copied {what} ({} characters)", t.chars().count()));
+                        self.clipboard = Some(t);
+                    }
+                    None => self.fail("the last answer has no code block"),
+                }
+            }
             CommandKind::Clear => self.new_chat(),
             CommandKind::Forget => {
                 let n = match arg {
