@@ -179,14 +179,15 @@ pub struct AutoDrafter {
     pub note: Option<String>,
 }
 
-/// A drafter must be at most this fraction of its target's bytes to be picked unasked: a model
-/// of the target's own size drafts as slowly as the target verifies.
-const AUTO_DRAFTER_MAX_SHARE: u64 = 3;
+/// A drafter must be at most 1/this of its target's bytes to be picked unasked: a model of the
+/// target's own size drafts as slowly as the target verifies (the default pair's drafter is 44%
+/// of its target).
+const AUTO_DRAFTER_MAX_SHARE: u64 = 2;
 
 /// The drafter for `target` (loaded from the argument `spec`) when the user named none, never
 /// downloading one that cannot fit: the default drafter for the default target (fetched like
 /// it); the target's own MTP head; else the smallest GGUF model in `cache` (the models folder)
-/// with the target's vocabulary and at most a third of its size; else none, saying why.
+/// with the target's vocabulary and at most half its size; else none, saying why.
 pub fn auto_drafter(spec: &str, target: &LoadedModel, cache: &std::path::Path) -> AutoDrafter {
     if spec == fetch::TARGET.key {
         return AutoDrafter {
