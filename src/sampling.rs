@@ -25,6 +25,16 @@ impl Default for SamplingParams {
 }
 
 impl SamplingParams {
+    /// Whether `t` is a temperature the sampler takes: finite and >= 0 (0 is greedy).
+    pub fn temperature_ok(t: f32) -> bool {
+        t.is_finite() && t >= 0.0
+    }
+
+    /// Whether `p` is a nucleus mass the sampler takes: in (0, 1] (1 is off).
+    pub fn top_p_ok(p: f32) -> bool {
+        p > 0.0 && p <= 1.0
+    }
+
     /// Greedy decoding.
     pub fn greedy() -> Self {
         SamplingParams {

@@ -155,13 +155,13 @@ impl Settings {
         range("mtp k", self.mtp_k, 1, MAX_DEPTH)?;
         range("expand", self.expand, 0, MAX_EXPAND)?;
         let p = &self.sampling;
-        if !(p.temperature >= 0.0 && p.temperature.is_finite()) {
+        if !SamplingParams::temperature_ok(p.temperature) {
             return Err(Error::Config(format!(
                 "temperature must be a finite number >= 0, not {}",
                 p.temperature
             )));
         }
-        if !(p.top_p > 0.0 && p.top_p <= 1.0) {
+        if !SamplingParams::top_p_ok(p.top_p) {
             return Err(Error::Config(format!(
                 "top-p must be in (0, 1], not {}",
                 p.top_p

@@ -63,22 +63,12 @@ impl AnswerStats {
 
     /// Prompt tokens read per second (0 where the prompt's time was not measured).
     pub fn prompt_tokens_per_sec(&self) -> f64 {
-        let s = self.prefill.as_secs_f64();
-        if s > 0.0 {
-            self.prompt_tokens as f64 / s
-        } else {
-            0.0
-        }
+        per_sec(self.prompt_tokens, self.prefill)
     }
 
     /// Tokens per second of decoding (0 before any time has passed).
     pub fn tokens_per_sec(&self) -> f64 {
-        let s = self.decode.as_secs_f64();
-        if s > 0.0 {
-            self.tokens as f64 / s
-        } else {
-            0.0
-        }
+        per_sec(self.tokens, self.decode)
     }
 
     /// Tokens per target pass.
@@ -95,6 +85,14 @@ impl AnswerStats {
     /// anything was drafted).
     pub fn ahead_share(&self) -> Option<f64> {
         (self.offered > 0).then(|| self.ahead as f64 / self.offered as f64)
+    }
+}
+
+/// `count` over `time` in seconds (0 where no time has passed).
+fn per_sec(count: usize, time: Duration) -> f64 {
+    match time.as_secs_f64() {
+        s if s > 0.0 => count as f64 / s,
+        _ => 0.0,
     }
 }
 

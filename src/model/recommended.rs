@@ -4,6 +4,7 @@
 
 use super::source::ModelFiles;
 use super::weights::read_gguf_header;
+use crate::sampling::SamplingParams;
 use candle_core::quantized::gguf_file::Value;
 
 /// Sampling settings a model recommends; each is `None` where the files say nothing.
@@ -18,6 +19,20 @@ pub struct RecommendedSampling {
 }
 
 impl RecommendedSampling {
+    /// The values a file gives, each kept only where the sampler takes it
+    /// ([`SamplingParams::temperature_ok`], [`SamplingParams::top_p_ok`]).
+    fn checked(temperature: Option<f64>, top_p: Option<f64>, top_k: Option<usize>) -> Self {
+        RecommendedSampling {
+            temperature: temperature
+                .map(|t| t as f32)
+                .filter(|&t| SamplingParams::temperature_ok(t)),
+            top_p: top_p
+                .map(|p| p as f32)
+                .filter(|&p| SamplingParams::top_p_ok(p)),
+            top_k,
+        }
+    }
+
     /// Whether the files recommend anything.
     pub fn is_empty(&self) -> bool {
         *self == Self::default()
@@ -67,15 +82,7 @@ fn number(v: &Value) -> Option<f64> {
 /// `general.sampling.temp`, `.top_p` and `.top_k` of a GGUF file's metadata.
 pub fn from_gguf(md: &std::collections::HashMap<String, Value>) -> RecommendedSampling {
     let get = |k: &str| md.get(&format!("general.sampling.{k}")).and_then(number);
-    RecommendedSampling {
-        temperature: get("temp")
-            .map(|x| x as f32)
-            .filter(|t| t.is_finite() && *t >= 0.0),
-        top_p: get("top_p")
-            .map(|x| x as f32)
-            .filter(|p| *p > 0.0 && *p <= 1.0),
-        top_k: get("top_k").map(|x| x as usize),
-    }
+    RecommendedSampling::checked(get("temp"), get("top_p"), get("top_k").map(|x| x as usize))
 }
 
 /// `temperature`, `top_p` and `top_k` of a `generation_config.json` that samples (`do_sample`
@@ -85,15 +92,8 @@ pub fn from_generation_config(v: &serde_json::Value) -> RecommendedSampling {
         return RecommendedSampling::default();
     }
     let f = |k: &str| v.get(k).and_then(|x| x.as_f64());
-    RecommendedSampling {
-        temperature: f("temperature")
-            .map(|x| x as f32)
-            .filter(|t| t.is_finite() && *t >= 0.0),
-        top_p: f("top_p")
-            .map(|x| x as f32)
-            .filter(|p| *p > 0.0 && *p <= 1.0),
-        top_k: v.get("top_k").and_then(|x| x.as_u64()).map(|k| k as usize),
-    }
+    let top_k = v.get("top_k").and_then(|x| x.as_u64()).map(|k| k as usize);
+    RecommendedSampling::checked(f("temperature"), f("top_p"), top_k)
 }
 
 #[cfg(test)]

@@ -78,9 +78,19 @@ impl Turn {
     /// The answer's text, without a thinking model's reasoning (which the next turn's prompt
     /// leaves out, as the models' templates do).
     pub fn answer(&self) -> String {
+        self.text_where(false)
+    }
+
+    /// A thinking model's reasoning in the answer (empty for other answers).
+    pub fn reasoning(&self) -> String {
+        self.text_where(true)
+    }
+
+    /// The text of the answer's reasoning tokens, or of the rest.
+    fn text_where(&self, reasoning: bool) -> String {
         self.tokens
             .iter()
-            .filter(|t| !t.reasoning)
+            .filter(|t| t.reasoning == reasoning)
             .map(|t| t.text.as_str())
             .collect()
     }
@@ -308,16 +318,10 @@ impl Transcript {
             s.push_str(&format!("**You:**\n\n{}\n\n**Assistant:**\n\n", t.user));
             if t.reasoning_tokens() > 0 {
                 // Folded, as the chat shows it (GitHub and most viewers render <details>).
-                let reasoning: String = t
-                    .tokens
-                    .iter()
-                    .filter(|p| p.reasoning)
-                    .map(|p| p.text.as_str())
-                    .collect();
                 s.push_str(&format!(
                     "<details><summary>reasoning ({} tokens)</summary>\n\n{}\n\n</details>\n\n",
                     t.reasoning_tokens(),
-                    reasoning.trim()
+                    t.reasoning().trim()
                 ));
             }
             s.push_str(&format!("{}\n\n", t.answer()));

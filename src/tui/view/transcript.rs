@@ -141,13 +141,7 @@ fn reasoning_lines(app: &App, turn: &Turn, in_progress: bool, width: usize) -> V
     }
     let style = app.theme().style(StyleKey::Reasoning);
     if app.show_reasoning {
-        let text: Vec<(&str, Style)> = turn
-            .tokens
-            .iter()
-            .filter(|p| p.reasoning)
-            .map(|p| (p.text.as_str(), style))
-            .collect();
-        let mut lines = wrap(&text, width, 2);
+        let mut lines = wrap(&[(&turn.reasoning(), style)], width, 2);
         lines.push(Line::default());
         return lines;
     }
