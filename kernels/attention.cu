@@ -293,7 +293,9 @@ extern "C" __global__ void attention_combine_f32(
     int all,    // 1: every chunk holds a partial (attention_wide_mma's, by cache row; empty
                 // ones add nothing); 0: the row's first ceil(count / csz), by rank
     __half *__restrict__ f16,  // optional: out also as f16 rows (a wide pass's next product)
-    int group) {               // values of q8 that share d: 32 or 256
+    int group,                 // values of q8 that share d: 32 or 256
+    const float *__restrict__ gate,  // optional: out *= sigmoid(gate[i * gate_stride + h * 2hd + d])
+    int gate_stride) {
   __shared__ float amax_warps[ATT_HD_MAX / 32];
   pdl_enter();
   const int h = blockIdx.x * (blockDim.x / hd) + threadIdx.x / hd;
@@ -322,7 +324,12 @@ extern "C" __global__ void attention_combine_f32(
     if (all && pc[1] == 0.f) continue;
     acc += pc[2 + d] * expf(pc[0] - m);
   }
-  const float o = count > 0 ? acc / l : 0.f;
+  float o = count > 0 ? acc / l : 0.f;
+  if (gate != nullptr) {
+    // Qwen3.5's gated attention: the head's output gate (after its query in the projection).
+    const float g = gate[(size_t)i * gate_stride + (size_t)h * 2 * hd + d];
+    o = o * (1.f / (1.f + expf(-g)));
+  }
   if (out != nullptr) out[(size_t)i * nh * hd + (size_t)h * hd + d] = o;
   if (f16 != nullptr) f16[(size_t)i * nh * hd + (size_t)h * hd + d] = __float2half_rn(o);
   if (q8 == nullptr) return;

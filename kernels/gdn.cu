@@ -7,7 +7,7 @@
 // Three kernels, all reading the block's parents (`parents[i]`, 0xffffffff for a row that follows
 // the committed rows):
 //
-// - `gdn_conv`, one block a row: the width-K depthwise convolution over the row's path (its
+// - `gdn_conv`, a block a (row, head or span of values): the width-K depthwise convolution over the row's path (its
 //   ancestors in the block, then the committed window), SiLU, then L2 norms of each key head's q
 //   and k (q also scaled by 1/sqrt(dk)).
 // - `gdn_recur`, one block a (value head, row) or, for a chain, a value head walking every row:
@@ -17,6 +17,15 @@
 //   to `s_out` (the new committed state). A row's arithmetic is the same whichever launch walks
 //   it, so a tree node, the same row in a chain and a one-row step agree bit for bit.
 // - `gdn_window`: the convolution window after `row` (its last K-1 inputs along its path).
+//
+// The decoder step (src/gpu/step/) runs a layer's rows with `gdn_conv` over its projection rows
+// (`c_stride` apart, stashing what a later commit replays: the inputs, the convolution's outputs
+// and the gates) and `gdn_recur`, and folds a kept path of the previous block into the committed
+// state of every layer at the start of the next pass with `gdn_commit`, in place, from the stash:
+// the same per-row arithmetic (`gdn_gates`, `gdn_update`), so the committed state is bit for bit
+// what one-row steps reach.
+
+#include "pdl.cuh"
 
 #define GDN_MAX_DK 128
 #define GDN_MAX_TAPS 8
@@ -38,42 +47,64 @@ __device__ __forceinline__ int gdn_source(const unsigned *parents, int row, int 
   return node;
 }
 
-// Grid (rows), block 256. c: [n, C] convolution inputs; window: [K-1, C]; w: [C, K] taps, oldest
-// input first; u: [n, C] out.
-extern "C" __global__ void gdn_conv(const float *__restrict__ c, const float *__restrict__ window,
-                                    const float *__restrict__ w, const unsigned *__restrict__ parents,
-                                    float *__restrict__ u, int C, int taps, int k_heads, int k_dim) {
+// Channels a block of `gdn_conv` takes (one a thread): a q or k head's k_dim (<= GDN_MAX_DK), or
+// this many of the values.
+#define GDN_CONV_THREADS 128
+
+// Grid (rows, 2 * k_heads + ceil(v_heads * v_dim / GDN_CONV_THREADS)), block GDN_CONV_THREADS: a
+// block a (row, q or k head | span of value channels), so that a one-row step spreads over the
+// GPU. c: convolution inputs, rows `c_stride` apart (C channels each); window: [K-1, C]; w: [C, K]
+// taps, oldest input first; u: [n, C] out. Where `stash` is set (the decoder step), the row's
+// inputs go to stash [n, C] and its `ab` values (2 * v_heads from c + C + ab_at: the step's b and
+// a projections) to ab_stash [n, 2 * v_heads].
+extern "C" __global__ void __launch_bounds__(GDN_CONV_THREADS)
+    gdn_conv(const float *__restrict__ c, int c_stride, const float *__restrict__ window,
+             const float *__restrict__ w, const unsigned *__restrict__ parents,
+             float *__restrict__ u, int C, int taps, int k_heads, int k_dim,
+             float *__restrict__ stash, float *__restrict__ ab_stash, int ab_at, int v_heads) {
   __shared__ int src[GDN_MAX_TAPS];
-  const int row = blockIdx.x;
+  __shared__ float red[GDN_CONV_THREADS / 32];
+  pdl_enter();
+  const int row = blockIdx.x, seg = blockIdx.y;
+  const int qk = 2 * k_heads;
+  const int ch = seg < qk ? seg * k_dim + (int)threadIdx.x
+                          : qk * k_dim + (seg - qk) * GDN_CONV_THREADS + (int)threadIdx.x;
+  const bool in = seg < qk ? (int)threadIdx.x < k_dim : ch < C;
+  if (stash != nullptr && seg == 0) {
+    for (int i = threadIdx.x; i < 2 * v_heads; i += blockDim.x)
+      ab_stash[(size_t)row * 2 * v_heads + i] = c[(size_t)row * c_stride + C + ab_at + i];
+  }
   if (threadIdx.x < taps) {
     src[threadIdx.x] = gdn_source(parents, row, taps - 1 - threadIdx.x, taps);
   }
   __syncthreads();
-  float *out = u + (size_t)row * C;
-  for (int ch = threadIdx.x; ch < C; ch += blockDim.x) {
+  float y = 0.f;
+  if (in) {
+    const float now = c[(size_t)row * c_stride + ch];
+    if (stash != nullptr) stash[(size_t)row * C + ch] = now;
     const float *wc = w + (size_t)ch * taps;
     float acc = 0.f;
     for (int j = 0; j < taps - 1; j++) {
       int s = src[j];
-      float x = s >= 0 ? c[(size_t)s * C + ch] : window[(size_t)(-s - 1) * C + ch];
+      float x = s >= 0 ? c[(size_t)s * c_stride + ch] : window[(size_t)(-s - 1) * C + ch];
       acc = __fadd_rn(acc, __fmul_rn(wc[j], x));
     }
-    acc = __fadd_rn(acc, __fmul_rn(wc[taps - 1], c[(size_t)row * C + ch]));
-    out[ch] = acc / (1.f + expf(-acc));
+    acc = __fadd_rn(acc, __fmul_rn(wc[taps - 1], now));
+    y = acc / (1.f + expf(-acc));
   }
-  __syncthreads();
-  // L2 norms: a warp a segment of k_dim values (q heads, then k heads).
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  const float scale = 1.f / sqrtf((float)k_dim);
-  for (int seg = warp; seg < 2 * k_heads; seg += warps) {
-    float *x = out + (size_t)seg * k_dim;
-    float ss = 0.f;
-    for (int i = lane; i < k_dim; i += 32) ss = __fadd_rn(ss, __fmul_rn(x[i], x[i]));
+  if (seg < qk) {
+    // The head's L2 norm: each warp's squares by a fixed tree, then the warps' sums in order.
+    float ss = __fmul_rn(y, y);
     for (int o = 16; o > 0; o >>= 1) ss = __fadd_rn(ss, __shfl_xor_sync(0xffffffffu, ss, o));
-    float inv = 1.f / sqrtf(ss + 1e-6f);
-    if (seg < k_heads) inv = __fmul_rn(inv, scale);
-    for (int i = lane; i < k_dim; i += 32) x[i] = __fmul_rn(x[i], inv);
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = ss;
+    __syncthreads();
+    float total = 0.f;
+    for (int k = 0; k < GDN_CONV_THREADS / 32; k++) total = __fadd_rn(total, red[k]);
+    float inv = 1.f / sqrtf(total + 1e-6f);
+    if (seg < k_heads) inv = __fmul_rn(inv, 1.f / sqrtf((float)k_dim));
+    y = __fmul_rn(y, inv);
   }
+  if (in) u[(size_t)row * C + ch] = y;
 }
 
 // A value column's state is held by GDN_PARTS neighbouring lanes, GDN_CHUNK of its dk entries
@@ -112,6 +143,15 @@ __device__ __forceinline__ float gdn_update(float (&s)[GDN_CHUNK], const float *
   return gdn_group_sum(o);
 }
 
+// A row's gates for value head h: beta = sigmoid(b), decay = exp(-exp(A_log) softplus(a + dt)).
+__device__ __forceinline__ void gdn_gates(float bv, float av, float a_neg, float dt, float &beta,
+                                          float &decay) {
+  beta = 1.f / (1.f + expf(-bv));
+  const float x = __fadd_rn(av, dt);
+  const float softplus = x > 20.f ? x : log1pf(expf(x));
+  decay = expf(__fmul_rn(a_neg, softplus));
+}
+
 // Grid (v_heads, rows or 1 for a chain), block GDN_PARTS * dv rounded up to a warp (dv <= GDN_MAX_DV),
 // dynamic shared memory 4 * (rows + 1) bytes (a row's path). u: [n, C] from gdn_conv; a, b:
 // [n, hv] gate projections; z: [n, hv * dv] (with `out`); s0: [hv, dk, dv] committed; out:
@@ -121,13 +161,13 @@ extern "C" __global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
     gdn_recur(const float *__restrict__ u, const float *__restrict__ a, const float *__restrict__ b,
               const float *__restrict__ z, const float *__restrict__ a_neg,
               const float *__restrict__ dt_bias, const float *__restrict__ norm_w,
-              const float *__restrict__ s0, const unsigned *__restrict__ parents,
-              float *__restrict__ out, float *__restrict__ s_out, int chain, int n, int first,
-              int state_row, int k_heads, int v_heads, int k_dim, int v_dim, int v_tiled,
-              float eps) {
+              const float *s0, const unsigned *__restrict__ parents, float *__restrict__ out,
+              float *s_out, int chain, int n, int first, int state_row, int k_heads, int v_heads,
+              int k_dim, int v_dim, int v_tiled, float eps, int ab_stride, int z_stride) {
   extern __shared__ int path[];
   __shared__ float qk[2 * GDN_MAX_DK];
   __shared__ float red[32];
+  pdl_enter();
   const int h = blockIdx.x;
   const int d = threadIdx.x / GDN_PARTS, part = threadIdx.x % GDN_PARTS;
   const int base = part * GDN_CHUNK;
@@ -165,11 +205,9 @@ extern "C" __global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
       qk[GDN_MAX_DK + i] = ur[(size_t)(k_heads + hk) * k_dim + i];
     }
     __syncthreads();
-    const float bv = b[(size_t)row * v_heads + h];
-    const float beta = 1.f / (1.f + expf(-bv));
-    const float x = __fadd_rn(a[(size_t)row * v_heads + h], dt_bias[h]);
-    const float softplus = x > 20.f ? x : log1pf(expf(x));
-    const float decay = expf(__fmul_rn(a_neg[h], softplus));
+    float beta, decay;
+    gdn_gates(b[(size_t)row * ab_stride + h], a[(size_t)row * ab_stride + h], a_neg[h], dt_bias[h],
+              beta, decay);
     const float v = col ? ur[(size_t)2 * k_heads * k_dim + (size_t)h * v_dim + d] : 0.f;
     float o = gdn_update(s, qk, qk + GDN_MAX_DK, v, decay, beta, base, k_dim);
     if (!col) o = 0.f;
@@ -192,7 +230,7 @@ extern "C" __global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
       const float inv = 1.f / sqrtf(__fadd_rn(ms, eps));
       if (col && part == 0) {
         const size_t at = (size_t)row * v_heads * v_dim + (size_t)h * v_dim + d;
-        const float zv = z[at];
+        const float zv = z[(size_t)row * z_stride + (size_t)h * v_dim + d];
         const float silu = zv / (1.f + expf(-zv));
         out[at] = __fmul_rn(__fmul_rn(__fmul_rn(o, inv), norm_w[d]), silu);
       }
@@ -201,14 +239,93 @@ extern "C" __global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
 }
 
 // Grid (ceil(C / 256)), block 256: the window after `row` (its K-1 newest inputs along its path,
-// oldest first) into `w_out` [K-1, C].
-extern "C" __global__ void gdn_window(const float *__restrict__ c, const float *__restrict__ window,
-                                      const unsigned *__restrict__ parents, float *__restrict__ w_out,
-                                      int row, int C, int taps) {
+// oldest first) into `w_out` [K-1, C]; c's rows `c_stride` apart. `w_out` may be `window`: slot
+// j is written from slot j + 1 or later (or from c), after those reads of this thread's channel.
+extern "C" __global__ void gdn_window(const float *__restrict__ c, int c_stride, const float *window,
+                                      const unsigned *__restrict__ parents, float *w_out, int row,
+                                      int C, int taps) {
+  pdl_enter();
   const int ch = blockIdx.x * blockDim.x + threadIdx.x;
   if (ch >= C) return;
   for (int j = 0; j < taps - 1; j++) {
     int s = gdn_source(parents, row, taps - 2 - j, taps);
-    w_out[(size_t)j * C + ch] = s >= 0 ? c[(size_t)s * C + ch] : window[(size_t)(-s - 1) * C + ch];
+    w_out[(size_t)j * C + ch] =
+        s >= 0 ? c[(size_t)s * c_stride + ch] : window[(size_t)(-s - 1) * C + ch];
+  }
+}
+
+// One Gated DeltaNet layer of the decoder step as `gdn_commit` reads it (device addresses): its
+// committed state [hv, dk, dv] and window [K-1, C], written in place; the stash of the last block
+// (inputs [*, C], convolution outputs [*, C], gates [*, 2 hv]: b then a); -exp(A_log), dt bias.
+struct GdnLayer {
+  float *s;
+  float *window;
+  const float *c;
+  const float *u;
+  const float *ab;
+  const float *a_neg;
+  const float *dt_bias;
+};
+
+// Grid (v_heads + ceil(C / blockDim), layers), block GDN_PARTS * dv rounded up to a warp. Folds the
+// path commit[2 .. 2 + commit[0]) (rows of the last block's stash, root first) into every layer's
+// committed state, from zero where commit[1] is set: blocks below v_heads the recurrence of value
+// head blockIdx.x (as gdn_recur walks it), the others the window's channels. Nothing to do: len 0
+// and no zeroing.
+extern "C" __global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
+    gdn_commit(const GdnLayer *__restrict__ layers, const unsigned *__restrict__ commit, int C,
+               int taps, int k_heads, int v_heads, int k_dim, int v_dim, int v_tiled) {
+  __shared__ float qk[2 * GDN_MAX_DK];
+  pdl_enter();
+  const int len = (int)commit[0];
+  const bool zero = commit[1] != 0u;
+  if (len == 0 && !zero) return;
+  const unsigned *path = commit + 2;
+  const GdnLayer L = layers[blockIdx.y];
+  if ((int)blockIdx.x >= v_heads) {
+    const int ch = (blockIdx.x - v_heads) * blockDim.x + threadIdx.x;
+    if (ch >= C) return;
+    // The window after the path: entries len .. len + K - 2 of [old window | path inputs].
+    for (int j = 0; j < taps - 1; j++) {
+      const int src = j + len;
+      float x;
+      if (src < taps - 1) {
+        x = zero ? 0.f : L.window[(size_t)src * C + ch];
+      } else {
+        x = L.c[(size_t)path[src - (taps - 1)] * C + ch];
+      }
+      L.window[(size_t)j * C + ch] = x;
+    }
+    return;
+  }
+  const int h = blockIdx.x;
+  const int d = threadIdx.x / GDN_PARTS, part = threadIdx.x % GDN_PARTS;
+  const int base = part * GDN_CHUNK;
+  const bool col = d < v_dim;
+  const int hk = v_tiled ? h % k_heads : h / (v_heads / k_heads);
+  const size_t head = (size_t)h * k_dim * v_dim;
+  float s[GDN_CHUNK];
+#pragma unroll
+  for (int j = 0; j < GDN_CHUNK; j++)
+    s[j] = (!zero && col && base + j < k_dim) ? L.s[head + (size_t)(base + j) * v_dim + d] : 0.f;
+  for (int step = 0; step < len; step++) {
+    const int row = (int)path[step];
+    const float *ur = L.u + (size_t)row * C;
+    __syncthreads();
+    for (int i = threadIdx.x; i < k_dim; i += blockDim.x) {
+      qk[i] = ur[(size_t)hk * k_dim + i];
+      qk[GDN_MAX_DK + i] = ur[(size_t)(k_heads + hk) * k_dim + i];
+    }
+    __syncthreads();
+    float beta, decay;
+    const float *ab = L.ab + (size_t)row * 2 * v_heads;
+    gdn_gates(ab[h], ab[v_heads + h], L.a_neg[h], L.dt_bias[h], beta, decay);
+    const float v = col ? ur[(size_t)2 * k_heads * k_dim + (size_t)h * v_dim + d] : 0.f;
+    gdn_update(s, qk, qk + GDN_MAX_DK, v, decay, beta, base, k_dim);
+  }
+  if (col) {
+#pragma unroll
+    for (int j = 0; j < GDN_CHUNK; j++)
+      if (base + j < k_dim) L.s[head + (size_t)(base + j) * v_dim + d] = s[j];
   }
 }

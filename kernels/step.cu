@@ -17,6 +17,7 @@
 // - silu_mul_q8: silu(gate) * up quantised to Q8_1.
 // - gather_rows: rows of a dense f32 table by token id.
 // - norm2_q8: an MTP head's final norm then hidden-state norm of one row, quantised.
+// - quant_rows: f32 rows to Q8_1 (and f16).
 // - next_token: the token a greedy chain step took, written where the next step reads its id.
 // CPU references: src/gpu/step.rs (`reference`), checked by `treespec selftest --device cuda`.
 
@@ -160,6 +161,9 @@ __device__ __forceinline__ void store_kv(float *__restrict__ cache, __half *__re
 
 // Grid: (n rows, nh + 2 * nkv heads); block hd / 2 threads (one rotation pair each).
 // proj[r] = [q heads | k heads | v heads] (row stride `stride`); bias, q_norm, k_norm optional.
+// With `q_gated` (Qwen3.5) each query head is followed by its output gate (the attention's
+// combine reads it); RoPE turns the first `rot` dimensions of a head (half-split pairs), all of
+// them where rot = hd (interleaved pairs then too). cos/sin: [positions, rot / 2].
 // k16 / v16 (optional): the cache's f16 shadow (same layout), which wide passes' attention reads.
 extern "C" __global__ void qkv_rope(const float *__restrict__ proj, int stride,
                                     const float *__restrict__ bias,
@@ -172,14 +176,18 @@ extern "C" __global__ void qkv_rope(const float *__restrict__ proj, int stride,
                                     float *__restrict__ q_out, float *__restrict__ k_cache,
                                     float *__restrict__ v_cache, long long kv_stride, int n,
                                     int nh, int nkv, int hd, float eps, int interleaved,
-                                    __half *__restrict__ k16, __half *__restrict__ v16) {
+                                    __half *__restrict__ k16, __half *__restrict__ v16,
+                                    int q_gated, int rot) {
   __shared__ float scratch[33];
+  __shared__ float turn[256];
   pdl_enter();
   const int r = blockIdx.x;
   const int head = blockIdx.y;
   const int half_hd = hd / 2;
   const int t = threadIdx.x;
-  const int col = head * hd;  // q, k and v heads sit back to back
+  // q, k and v heads sit back to back; a gated query head is followed by its gate (2 hd).
+  const int qw = q_gated ? 2 * hd : hd;
+  const int col = head < nh ? head * qw : nh * qw + (head - nh) * hd;
   const float *src = proj + (size_t)r * stride + col;
   const int i0 = interleaved ? 2 * t : t;
   const int i1 = interleaved ? 2 * t + 1 : t + half_hd;
@@ -204,10 +212,33 @@ extern "C" __global__ void qkv_rope(const float *__restrict__ proj, int stride,
     b = b * inv * norm[i1];
   }
   const unsigned int p = pos[r];
-  const float c = cos_t[(size_t)p * half_hd + t];
-  const float s = sin_t[(size_t)p * half_hd + t];
-  const float ra = a * c - b * s;
-  const float rb = a * s + b * c;
+  float ra, rb;
+  if (rot == hd) {
+    const float c = cos_t[(size_t)p * half_hd + t];
+    const float s = sin_t[(size_t)p * half_hd + t];
+    ra = a * c - b * s;
+    rb = a * s + b * c;
+  } else {
+    // Partial RoPE (half-split pairs j, j + rot / 2 of the first rot dimensions; the rest as
+    // they are): the pairs are other threads' values, so through shared memory.
+    turn[i0] = a;
+    turn[i1] = b;
+    __syncthreads();
+    const int hr = rot / 2;
+    float v[2] = {a, b};
+    const int e[2] = {i0, i1};
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      if (e[k] < rot) {
+        const int j = e[k] < hr ? e[k] : e[k] - hr;
+        const float c = cos_t[(size_t)p * hr + j];
+        const float s = sin_t[(size_t)p * hr + j];
+        v[k] = e[k] < hr ? turn[j] * c - turn[j + hr] * s : turn[j] * s + turn[j + hr] * c;
+      }
+    }
+    ra = v[0];
+    rb = v[1];
+  }
   if (is_q) {
     float *dst = q_out + ((size_t)head * n + r) * hd;
     dst[i0] = ra;
@@ -321,6 +352,40 @@ extern "C" __global__ void next_token(const unsigned int *__restrict__ top,
     const unsigned int i = top[0];
     ids[0] = vocab != nullptr ? vocab[i] : i;
   }
+}
+
+// Grid: (n rows, ceil(units / 8)), block STEP_THREADS: a warp a unit, a Q8_1 block (`group`
+// 32) or a super-block of eight (256; qblocks then a multiple of 8). Row r of x (`width` values,
+// rows `stride` apart) as Q8_1: `qblocks` blocks at q8 + r * qblocks, and with `f16` set as
+// width halves at f16 + r * width (q8 may then be null): the input of a product after a kernel
+// that writes f32 rows (a Gated DeltaNet's output).
+extern "C" __global__ void quant_rows(const float *__restrict__ x, int stride, int width,
+                                      block_q8_1_t *__restrict__ q8, int qblocks,
+                                      __half *__restrict__ f16, int group) {
+  pdl_enter();
+  const int r = blockIdx.x;
+  const int lane = threadIdx.x & 31;
+  const int unit = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const float *xr = x + (size_t)r * stride;
+  if (group == 256) {
+    const int sb = unit;
+    if (sb >= qblocks / 8) return;
+    float v[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int i = sb * 256 + k * QK8_1 + lane;
+      v[k] = i < width ? xr[i] : 0.f;
+      if (f16 != nullptr && i < width) f16[(size_t)r * width + i] = __float2half_rn(v[k]);
+    }
+    if (q8 != nullptr) warp_quantize8(v, q8 + (size_t)r * qblocks + 8 * sb, lane, group);
+    return;
+  }
+  const int b = unit;
+  if (b >= qblocks) return;
+  const int i = b * QK8_1 + lane;
+  const float v = i < width ? xr[i] : 0.f;
+  if (q8 != nullptr) warp_quantize(v, q8 + (size_t)r * qblocks + b, lane);
+  if (f16 != nullptr && i < width) f16[(size_t)r * width + i] = __float2half_rn(v);
 }
 
 // K/V compaction after a tree's accepted path, every layer in one launch (src/gpu/step.rs,

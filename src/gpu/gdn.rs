@@ -16,6 +16,16 @@ pub const MAX_V_DIM: usize = 128;
 /// Most convolution taps (`GDN_MAX_TAPS`).
 pub const MAX_TAPS: usize = 8;
 
+/// Threads of a `gdn_conv` block (`GDN_CONV_THREADS`): a channel each.
+pub const CONV_THREADS: u32 = 128;
+
+/// `gdn_conv`'s grid for `rows` rows of a layer of `shape` (blocks of [`CONV_THREADS`]): a block
+/// a (row, q or k head, span of value channels).
+pub fn conv_grid(rows: usize, shape: &LinearAttention) -> (u32, u32, u32) {
+    let spans = 2 * shape.k_heads + (shape.v_heads * shape.v_dim).div_ceil(CONV_THREADS as usize);
+    (rows as u32, spans as u32, 1)
+}
+
 /// Why the kernels cannot run a layer of `shape`, or `None` when they can.
 pub fn unsupported(shape: &LinearAttention) -> Option<String> {
     if shape.k_dim > MAX_K_DIM || shape.v_dim > MAX_V_DIM {
@@ -90,6 +100,22 @@ impl Weights {
             shape: shape.clone(),
             eps,
         }))
+    }
+
+    /// The layer's shape.
+    pub fn shape(&self) -> &LinearAttention {
+        &self.shape
+    }
+
+    /// The output norm's epsilon.
+    pub fn eps(&self) -> f32 {
+        self.eps
+    }
+
+    /// The taps `[C, K]`, `-exp(A_log)` and the decay bias `[hv]`, the output norm's weight
+    /// `[dv]`, f32 on the GPU (what the decoder step's kernels read).
+    pub fn tensors(&self) -> [&Tensor; 4] {
+        [&self.conv, &self.a_neg, &self.dt_bias, &self.norm]
     }
 
     /// The state of an empty sequence.
@@ -224,7 +250,9 @@ mod cuda {
                 ptr(&u, dev)?,
             );
             let mut lb = stream.launch_builder(&f);
+            let (null, zero, hv_i) = (0u64, 0i32, hv as i32);
             lb.arg(&cp)
+                .arg(&ch_i)
                 .arg(&wp)
                 .arg(&convp)
                 .arg(&pp)
@@ -232,10 +260,14 @@ mod cuda {
                 .arg(&ch_i)
                 .arg(&taps_i)
                 .arg(&kh_i)
-                .arg(&kd_i);
+                .arg(&kd_i)
+                .arg(&null)
+                .arg(&null)
+                .arg(&zero)
+                .arg(&hv_i);
             let cfg = LaunchConfig {
-                grid_dim: (n as u32, 1, 1),
-                block_dim: (THREADS, 1, 1),
+                grid_dim: super::conv_grid(n, l),
+                block_dim: (super::CONV_THREADS, 1, 1),
                 shared_mem_bytes: 0,
             };
             // SAFETY: [n, C] inputs and outputs, a [K-1, C] window, [C, K] taps, n parents each
@@ -356,6 +388,7 @@ mod cuda {
             l.v_dim as i32,
         );
         let tiled = l.v_tiled as i32;
+        let z_stride = hv * vd;
         let mut lb = stream.launch_builder(&f);
         lb.arg(&up)
             .arg(&ap)
@@ -377,7 +410,9 @@ mod cuda {
             .arg(&kd)
             .arg(&vd)
             .arg(&tiled)
-            .arg(&w.eps);
+            .arg(&w.eps)
+            .arg(&hv)
+            .arg(&z_stride);
         let threads = (PARTS * l.v_dim).next_multiple_of(32) as u32;
         let cfg = LaunchConfig {
             grid_dim: (l.v_heads as u32, if chain { 1 } else { count as u32 }, 1),
@@ -419,6 +454,7 @@ mod cuda {
         let (row_i, ch_i, taps_i) = (row as i32, ch as i32, l.conv as i32);
         let mut lb = stream.launch_builder(&f);
         lb.arg(&cp)
+            .arg(&ch_i)
             .arg(&wp)
             .arg(&pp)
             .arg(&op)

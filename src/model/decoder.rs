@@ -21,9 +21,9 @@
 //! cache that can be truncated and compacted ([`Decoder::truncate`], [`Decoder::keep`]).
 
 use crate::error::{Error, Result};
-use crate::gpu::step::{GpuStep, StepInput, StepWeights};
+use crate::gpu::step::{GdnPass, GpuStep, StepInput, StepWeights};
 use crate::model::config::{ModelConfig, RopeStyle};
-use crate::model::gated_delta::RecurrentCache;
+use crate::model::gated_delta::{BlockLedger, RecurrentCache};
 use crate::model::kv_cache::KvCache;
 use crate::model::layer::{DecoderLayer, Mixer};
 use crate::model::visibility::{Visibility, VisibleKeys};
@@ -236,8 +236,11 @@ pub struct Decoder {
     cos: Tensor,
     sin: Tensor,
     caches: Vec<KvCache>,
-    /// Per layer, a Gated DeltaNet layer's recurrent state.
+    /// Per layer, a Gated DeltaNet layer's recurrent state (through candle's ops).
     recurrent: Vec<Option<RecurrentCache>>,
+    /// Which rows the GPU step's Gated DeltaNet states hold, where the step runs them (the
+    /// states live in the step's buffers; `recurrent` is then unused).
+    step_ledger: BlockLedger,
     device: Device,
     context: usize,
     /// Attention through treespec's batch-invariant kernel (`gpu::attention`), not candle's ops.
@@ -314,6 +317,7 @@ impl Decoder {
             sin,
             caches,
             recurrent,
+            step_ledger: BlockLedger::default(),
             device,
             context,
         };
@@ -324,17 +328,20 @@ impl Decoder {
     /// Run forward passes through treespec's GPU decoder step (`on`, where it can run this
     /// model) or through candle's ops.
     pub fn set_gpu_step(&mut self, on: bool) {
+        // A hybrid model's recurrent states live where the pass runs: they do not move.
+        if self.cfg.linear.is_some() && !self.is_empty() {
+            self.reset();
+        }
         self.step = None;
+        self.step_ledger = BlockLedger::default();
         self.runtime = if self.device.is_cpu() {
             "cpu kernels".into()
         } else if !on {
             "candle ops (GPU step off)".into()
         } else if !self.listed_attention {
             "candle ops (batch invariance off)".into()
-        } else if self.cfg.linear.is_some() || self.cfg.attn_gate {
-            "candle ops (the GPU step does not run Qwen3.5's layers yet)".into()
-        } else {
-            match GpuStep::new(&self.step_weights(), &self.device) {
+        } else if let Some(weights) = self.step_weights() {
+            match GpuStep::new(&weights, &self.device) {
                 Ok(mut step) => {
                     step.set_wide_verify(self.wide_verify);
                     // Rows cached before the step existed are not in its shadows.
@@ -347,7 +354,14 @@ impl Decoder {
                 }
                 Err(why) => format!("candle ops ({why})"),
             }
+        } else {
+            "candle ops (a Gated DeltaNet layer runs on the host recurrence)".into()
         };
+    }
+
+    /// The GPU step runs this model's Gated DeltaNet layers (their states are its).
+    fn step_runs_gdn(&self) -> bool {
+        self.step.is_some() && self.cfg.linear.is_some()
     }
 
     /// Give this model's GPU passes the GPU's highest stream priority (for a drafter that drafts
@@ -422,21 +436,22 @@ impl Decoder {
         &self.runtime
     }
 
-    fn step_weights(&self) -> StepWeights<'_> {
-        StepWeights {
+    /// The weights as the GPU step reads them (`None` where a layer cannot run there).
+    fn step_weights(&self) -> Option<StepWeights<'_>> {
+        Some(StepWeights {
             cfg: &self.cfg,
             embed: &self.embed,
             layers: self
                 .layers
                 .iter()
-                .filter_map(|l| l.step_weights())
-                .collect(),
+                .map(|l| l.step_weights())
+                .collect::<Option<Vec<_>>>()?,
             norm: &self.norm,
             lm_head: &self.lm_head,
             cos: &self.cos,
             sin: &self.sin,
             caches: self.caches.iter().map(|c| c.storage()).collect(),
-        }
+        })
     }
 
     /// The token embedding (what an MTP head's GPU step is built with).
@@ -478,14 +493,20 @@ impl Decoder {
     /// state cannot be had at `len` (a length inside an earlier block): then none; [`Self::len`]
     /// says what was kept.
     pub fn truncate(&mut self, len: usize) {
-        let len = self
-            .recurrent
-            .iter_mut()
-            .flatten()
-            .fold(len, |len, r| len.min(r.truncate(len)));
-        for r in self.recurrent.iter_mut().flatten() {
-            r.truncate(len);
-        }
+        let len = match self.step_runs_gdn() {
+            true => self.step_ledger.truncate(len),
+            false => {
+                let len = self
+                    .recurrent
+                    .iter_mut()
+                    .flatten()
+                    .fold(len, |len, r| len.min(r.truncate(len)));
+                for r in self.recurrent.iter_mut().flatten() {
+                    r.truncate(len);
+                }
+                len
+            }
+        };
         for c in &mut self.caches {
             c.truncate(len);
         }
@@ -503,15 +524,20 @@ impl Decoder {
     /// tree's accepted path and a grown tree's rows come: the GPU step's compaction in one launch
     /// refuses any other order), moved to sit right after `base`.
     pub fn keep(&mut self, base: usize, rows: &[usize]) -> Result<()> {
-        for r in self.recurrent.iter_mut().flatten() {
-            r.keep(base, rows)?;
-        }
-        if self
-            .recurrent
-            .iter()
-            .flatten()
-            .any(|r| r.len() != base + rows.len())
-        {
+        let lost = match self.step_runs_gdn() {
+            true => {
+                self.step_ledger.keep(base, rows)?;
+                self.cfg.linear.is_some() && self.step_ledger.len() != base + rows.len()
+            }
+            false => {
+                for r in self.recurrent.iter_mut().flatten() {
+                    r.keep(base, rows)?;
+                }
+                let kept = base + rows.len();
+                self.recurrent.iter().flatten().any(|r| r.len() != kept)
+            }
+        };
+        if lost {
             // A block too long to keep its rows' inputs: the sequence starts over.
             self.reset();
             return Ok(());
@@ -688,7 +714,30 @@ impl Decoder {
             rows.sort_unstable();
             rows.windows(2).all(|w| w[0] != w[1])
         };
+        if self.step_runs_gdn() && !distinct {
+            return Err(Error::InvalidArgument(
+                "a hybrid model's GPU pass takes each logits row once".into(),
+            ));
+        }
         if let (Some(step), true) = (self.step.as_mut(), distinct) {
+            let fold = match &parents {
+                Some(_) => {
+                    let seen = self.step_ledger.len();
+                    let fold = self.step_ledger.take_fold();
+                    if !fold.foldable() {
+                        self.step_ledger.reset();
+                        return Err(Error::InvalidArgument(format!(
+                            "the Gated DeltaNet state was lost (a tree of the {seen} rows read                              with no path kept): read the sequence again"
+                        )));
+                    }
+                    Some(fold)
+                }
+                None => None,
+            };
+            let gdn = match (&parents, &fold) {
+                (Some(parents), Some(fold)) => Some(GdnPass { parents, fold }),
+                _ => None,
+            };
             let (logits, hidden) = step.forward(&StepInput {
                 tokens: &batch.tokens,
                 positions: &batch.positions,
@@ -697,7 +746,16 @@ impl Decoder {
                 logits_rows: &batch.logits_rows,
                 hidden_layers: &batch.hidden_layers,
                 inputs: None,
+                gdn,
             })?;
+            if let Some(parents) = &parents {
+                // A block longer than the step's stash was folded as it ran.
+                let stashed = n <= crate::gpu::step::GDN_STASH_ROWS;
+                self.step_ledger.push(parents, stashed);
+                if !stashed {
+                    self.step_ledger.take_fold();
+                }
+            }
             for c in &mut self.caches {
                 c.advance(n)?;
             }

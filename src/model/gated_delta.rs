@@ -152,6 +152,14 @@ impl GatedDeltaNet {
         })
     }
 
+    /// The layer as the GPU decoder step reads it: its projections of the normed input in the
+    /// step's order (convolution input, output gate, beta, alpha), its out projection and its
+    /// small weights on the GPU (`None` where the layer runs on the host recurrence).
+    pub(crate) fn step_weights(&self) -> Option<(Vec<&Linear>, &Linear, &gdn::Weights)> {
+        let gpu = self.gpu.as_ref()?;
+        Some((vec![&self.qkv, &self.z, &self.b, &self.a], &self.out, gpu))
+    }
+
     /// The state of an empty sequence, where this layer keeps it (host or GPU).
     fn zero(&self) -> Result<State> {
         Ok(match &self.gpu {
@@ -388,32 +396,32 @@ impl GatedDeltaNet {
 /// commit of part of it starts the sequence again.
 pub const STASH_ROWS: usize = 1024;
 
-/// One Gated DeltaNet layer's state for a sequence: the state after the committed rows, and the
-/// last block run, not yet committed (its rows' inputs and parents, or only the state after it).
-#[derive(Debug, Clone)]
-pub struct RecurrentCache {
-    committed: State,
-    /// Rows in `committed`.
+/// Which rows of a sequence a recurrent layer has folded into its state, and the last block run
+/// after them, not yet folded (a verify pass's rows wait for the walk to say which to keep): the
+/// rules of [`RecurrentCache`], for a state kept anywhere (the host, the GPU, or the buffers of
+/// the GPU decoder step, which folds a block at the start of the next pass).
+#[derive(Debug, Clone, Default)]
+pub struct BlockLedger {
+    /// Rows folded into the state.
     len: usize,
     /// The block after them.
-    pending: Option<Pending>,
-    zero: State,
+    pending: Option<PendingBlock>,
+    /// The state was dropped: the next fold starts from the empty state.
+    restart: bool,
 }
 
 #[derive(Debug, Clone)]
-struct Pending {
+struct PendingBlock {
     /// The block's parents.
     parents: Vec<Option<usize>>,
-    /// The block's rows that follow the committed ones, a path from a root in order (what a
-    /// commit of part of the block kept); the whole block where `None`.
+    /// The block's rows that follow the folded ones, a path from a root in order (what a keep or
+    /// a truncation left); the whole block where `None`.
     path: Option<Vec<usize>>,
-    /// What it takes to commit the block's rows, where the block was short enough to keep it.
-    rows: Option<Rows>,
-    /// The state after the last row, where the block is a chain (and whole).
-    last: Option<State>,
+    /// Its rows' inputs were kept, so any path of it can be replayed.
+    replayable: bool,
 }
 
-impl Pending {
+impl PendingBlock {
     /// Rows pending.
     fn len(&self) -> usize {
         self.path.as_ref().map_or(self.parents.len(), Vec::len)
@@ -433,21 +441,32 @@ impl Pending {
     }
 }
 
-impl RecurrentCache {
-    /// An empty sequence's state for `layer` (on the GPU where the layer runs there).
-    pub fn new(layer: &GatedDeltaNet) -> Result<Self> {
-        let zero = layer.zero()?;
-        Ok(RecurrentCache {
-            committed: zero.clone(),
-            len: 0,
-            pending: None,
-            zero,
-        })
-    }
+/// What to fold into a recurrent layer's state before its next block ([`BlockLedger::take_fold`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Fold {
+    /// Start from the empty state (the sequence was dropped).
+    pub restart: bool,
+    /// Rows of the last block, in order (its block rows): every row where `whole`.
+    pub path: Vec<usize>,
+    /// The whole block as it ran, no path of it kept.
+    pub whole: bool,
+    /// `path` is a chain from a root (each row the previous one's child): a path the kernels fold.
+    pub chain: bool,
+    /// The rows' inputs were kept (they can be replayed).
+    pub replayable: bool,
+}
 
-    /// Rows seen (committed and pending).
+impl Fold {
+    /// Whether the kernels can fold it: nothing, or a chain from a root whose inputs were kept.
+    pub fn foldable(&self) -> bool {
+        self.path.is_empty() || (self.chain && self.replayable)
+    }
+}
+
+impl BlockLedger {
+    /// Rows seen (folded and pending).
     pub fn len(&self) -> usize {
-        self.len + self.pending.as_ref().map_or(0, Pending::len)
+        self.len + self.pending.as_ref().map_or(0, PendingBlock::len)
     }
 
     /// True when no row has been seen.
@@ -455,66 +474,43 @@ impl RecurrentCache {
         self.len() == 0
     }
 
-    /// Run a block through `layer` after every row seen so far (a pending block taken whole,
-    /// as a new block after it means), row i continuing `parents[i]` or the sequence's last row.
-    pub fn forward(
-        &mut self,
-        layer: &GatedDeltaNet,
-        x: &Tensor,
-        parents: &[Option<usize>],
-    ) -> Result<Tensor> {
-        let seen = self.len();
-        self.commit_first(layer, seen)?;
-        if self.len != seen {
-            return Err(Error::InvalidArgument(
-                "the Gated DeltaNet state was lost (a long block cut short): read the sequence again"
-                    .into(),
-            ));
-        }
-        let (out, rows, last) = layer.run(x, parents, &self.committed)?;
-        self.pending = Some(Pending {
-            parents: parents.to_vec(),
-            path: None,
-            rows: (parents.len() <= STASH_ROWS).then_some(rows),
-            last,
-        });
-        Ok(out)
-    }
-
-    /// Fold the pending rows into the committed state (all of them: the caller has moved past
-    /// them), or start over where they cannot be replayed.
-    fn commit_first(&mut self, layer: &GatedDeltaNet, upto: usize) -> Result<()> {
+    /// The pending rows, now counted as folded: the caller folds them into its state (from the
+    /// empty state where `restart`), or drops the state where it cannot (a tree nobody kept a
+    /// path of, rows not kept: then [`Self::reset`]).
+    pub fn take_fold(&mut self) -> Fold {
+        let restart = std::mem::take(&mut self.restart);
         let Some(p) = self.pending.take() else {
-            return Ok(());
+            return Fold {
+                restart,
+                chain: true,
+                ..Fold::default()
+            };
         };
         let rows = p.len();
-        debug_assert_eq!(upto, self.len + rows);
-        if let (None, Some(last)) = (&p.path, &p.last) {
-            self.committed = last.clone();
-            self.len += rows;
-            return Ok(());
+        self.len += rows;
+        Fold {
+            restart,
+            path: (0..rows).map(|i| p.block_row(i)).collect(),
+            whole: p.path.is_none(),
+            chain: (0..rows).all(|i| p.parent(i) == i.checked_sub(1)),
+            replayable: p.replayable,
         }
-        let path: Vec<usize> = (0..rows).map(|i| p.block_row(i)).collect();
-        // The kernels fold a path from a root; a whole block that is no chain (a tree nobody
-        // kept a path of) is replayed row by row on the host only.
-        let chain = (0..rows).all(|i| p.parent(i) == i.checked_sub(1));
-        match &p.rows {
-            Some(r @ Rows::Host(_)) => {
-                self.committed = layer.replay(&self.committed, r, &path)?;
-                self.len += rows;
-            }
-            Some(r @ Rows::Device(_)) if chain => {
-                self.committed = layer.replay(&self.committed, r, &path)?;
-                self.len += rows;
-            }
-            _ => self.reset(),
-        }
-        Ok(())
     }
 
-    /// Keep the rows seen up to `len`: the committed ones and the pending block's first rows,
-    /// where they are a chain whose inputs were kept. Any other length cannot be reached again
-    /// (the states are gone): the sequence starts over at 0. Returns the rows kept.
+    /// A block run after every row seen (after [`Self::take_fold`]), row i continuing
+    /// `parents[i]` or the last folded row; `replayable` where its rows' inputs are kept.
+    pub fn push(&mut self, parents: &[Option<usize>], replayable: bool) {
+        debug_assert!(self.pending.is_none());
+        self.pending = Some(PendingBlock {
+            parents: parents.to_vec(),
+            path: None,
+            replayable,
+        });
+    }
+
+    /// Keep the rows seen up to `len`: the folded ones and the pending block's first rows, where
+    /// they are a chain whose inputs were kept. Any other length cannot be reached again (the
+    /// states are gone): the sequence starts over at 0. Returns the rows kept.
     pub fn truncate(&mut self, len: usize) -> usize {
         if len >= self.len() {
             return self.len();
@@ -525,19 +521,19 @@ impl RecurrentCache {
         };
         let keep = len.saturating_sub(self.len);
         let chain = (0..keep).all(|i| p.parent(i) == i.checked_sub(1));
-        if len < self.len || !chain || p.rows.is_none() {
+        if len < self.len || !chain || !p.replayable {
             self.reset();
             return 0;
         }
         p.path = Some((0..keep).map(|i| p.block_row(i)).collect());
-        p.last = None;
         self.pending = Some(p);
         self.len()
     }
 
-    /// Of the pending block, whose first row follows the committed rows at `base`, keep the rows
-    /// `rows` (a path from a root, in order) as the sequence's next rows: a chain, folded into
-    /// the state when the sequence moves past it.
+    /// Of the pending block, whose first row follows the folded rows at `base`, keep the rows
+    /// `rows` (a path from a root, in order) as the sequence's next rows. A block whose inputs
+    /// were not kept cannot be: the sequence starts over (the caller reads it anew; [`Self::len`]
+    /// says 0).
     pub fn keep(&mut self, base: usize, rows: &[usize]) -> Result<()> {
         let Some(mut p) = self.pending.take() else {
             if rows.is_empty() && base == self.len {
@@ -564,22 +560,130 @@ impl RecurrentCache {
                 )));
             }
         }
-        if p.rows.is_none() {
-            // A long block kept no inputs: start over (the caller reads the sequence anew).
+        if !p.replayable {
             self.reset();
             return Ok(());
         }
         p.path = Some(rows.iter().map(|&r| p.block_row(r)).collect());
-        p.last = None;
         self.pending = Some(p);
         Ok(())
+    }
+
+    /// Forget the sequence (the state is dropped at the next fold).
+    pub fn reset(&mut self) {
+        *self = BlockLedger {
+            restart: true,
+            ..BlockLedger::default()
+        };
+    }
+}
+
+/// One Gated DeltaNet layer's state for a sequence: the state after the committed rows, and what
+/// the last block left to fold any path of it ([`BlockLedger`] says which rows are which).
+#[derive(Debug, Clone)]
+pub struct RecurrentCache {
+    committed: State,
+    ledger: BlockLedger,
+    /// What it takes to replay the last block's rows, where it was short enough to keep it.
+    rows: Option<Rows>,
+    /// The state after the last block's last row, where the block is a chain.
+    last: Option<State>,
+    zero: State,
+}
+
+impl RecurrentCache {
+    /// An empty sequence's state for `layer` (on the GPU where the layer runs there).
+    pub fn new(layer: &GatedDeltaNet) -> Result<Self> {
+        let zero = layer.zero()?;
+        Ok(RecurrentCache {
+            committed: zero.clone(),
+            ledger: BlockLedger::default(),
+            rows: None,
+            last: None,
+            zero,
+        })
+    }
+
+    /// Rows seen (committed and pending).
+    pub fn len(&self) -> usize {
+        self.ledger.len()
+    }
+
+    /// True when no row has been seen.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Run a block through `layer` after every row seen so far (a pending block taken whole,
+    /// as a new block after it means), row i continuing `parents[i]` or the sequence's last row.
+    pub fn forward(
+        &mut self,
+        layer: &GatedDeltaNet,
+        x: &Tensor,
+        parents: &[Option<usize>],
+    ) -> Result<Tensor> {
+        let seen = self.len();
+        self.commit_first(layer)?;
+        if self.len() != seen {
+            return Err(Error::InvalidArgument(
+                "the Gated DeltaNet state was lost (a long block cut short): read the sequence again"
+                    .into(),
+            ));
+        }
+        let (out, rows, last) = layer.run(x, parents, &self.committed)?;
+        let replayable = parents.len() <= STASH_ROWS;
+        self.ledger.push(parents, replayable);
+        self.rows = replayable.then_some(rows);
+        self.last = last;
+        Ok(out)
+    }
+
+    /// Fold the pending rows into the committed state (all of them: the caller has moved past
+    /// them), or start over where they cannot be replayed.
+    fn commit_first(&mut self, layer: &GatedDeltaNet) -> Result<()> {
+        let fold = self.ledger.take_fold();
+        if fold.restart {
+            self.committed = self.zero.clone();
+        }
+        let (rows, last) = (self.rows.take(), self.last.take());
+        if fold.path.is_empty() {
+            return Ok(());
+        }
+        if let (true, Some(last)) = (fold.whole, last) {
+            self.committed = last;
+            return Ok(());
+        }
+        // The kernels fold a path from a root; a whole block that is no chain (a tree nobody
+        // kept a path of) is replayed row by row on the host only.
+        match &rows {
+            Some(r @ Rows::Host(_)) => {
+                self.committed = layer.replay(&self.committed, r, &fold.path)?;
+            }
+            Some(r @ Rows::Device(_)) if fold.chain => {
+                self.committed = layer.replay(&self.committed, r, &fold.path)?;
+            }
+            _ => self.reset(),
+        }
+        Ok(())
+    }
+
+    /// Keep the rows seen up to `len` ([`BlockLedger::truncate`]). Returns the rows kept.
+    pub fn truncate(&mut self, len: usize) -> usize {
+        self.ledger.truncate(len)
+    }
+
+    /// Of the pending block, whose first row follows the committed rows at `base`, keep the rows
+    /// `rows` (a path from a root, in order) as the sequence's next rows ([`BlockLedger::keep`]).
+    pub fn keep(&mut self, base: usize, rows: &[usize]) -> Result<()> {
+        self.ledger.keep(base, rows)
     }
 
     /// Forget the sequence.
     pub fn reset(&mut self) {
         self.committed = self.zero.clone();
-        self.len = 0;
-        self.pending = None;
+        self.ledger.reset();
+        self.rows = None;
+        self.last = None;
     }
 }
 
@@ -589,3 +693,83 @@ fn no_kernels() -> Error {
 
 #[cfg(feature = "cuda")]
 pub(crate) mod selftest;
+
+#[cfg(test)]
+mod tests {
+    use super::{BlockLedger, Fold};
+
+    fn chain(n: usize) -> Vec<Option<usize>> {
+        (0..n).map(|i| i.checked_sub(1)).collect()
+    }
+
+    #[test]
+    fn a_chain_is_folded_whole_when_the_sequence_moves_past_it() {
+        let mut l = BlockLedger::default();
+        l.push(&chain(3), true);
+        assert_eq!(l.len(), 3);
+        let f = l.take_fold();
+        assert_eq!(
+            (f.path, f.whole, f.chain, f.restart),
+            (vec![0, 1, 2], true, true, false)
+        );
+        assert_eq!(l.len(), 3);
+        // Nothing pending: an empty fold.
+        assert!(l.take_fold().path.is_empty());
+    }
+
+    #[test]
+    fn a_kept_path_of_a_tree_is_what_is_folded() {
+        let mut l = BlockLedger::default();
+        l.push(&chain(2), true);
+        l.take_fold();
+        // Rows 0 and 1 roots' children: 0 -> 2 -> 4, 1 -> 3.
+        let tree = [None, None, Some(0), Some(1), Some(2)];
+        l.push(&tree, true);
+        assert!(l.keep(2, &[0, 3]).is_err(), "3 is not 0's child");
+        assert!(l.keep(1, &[0]).is_err(), "the block starts at 2");
+        l.keep(2, &[0, 2, 4]).unwrap();
+        assert_eq!(l.len(), 5);
+        let f = l.take_fold();
+        assert_eq!(
+            (f.path.clone(), f.whole, f.chain),
+            (vec![0, 2, 4], false, true)
+        );
+        assert!(f.foldable());
+        // A tree with no path kept cannot be folded.
+        l.push(&tree, true);
+        let f = l.take_fold();
+        assert!(!f.chain && !f.foldable());
+    }
+
+    #[test]
+    fn truncation_keeps_a_chain_prefix_or_starts_over() {
+        let mut l = BlockLedger::default();
+        l.push(&chain(4), true);
+        assert_eq!(l.truncate(2), 2);
+        assert_eq!(l.take_fold().path, vec![0, 1]);
+        // Into the folded rows: the states are gone, start over from the empty state.
+        l.push(&chain(3), true);
+        assert_eq!(l.truncate(1), 0);
+        assert_eq!(
+            l.take_fold(),
+            Fold {
+                restart: true,
+                chain: true,
+                ..Fold::default()
+            }
+        );
+        // A block whose inputs were not kept cannot be cut.
+        l.push(&chain(5), false);
+        assert_eq!(l.truncate(3), 0);
+        assert!(l.take_fold().restart);
+    }
+
+    #[test]
+    fn a_block_without_its_inputs_kept_starts_over_on_keep() {
+        let mut l = BlockLedger::default();
+        l.push(&chain(6), false);
+        l.keep(0, &[0, 1]).unwrap();
+        assert_eq!(l.len(), 0);
+        assert!(l.take_fold().restart);
+    }
+}

@@ -371,21 +371,30 @@ impl DecoderLayer {
         }
     }
 
-    /// The layer's weights as the GPU step reads them (`None` for a Gated DeltaNet layer or a
-    /// gated, partly rotated attention layer (Qwen3.5's), which the step does not run).
+    /// The layer's weights as the GPU step reads them (`None` for a Gated DeltaNet layer whose
+    /// kernels do not run on the GPU).
     pub(crate) fn step_weights(&self) -> Option<crate::gpu::step::LayerWeights<'_>> {
-        let Mixer::Attention(attn) = &self.mixer else {
-            return None;
+        use crate::gpu::step::{LayerWeights, MixerKind};
+        let (qkv, q_norm, k_norm, o, mixer) = match &self.mixer {
+            Mixer::Attention(attn) => (
+                attn.qkv.linears(),
+                attn.q_norm.as_ref(),
+                attn.k_norm.as_ref(),
+                &attn.o,
+                MixerKind::Attention { gated: attn.gated },
+            ),
+            Mixer::GatedDelta(g) => {
+                let (proj, out, small) = g.step_weights()?;
+                (proj, None, None, out, MixerKind::GatedDelta(small))
+            }
         };
-        if attn.gated || attn.rotary_dim != attn.head_dim {
-            return None;
-        }
-        Some(crate::gpu::step::LayerWeights {
+        Some(LayerWeights {
             attn_norm: &self.attn_norm,
-            qkv: attn.qkv.linears(),
-            q_norm: attn.q_norm.as_ref(),
-            k_norm: attn.k_norm.as_ref(),
-            o: &attn.o,
+            qkv,
+            q_norm,
+            k_norm,
+            o,
+            mixer,
             ffn_norm: &self.mlp.norm,
             gate_up: self.mlp.gate_up.linears(),
             down: &self.mlp.down,

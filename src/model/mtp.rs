@@ -381,7 +381,13 @@ impl MtpHead {
             return Ok(None);
         }
         if self.step.is_none() {
-            let Some(block) = self.block.step_weights() else {
+            // A gated attention block (Qwen3.5's head) stays on candle's ops until its
+            // chains through the step are checked on a GPU.
+            let gated = matches!(
+                self.block.step_weights().map(|b| b.mixer),
+                Some(crate::gpu::step::MixerKind::Attention { gated: true })
+            );
+            let Some(block) = self.block.step_weights().filter(|_| !gated) else {
                 return Ok(None);
             };
             let built = GpuStep::new(
@@ -416,6 +422,7 @@ impl MtpHead {
                 logits_rows: &[],
                 hidden_layers: &[0],
                 inputs: Some(u),
+                gdn: None,
             })?;
             self.cache.advance(n)?;
             return Ok(hidden.pop());
@@ -435,6 +442,7 @@ impl MtpHead {
                 logits_rows: &[],
                 hidden_layers: &[0],
                 inputs: Some(&u.narrow(0, at, rows)?),
+                gdn: None,
             })?;
             self.cache.advance(rows)?;
             out.extend(hidden);

@@ -171,7 +171,9 @@ pub(super) fn attention(
             .arg(&0i32)
             .arg(&all_i)
             .arg(&NO_Q8)
-            .arg(&32i32);
+            .arg(&32i32)
+            .arg(&NO_Q8)
+            .arg(&0i32);
         let cfg = LaunchConfig {
             grid_dim: (nh as u32, n as u32, 1),
             block_dim: (hd as u32, 1, 1),

@@ -68,22 +68,61 @@ pub struct StepWeights<'a> {
 
 /// One layer's weights as the step reads them.
 pub struct LayerWeights<'a> {
-    /// Attention norm.
+    /// Attention norm (the mixer's input norm).
     pub attn_norm: &'a Tensor,
-    /// q, k, v projections: one fused linear or three.
+    /// The projections of the normed input: q, k, v (one fused linear or three); a Gated
+    /// DeltaNet's convolution input, output gate, beta and alpha, in that order.
     pub qkv: Vec<&'a crate::model::weights::Linear>,
     /// Qwen3's per-head norms.
     pub q_norm: Option<&'a Tensor>,
     /// See `q_norm`.
     pub k_norm: Option<&'a Tensor>,
-    /// Output projection.
+    /// Output projection (a Gated DeltaNet's out projection).
     pub o: &'a crate::model::weights::Linear,
+    /// What mixes the rows: attention (Qwen3.5's with its output gate) or a Gated DeltaNet.
+    pub mixer: MixerKind<'a>,
     /// MLP norm.
     pub ffn_norm: &'a Tensor,
     /// gate and up projections: one fused linear or two.
     pub gate_up: Vec<&'a crate::model::weights::Linear>,
     /// Down projection.
     pub down: &'a crate::model::weights::Linear,
+}
+
+impl LayerWeights<'_> {
+    /// A Gated DeltaNet layer's small weights on the GPU.
+    pub fn gdn_weights(&self) -> Option<&crate::gpu::gdn::Weights> {
+        match self.mixer {
+            MixerKind::GatedDelta(g) => Some(g),
+            MixerKind::Attention { .. } => None,
+        }
+    }
+}
+
+/// What mixes a layer's rows in the step.
+#[derive(Clone, Copy)]
+pub enum MixerKind<'a> {
+    /// Attention over the K/V cache; `gated`: each query head is followed by its output gate in
+    /// the q projection (Qwen3.5).
+    Attention {
+        /// See above.
+        gated: bool,
+    },
+    /// A Gated DeltaNet layer (its small weights on the GPU).
+    GatedDelta(&'a crate::gpu::gdn::Weights),
+}
+
+/// Most rows of a block whose Gated DeltaNet inputs the step keeps, so that any path of it can be
+/// folded into the state after the walk (a verify pass's chain or tree); a longer chain (a
+/// prompt) is folded whole as it runs, and a longer tree is refused.
+pub const GDN_STASH_ROWS: usize = 64;
+
+/// A hybrid model's Gated DeltaNet rows in a pass ([`StepInput::gdn`]).
+pub struct GdnPass<'a> {
+    /// Each row's parent in the block (`None`: it follows the committed rows).
+    pub parents: &'a [Option<usize>],
+    /// What to fold into the committed state first: the last block's kept path.
+    pub fold: &'a crate::model::gated_delta::Fold,
 }
 
 /// Whether the step is wanted at all (`TREESPEC_GPU_STEP=0` turns it off).
@@ -130,6 +169,9 @@ pub struct StepInput<'a> {
     /// Rows fed to the first layer in place of the tokens' embeddings (`[n, hidden]` f32 on the
     /// step's GPU): an MTP head's input projection. `tokens` are then not read.
     pub inputs: Option<&'a Tensor>,
+    /// A hybrid model's block shape and the fold before it (`None` without Gated DeltaNet
+    /// layers).
+    pub gdn: Option<GdnPass<'a>>,
 }
 
 /// An MTP head's own weights beside its block (which its step runs as the one layer, with the

@@ -23,7 +23,7 @@ impl GpuStep {
         let (x, proj, q, att, part) = (p(&b.x), p(&b.proj), p(&b.q), p(&b.att), p(&b.part));
         let q8 = b.q8.device_ptr(s).0;
         let (pos, slots, table) = (meta.pos, meta.slots, meta.table);
-        let (h, nh, nkv, hd, ffn) = (self.h, self.nh, self.nkv, self.hd, self.ffn);
+        let (h, nh, nkv, hd) = (self.h, self.nh, self.nkv, self.hd);
         let n_i = n as i32;
         let mut pending_hidden: Option<usize> = None;
         // What the next norm adds to x: the previous product's output, or nothing where
@@ -42,13 +42,24 @@ impl GpuStep {
             self.matmul_stacked(
                 &l.qkv,
                 (q8, qblocks(h), f16_in != 0),
-                (proj, self.qkv_width),
+                (proj, l.width),
                 n,
                 Out::Set,
             )?;
+            if l.gdn.is_some() {
+                let (q8_in, f16_in) = self.rows_for(n, std::iter::once(&l.o), q8);
+                self.gdn_rows(n, li, proj, meta.parents, (q8_in, f16_in))?;
+                let yq = qblocks(self.linear.as_ref().map_or(0, |(g, _)| g.v_heads * g.v_dim));
+                delta = self.residual(&l.o, (q8, yq, f16_in != 0), (x, proj), n)?;
+                delta = self.mlp(l, n, (x, delta, proj, q8))?;
+                if hidden_layers.contains(&li) {
+                    pending_hidden = Some(li);
+                }
+                continue;
+            }
             let mut bld = Launch::new(&self.f.qkv_rope);
-            let (qkv_w, nh_i, nkv_i, hd_i) =
-                (self.qkv_width as i32, nh as i32, nkv as i32, hd as i32);
+            let (qkv_w, nh_i, nkv_i, hd_i) = (l.width as i32, nh as i32, nkv as i32, hd as i32);
+            let q_gated = l.q_gated as i32;
             bld.arg(&proj)
                 .arg(&qkv_w)
                 .arg(&l.qkv_bias)
@@ -69,7 +80,9 @@ impl GpuStep {
                 .arg(&self.eps)
                 .arg(&self.interleaved)
                 .arg(&l.k16)
-                .arg(&l.v16);
+                .arg(&l.v16)
+                .arg(&q_gated)
+                .arg(&self.rot);
             let cfg = LaunchConfig {
                 grid_dim: (n as u32, (nh + 2 * nkv) as u32, 1),
                 block_dim: ((hd / 2) as u32, 1, 1),
@@ -84,48 +97,62 @@ impl GpuStep {
             let (q8_in, f16_in) = self.rows_for(n, std::iter::once(&l.o), q8);
             let att_out = if q8_in == 0 { 0 } else { att };
             let outs = (att_out, q8_in, f16_in);
-            self.attention(n, chunks, meta.width, q, kv, table, part, outs)?;
-            delta = self.residual(&l.o, (q8, qblocks(nh * hd), f16_in != 0), (x, proj), n)?;
-            // x += attention output; norm; quantise.
-            let (q8_in, f16_in) = self.rows_for(n, l.gate_up.iter().map(|(m, _)| m), q8);
-            self.norm_q8(n, x, delta, l.ffn_norm, 0, (q8_in, f16_in), h)?;
-            // Through cuBLAS, gate and up come back as f16 rows (half the bytes to read).
-            let gu = self.matmul_stacked(
-                &l.gate_up,
-                (q8, qblocks(h), f16_in != 0),
-                (proj, 2 * ffn),
-                n,
-                Out::Half,
-            )?;
-            let gu16 = if gu == Out::Half { proj } else { 0 };
-            let (q8_in, f16_in) = self.rows_for(n, std::iter::once(&l.down), q8);
-            let qb = qblocks(ffn);
-            let mut bld = Launch::new(&self.f.silu_mul_q8);
-            let (stride, ffn_i, qb_i) = ((2 * ffn) as i32, ffn as i32, qb as i32);
-            let group = self.act_group();
-            bld.arg(&proj)
-                .arg(&stride)
-                .arg(&ffn_i)
-                .arg(&q8_in)
-                .arg(&qb_i)
-                .arg(&f16_in)
-                .arg(&gu16)
-                .arg(&group);
-            let cfg = LaunchConfig {
-                // 8 warps of SILU_BLOCKS (8) Q8_1 blocks each (`kernels/step.cu`).
-                grid_dim: (n as u32, qb.div_ceil(8 * 8) as u32, 1),
-                block_dim: (THREADS, 1, 1),
-                shared_mem_bytes: 0,
+            // A gated attention's combine multiplies each head by its gate (in proj, after
+            // the head's query).
+            let gate = match l.q_gated {
+                true => (proj + 4 * hd as u64, l.width as i32),
+                false => (0, 0),
             };
-            // SAFETY: proj holds n rows of 2 x ffn (floats, or halves from the wide
-            // product), q8 n rows of qb blocks.
-            unsafe { bld.launch(self.on(), cfg) }.map_err(driver)?;
-            delta = self.residual(&l.down, (q8, qb, f16_in != 0), (x, proj), n)?;
+            self.attention(n, chunks, meta.width, q, kv, table, part, outs, gate)?;
+            delta = self.residual(&l.o, (q8, qblocks(nh * hd), f16_in != 0), (x, proj), n)?;
+            delta = self.mlp(l, n, (x, delta, proj, q8))?;
             if hidden_layers.contains(&li) {
                 pending_hidden = Some(li);
             }
         }
         Ok((pending_hidden, delta))
+    }
+
+    /// A layer's MLP half after its mixer (whose output `delta` the norm adds to `x` first):
+    /// returns what the next norm adds.
+    fn mlp(&self, l: &Layer, n: usize, (x, delta, proj, q8): (u64, u64, u64, u64)) -> Result<u64> {
+        let ffn = self.ffn;
+        let h = self.h;
+        // x += the mixer's output; norm; quantise.
+        let (q8_in, f16_in) = self.rows_for(n, l.gate_up.iter().map(|(m, _)| m), q8);
+        self.norm_q8(n, x, delta, l.ffn_norm, 0, (q8_in, f16_in), h)?;
+        // Through cuBLAS, gate and up come back as f16 rows (half the bytes to read).
+        let gu = self.matmul_stacked(
+            &l.gate_up,
+            (q8, qblocks(h), f16_in != 0),
+            (proj, 2 * ffn),
+            n,
+            Out::Half,
+        )?;
+        let gu16 = if gu == Out::Half { proj } else { 0 };
+        let (q8_in, f16_in) = self.rows_for(n, std::iter::once(&l.down), q8);
+        let qb = qblocks(ffn);
+        let mut bld = Launch::new(&self.f.silu_mul_q8);
+        let (stride, ffn_i, qb_i) = ((2 * ffn) as i32, ffn as i32, qb as i32);
+        let group = self.act_group();
+        bld.arg(&proj)
+            .arg(&stride)
+            .arg(&ffn_i)
+            .arg(&q8_in)
+            .arg(&qb_i)
+            .arg(&f16_in)
+            .arg(&gu16)
+            .arg(&group);
+        let cfg = LaunchConfig {
+            // 8 warps of SILU_BLOCKS (8) Q8_1 blocks each (`kernels/step.cu`).
+            grid_dim: (n as u32, qb.div_ceil(8 * 8) as u32, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: proj holds n rows of 2 x ffn (floats, or halves from the wide
+        // product), q8 n rows of qb blocks.
+        unsafe { bld.launch(self.on(), cfg) }.map_err(driver)?;
+        self.residual(&l.down, (q8, qb, f16_in != 0), (x, proj), n)
     }
 
     /// The rows a kernel (a norm, the attention combine, SwiGLU) writes for the product over
@@ -226,6 +253,7 @@ impl GpuStep {
         table: u64,
         part: u64,
         (out, q8, f16): (u64, u64, u64),
+        (gate, gate_stride): (u64, i32),
     ) -> Result<()> {
         let (n_i, nh_i, nkv_i, hd_i) = (n as i32, self.nh as i32, self.nkv as i32, self.hd as i32);
         let (width_i, chunks_i) = (width as i32, chunks as i32);
@@ -304,7 +332,9 @@ impl GpuStep {
             .arg(&qb_i)
             .arg(&all_i)
             .arg(&f16)
-            .arg(&group);
+            .arg(&group)
+            .arg(&gate)
+            .arg(&gate_stride);
         let cfg = LaunchConfig {
             grid_dim: ((self.nh / heads) as u32, n as u32, 1),
             block_dim: ((self.hd * heads) as u32, 1, 1),

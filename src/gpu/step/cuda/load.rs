@@ -25,78 +25,45 @@ impl GpuStep {
             keep.push(t);
             Ok(p)
         };
-        let (h, hd) = (cfg.hidden, cfg.head_dim);
-        let qkv_width = (cfg.n_heads + 2 * cfg.n_kv_heads) * hd;
+        let h = cfg.hidden;
+        let hd = cfg.head_dim;
+        let rot = cfg.rotary_dim;
+        if rot != hd && matches!(cfg.rope_style, RopeStyle::Interleaved) {
+            return Err("partial RoPE over interleaved pairs".into());
+        }
         let mut layers = Vec::with_capacity(w.layers.len());
         for (i, (l, (kc, vc))) in w.layers.iter().zip(&w.caches).enumerate() {
-            let mut qkv = vec![];
-            let mut biases = vec![];
-            let mut off = 0;
-            for p in &l.qkv {
-                let (m, b) = mat(p, &format!("layer {i} q/k/v"))?;
-                let rows = m.rows;
-                if let Some(b) = b {
-                    biases.push(b);
+            let layer = load_layer(i, l, cfg, &stream, &mut ptr)?;
+            if layer.gdn.is_none() {
+                let rows = |t: &Tensor| t.dims3().map(|d| d.1).map_err(|e| e.to_string());
+                if rows(kc)? != rows(vc)? {
+                    return Err("K and V caches of different sizes".into());
                 }
-                qkv.push((m, off));
-                off += rows;
             }
-            if off != qkv_width || (!biases.is_empty() && biases.len() != l.qkv.len()) {
-                return Err(format!("layer {i}: unexpected q/k/v layout"));
-            }
-            let qkv_bias = if biases.is_empty() {
-                0
-            } else {
-                ptr(&Tensor::cat(&biases, 0).map_err(|e| e.to_string())?)?
-            };
-            let mut gate_up = vec![];
-            let mut off = 0;
-            for p in &l.gate_up {
-                let (m, _) = mat(p, &format!("layer {i} gate/up"))?;
-                let rows = m.rows;
-                gate_up.push((m, off));
-                off += rows;
-            }
-            if off != 2 * cfg.ffn {
-                return Err(format!("layer {i}: unexpected gate/up layout"));
-            }
-            let (o, ob) = mat(l.o, &format!("layer {i} output"))?;
-            let (down, db) = mat(l.down, &format!("layer {i} down"))?;
-            if ob.is_some() || db.is_some() {
-                return Err(format!("layer {i}: biases outside q/k/v"));
-            }
-            if kc.dims3().map_err(|e| e.to_string())?.1 != vc.dims3().map_err(|e| e.to_string())?.1
-            {
-                return Err("K and V caches of different sizes".into());
-            }
-            layers.push(Layer {
-                attn_norm: ptr(l.attn_norm)?,
-                qkv,
-                qkv_bias,
-                q_norm: l.q_norm.map(&mut ptr).transpose()?.unwrap_or(0),
-                k_norm: l.k_norm.map(&mut ptr).transpose()?.unwrap_or(0),
-                o,
-                ffn_norm: ptr(l.ffn_norm)?,
-                gate_up,
-                down,
-                k_cache: 0,
-                v_cache: 0,
-                k16: 0,
-                v16: 0,
-            });
+            layers.push(layer);
         }
+        let qkv_width = layers.iter().map(|l| l.width).max().unwrap_or(0);
         // The caches are written in place: their own storage, never a copy.
         for (layer, (kc, vc)) in layers.iter_mut().zip(&w.caches) {
+            if layer.gdn.is_some() {
+                continue;
+            }
             if !kc.is_contiguous() || !vc.is_contiguous() || kc.dtype() != candle_core::DType::F32 {
                 return Err("KV cache not contiguous f32".into());
             }
             layer.k_cache = tensor_ptr(kc, &stream)?;
             layer.v_cache = tensor_ptr(vc, &stream)?;
         }
+        let linear = match (&cfg.linear, w.layers.iter().find_map(|l| l.gdn_weights())) {
+            (Some(shape), Some(g)) => Some((shape.clone(), g.eps())),
+            _ => None,
+        };
         let capacity = w
             .caches
-            .first()
-            .map(|(k, _)| k.dim(1).unwrap_or(0))
+            .iter()
+            .zip(&layers)
+            .find(|(_, l)| l.gdn.is_none())
+            .map(|((k, _), _)| k.dim(1).unwrap_or(0))
             .unwrap_or(0);
         let embed = match w.embed {
             Embedding::Quantized(q) => Embed::Quantized {
@@ -124,6 +91,9 @@ impl GpuStep {
         let group = cfg.n_heads / cfg.n_kv_heads;
         let f = load_funcs(dev, &layers, &lm_head, &embed, major >= 8, (hd, group))
             .map_err(|e| e.to_string())?;
+        if linear.is_some() && f.gdn.is_none() {
+            return Err("Gated DeltaNet kernels missing".into());
+        }
         let pdl = LaunchOn::new(&stream).pdl;
         let gpu = crate::device::gpu_name(device).unwrap_or_else(|| "GPU".into());
         let (wide_from, wide_source) = crate::gpu::wide::wide_rows_for(&gpu, cfg);
@@ -155,12 +125,14 @@ impl GpuStep {
         let mut shadow = vec![];
         if wide.is_some() && f.att_wide.is_some() {
             let size = cfg.n_kv_heads * capacity * hd;
-            let made: std::result::Result<Vec<_>, _> = (0..2 * layers.len())
+            let attention = layers.iter().filter(|l| l.gdn.is_none()).count();
+            let made: std::result::Result<Vec<_>, _> = (0..2 * attention)
                 .map(|_| stream.alloc_zeros::<u16>(size))
                 .collect();
             match made {
                 Ok(made) => {
-                    for (l, kv) in layers.iter_mut().zip(made.chunks(2)) {
+                    let attending = layers.iter_mut().filter(|l| l.gdn.is_none());
+                    for (l, kv) in attending.zip(made.chunks(2)) {
                         l.k16 = kv[0].device_ptr(&stream).0;
                         l.v16 = kv[1].device_ptr(&stream).0;
                     }
@@ -173,6 +145,7 @@ impl GpuStep {
         }
         let table: Vec<u64> = layers
             .iter()
+            .filter(|l| l.gdn.is_none())
             .flat_map(|l| [l.k_cache, l.v_cache, l.k16, l.v16])
             .collect();
         let kv_table = stream.clone_htod(&table).map_err(|e| format!("{e:?}"))?;
@@ -196,6 +169,8 @@ impl GpuStep {
             qkv_width,
             eps: cfg.rms_eps as f32,
             interleaved: matches!(cfg.rope_style, RopeStyle::Interleaved) as i32,
+            rot: rot as i32,
+            stash: None,
             bufs: None,
             graphs: HashMap::new(),
             seen: HashSet::new(),
@@ -208,7 +183,11 @@ impl GpuStep {
             mmq: super::mmq_requested()
                 && h.is_multiple_of(ACT_GROUP)
                 && ACT_GROUP.is_multiple_of(hd)
-                && (cfg.n_heads * hd).is_multiple_of(ACT_GROUP),
+                && (cfg.n_heads * hd).is_multiple_of(ACT_GROUP)
+                && linear
+                    .as_ref()
+                    .is_none_or(|(l, _)| (l.v_heads * l.v_dim).is_multiple_of(ACT_GROUP)),
+            linear,
             replay_on: None,
             pdl,
             head: None,
@@ -222,6 +201,97 @@ impl GpuStep {
             _keep: keep,
         })
     }
+}
+
+/// Layer `i` of the step: its products grouped as it runs them, its norms' and small weights'
+/// addresses (through `ptr`, which keeps what it converts alive), a Gated DeltaNet layer's empty
+/// state on `stream`.
+fn load_layer(
+    i: usize,
+    l: &LayerWeights,
+    cfg: &ModelConfig,
+    stream: &Arc<CudaStream>,
+    ptr: &mut dyn FnMut(&Tensor) -> std::result::Result<u64, String>,
+) -> std::result::Result<Layer, String> {
+    let hd = cfg.head_dim;
+    let zeros = |len: usize| stream.alloc_zeros::<f32>(len).map_err(|e| format!("{e:?}"));
+    let mut qkv = vec![];
+    let mut biases = vec![];
+    let mut off = 0;
+    for p in &l.qkv {
+        let (m, b) = mat(p, &format!("layer {i} input projections"))?;
+        let rows = m.rows;
+        if let Some(b) = b {
+            biases.push(b);
+        }
+        qkv.push((m, off));
+        off += rows;
+    }
+    let (q_gated, gdn, width) = match l.mixer {
+        MixerKind::Attention { gated } => {
+            let q = if gated { 2 * cfg.n_heads } else { cfg.n_heads };
+            (gated, None, (q + 2 * cfg.n_kv_heads) * hd)
+        }
+        MixerKind::GatedDelta(g) => {
+            if !biases.is_empty() {
+                return Err(format!("layer {i}: Gated DeltaNet projections with biases"));
+            }
+            let sh = g.shape();
+            let [conv, a_neg, dt_bias, norm] = g.tensors().map(&mut *ptr);
+            let gl = GdnLayer {
+                conv: conv?,
+                a_neg: a_neg?,
+                dt_bias: dt_bias?,
+                norm: norm?,
+                s: zeros(sh.v_heads * sh.k_dim * sh.v_dim)?,
+                window: zeros((sh.conv - 1) * sh.conv_channels())?,
+            };
+            let width = sh.conv_channels() + sh.v_heads * sh.v_dim + 2 * sh.v_heads;
+            (false, Some(gl), width)
+        }
+    };
+    if off != width || (!biases.is_empty() && biases.len() != l.qkv.len()) {
+        return Err(format!("layer {i}: unexpected input projection layout"));
+    }
+    let qkv_bias = if biases.is_empty() {
+        0
+    } else {
+        ptr(&Tensor::cat(&biases, 0).map_err(|e| e.to_string())?)?
+    };
+    let mut gate_up = vec![];
+    let mut off = 0;
+    for p in &l.gate_up {
+        let (m, _) = mat(p, &format!("layer {i} gate/up"))?;
+        let rows = m.rows;
+        gate_up.push((m, off));
+        off += rows;
+    }
+    if off != 2 * cfg.ffn {
+        return Err(format!("layer {i}: unexpected gate/up layout"));
+    }
+    let (o, ob) = mat(l.o, &format!("layer {i} output"))?;
+    let (down, db) = mat(l.down, &format!("layer {i} down"))?;
+    if ob.is_some() || db.is_some() {
+        return Err(format!("layer {i}: biases outside q/k/v"));
+    }
+    Ok(Layer {
+        attn_norm: ptr(l.attn_norm)?,
+        qkv,
+        width,
+        q_gated,
+        gdn,
+        qkv_bias,
+        q_norm: l.q_norm.map(&mut *ptr).transpose()?.unwrap_or(0),
+        k_norm: l.k_norm.map(&mut *ptr).transpose()?.unwrap_or(0),
+        o,
+        ffn_norm: ptr(l.ffn_norm)?,
+        gate_up,
+        down,
+        k_cache: 0,
+        v_cache: 0,
+        k16: 0,
+        v16: 0,
+    })
 }
 
 /// Graphs unless `TREESPEC_CUDA_GRAPHS=0`.
@@ -357,6 +427,19 @@ pub(super) fn load_funcs(
             _ => None,
         },
         kv_keep: step("kv_keep")?,
+        quant_rows: step("quant_rows")?,
+        gdn: match layers.iter().any(|l| l.gdn.is_some()) {
+            true => {
+                let g = |name: &str| crate::gpu::modules::func(dev, Module::Gdn, name);
+                Some(GdnFuncs {
+                    conv: g("gdn_conv")?,
+                    recur: g("gdn_recur")?,
+                    window: g("gdn_window")?,
+                    commit: g("gdn_commit")?,
+                })
+            }
+            false => None,
+        },
         mmvq,
         mmvq_stacked,
         mmtc,

@@ -27,6 +27,7 @@ use cudarc::driver::{
 use std::collections::{HashMap, HashSet};
 
 mod dispatch;
+mod gdn;
 mod head_chain;
 mod layers;
 mod load;
@@ -49,8 +50,15 @@ fn tensor_ptr(t: &Tensor, stream: &Arc<CudaStream>) -> std::result::Result<u64, 
 
 struct Layer {
     attn_norm: u64,
-    /// Projections writing columns `offset..offset + rows` of the q/k/v row.
+    /// Projections writing columns `offset..offset + rows` of the q/k/v row (a Gated DeltaNet's
+    /// `[c | z | b | a]` row).
     qkv: Vec<(Mat, usize)>,
+    /// Width of that row.
+    width: usize,
+    /// Each query head is followed by its output gate (Qwen3.5's gated attention).
+    q_gated: bool,
+    /// A Gated DeltaNet layer's own (no K/V cache then).
+    gdn: Option<GdnLayer>,
     qkv_bias: u64,
     q_norm: u64,
     k_norm: u64,
@@ -63,6 +71,27 @@ struct Layer {
     /// The caches' f16 shadows, which a wide pass's attention reads (0: none).
     k16: u64,
     v16: u64,
+}
+
+/// A Gated DeltaNet layer in the step: its small weights, and its committed state (the
+/// recurrence `[hv, dk, dv]` and the convolution window `[K-1, C]`), which passes read and
+/// `gdn_commit` updates in place.
+struct GdnLayer {
+    conv: u64,
+    a_neg: u64,
+    dt_bias: u64,
+    norm: u64,
+    s: CudaSlice<f32>,
+    window: CudaSlice<f32>,
+}
+
+/// Per Gated DeltaNet layer what its last block left for a fold of any path of it: the inputs
+/// `[rows, C]`, the convolution's outputs `[rows, C]`, the gates `[rows, 2 hv]`; and the table
+/// `gdn_commit` reads (per layer the state's, the stash's and the gates' weights' addresses).
+struct GdnStash {
+    rows: usize,
+    bufs: Vec<[CudaSlice<f32>; 3]>,
+    table: CudaSlice<u64>,
 }
 
 enum Embed {
@@ -95,6 +124,8 @@ struct Buffers {
     half: Option<CudaSlice<u16>>,
     /// The K-quant products' workspace for passes split over chunks (with tensor cores).
     mmq: Option<MmqScratch>,
+    /// Convolution outputs of a Gated DeltaNet block too long for the stash (`rows x C`).
+    gdn_u: Option<CudaSlice<f32>>,
 }
 
 struct Funcs {
@@ -118,6 +149,17 @@ struct Funcs {
     /// The K-quant family (`kernels/mmq.cu`) by (format, kernel).
     mmq: HashMap<(&'static str, Mmq), CudaFunction>,
     get_rows: Option<CudaFunction>,
+    /// f32 rows to Q8_1 (a Gated DeltaNet's output before its out projection).
+    quant_rows: CudaFunction,
+    /// `kernels/gdn.cu`, where the model has Gated DeltaNet layers.
+    gdn: Option<GdnFuncs>,
+}
+
+struct GdnFuncs {
+    conv: CudaFunction,
+    recur: CudaFunction,
+    window: CudaFunction,
+    commit: CudaFunction,
 }
 
 /// A captured step. cudarc's graph holds raw driver handles and so is not `Send`; the
@@ -176,11 +218,18 @@ struct Meta {
     out_slots: usize,
     table: usize,
     width: usize,
+    /// The Gated DeltaNet fold (`[rows, restart, path[GDN_STASH_ROWS]]`), then each row's parent
+    /// (`u32::MAX`: none).
+    gdn: usize,
     len: usize,
 }
 
+/// u32 entries of the fold before the parents ([`Meta::gdn`]).
+const GDN_FOLD: usize = 2 + GDN_STASH_ROWS;
+
 impl Meta {
     fn new(n: usize, width: usize) -> Self {
+        let gdn = 4 * n + n * width;
         Meta {
             ids: 0,
             pos: n,
@@ -188,7 +237,8 @@ impl Meta {
             out_slots: 3 * n,
             table: 4 * n,
             width,
-            len: 4 * n + n * width,
+            gdn,
+            len: gdn + GDN_FOLD + n,
         }
     }
 }
@@ -202,6 +252,9 @@ struct MetaAt {
     out_slots: u64,
     table: u64,
     width: usize,
+    /// The fold, then the parents ([`Meta::gdn`]).
+    gdn: u64,
+    parents: u64,
 }
 
 /// The decoder step (see the module documentation).
@@ -222,9 +275,16 @@ pub struct GpuStep {
     hd: usize,
     ffn: usize,
     vocab: usize,
+    /// The widest projection row of a layer (q/k/v, a Gated DeltaNet's).
     qkv_width: usize,
     eps: f32,
     interleaved: i32,
+    /// Dimensions RoPE turns of a head (all, or Qwen3.5's first quarter).
+    rot: i32,
+    /// The Gated DeltaNet layers' shape and their norm's epsilon, where the model has them.
+    linear: Option<(crate::model::config::LinearAttention, f32)>,
+    /// Their stash, grown to the largest block kept.
+    stash: Option<GdnStash>,
     bufs: Option<Buffers>,
     graphs: HashMap<GraphKey, Graph>,
     /// Shapes seen once: a shape is captured the second time it runs (a prompt's one-off

@@ -32,8 +32,12 @@ impl GpuStep {
         for (slot, &r) in input.logits_rows.iter().enumerate() {
             host[meta.out_slots + r] = slot as u32;
         }
-        host[meta.table..].copy_from_slice(&input.keys.packed_to(width));
+        host[meta.table..meta.gdn].copy_from_slice(&input.keys.packed_to(width));
+        if let Some(g) = &input.gdn {
+            self.place_fold(g, n, &mut host[meta.gdn..])?;
+        }
         self.ensure(n.max(m), chunks, meta.len, input.hidden_layers.len())?;
+        self.ensure_stash()?;
         let bufs = self.bufs.as_mut().expect("ensured");
         self.stream
             .memcpy_htod(&host, &mut bufs.meta.slice_mut(..meta.len))
@@ -252,7 +256,9 @@ impl GpuStep {
         self.graphs.clear();
         self.bufs = None;
         let s = &self.stream;
-        let qb = qblocks(self.h.max(self.ffn).max(self.nh * self.hd));
+        let gdn_out = self.linear.as_ref().map_or(0, |(l, _)| l.v_heads * l.v_dim);
+        let mixed = (self.nh * self.hd).max(gdn_out);
+        let qb = qblocks(self.h.max(self.ffn).max(mixed));
         let proj = self.qkv_width.max(2 * self.ffn).max(self.h);
         let alloc = |len: usize| s.alloc_zeros::<f32>(len).map_err(driver);
         self.bufs = Some(Buffers {
@@ -264,7 +270,7 @@ impl GpuStep {
             q8: s.alloc_zeros::<u8>(rows * qb * Q8_BYTES).map_err(driver)?,
             proj: alloc(rows * proj)?,
             q: alloc(self.nh * rows * self.hd)?,
-            att: alloc(rows * self.nh * self.hd)?,
+            att: alloc(rows * mixed)?,
             part: alloc(rows * self.nh * chunks * (self.hd + 2))?,
             // Graphs write their logits here: up to GRAPH_MAX_ROWS rows, padded to four.
             logits: alloc(rows.min(GRAPH_MAX_ROWS) * self.vocab)?,
@@ -279,6 +285,10 @@ impl GpuStep {
             mmq: match self.tensor_cores && self.mmq {
                 true => Some(self.mmq_scratch(rows)?),
                 false => None,
+            },
+            gdn_u: match &self.linear {
+                Some((l, _)) if rows > GDN_STASH_ROWS => Some(alloc(rows * l.conv_channels())?),
+                _ => None,
             },
         });
         Ok(())
@@ -325,6 +335,7 @@ impl GpuStep {
         let x = b.x.device_ptr(&self.stream).0;
         let q8 = b.q8.device_ptr(&self.stream).0;
         let at = self.meta_at(meta, 0);
+        self.gdn_commit(at.gdn)?;
         if key.embed {
             self.embed(n, at.ids, x)?;
         }
@@ -366,6 +377,8 @@ impl GpuStep {
             out_slots: at(meta.out_slots),
             table: at(meta.table),
             width: meta.width,
+            gdn: at(meta.gdn),
+            parents: at(meta.gdn + GDN_FOLD),
         }
     }
 
@@ -494,8 +507,12 @@ impl GpuStep {
             .arg(&base_i)
             .arg(&self.kv_stride)
             .arg(&hd_i);
+        let attention = self.layers.iter().filter(|l| l.gdn.is_none()).count();
+        if attention == 0 {
+            return Ok(());
+        }
         let cfg = LaunchConfig {
-            grid_dim: (self.layers.len() as u32, 2, self.nkv as u32),
+            grid_dim: (attention as u32, 2, self.nkv as u32),
             block_dim: (self.hd as u32, 1, 1),
             shared_mem_bytes: 0,
         };
