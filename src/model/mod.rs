@@ -1,6 +1,7 @@
 //! The model runtime: weights, the decoder with its KV cache, the tokenizer and chat template,
 //! and loading all of it from a `--model` argument.
 
+pub mod batch;
 pub mod chat_template;
 pub mod config;
 pub mod decoder;

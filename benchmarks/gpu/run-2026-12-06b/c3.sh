@@ -20,6 +20,10 @@ for v in "TREESPEC_GPU_STEP=1" "TREESPEC_GPU_STEP=0" "TREESPEC_TENSOR_CORES=0"; 
   env $v timeout 100 $B generate --device cuda -m $T --mode ar -p "$P" --max-tokens 128 > $OUT/gen-$v.txt 2>$OUT/gen-$v.err
   echo "generate [$v] rc=$? at ${SECONDS}s: $(tail -1 $OUT/gen-$v.err | sed 's/.*\] //')"
 done
+# Every mode through the hybrid step (tree verify, kept paths folded) must emit exactly ar's tokens.
+timeout 150 $B bench --device cuda --target $T --drafter $D --modes ar,linear,tree:16x4,mtp --limit 1 \
+  --max-tokens 32 --require-identical > $OUT/modes27.md 2>&1
+echo "modes rc=$? at ${SECONDS}s"; grep -v '^$' $OUT/modes27.md | tail -8 | cut -c1-200
 NS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
 echo "nsys: ${NS:-none}"
 if [ -n "$NS" ]; then
