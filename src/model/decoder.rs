@@ -23,7 +23,7 @@
 use crate::error::{Error, Result};
 use crate::gpu::step::{GdnPass, GpuStep, StepInput, StepWeights};
 use crate::model::config::{ModelConfig, RopeStyle};
-use crate::model::gated_delta::{BlockLedger, RecurrentCache};
+use crate::model::gated_delta::{BlockLedger, Fold, RecurrentCache};
 use crate::model::kv_cache::KvCache;
 use crate::model::layer::{DecoderLayer, Mixer};
 use crate::model::visibility::{Visibility, VisibleKeys};
@@ -552,14 +552,36 @@ impl Decoder {
             ));
         }
         if let (Some(step), true) = (self.step.as_mut(), distinct) {
+            let stashed = n <= crate::gpu::step::GDN_STASH_ROWS;
+            if let Some(parents) = &parents {
+                let chain = parents
+                    .iter()
+                    .enumerate()
+                    .all(|(i, p)| *p == i.checked_sub(1));
+                if !stashed && !chain {
+                    return Err(Error::InvalidArgument(format!(
+                        "a draft tree of {n} rows over a hybrid model's GPU step (at most {})",
+                        crate::gpu::step::GDN_STASH_ROWS
+                    )));
+                }
+            }
             let fold = match &parents {
                 Some(_) => {
                     let seen = self.step_ledger.len();
-                    let fold = self.step_ledger.take_fold();
+                    let mut fold = self.step_ledger.take_fold();
+                    if fold.whole && !fold.replayable {
+                        // A chain longer than the stash: the step folded it as it ran.
+                        fold = Fold {
+                            restart: fold.restart,
+                            chain: true,
+                            ..Fold::default()
+                        };
+                    }
                     if !fold.foldable() {
-                        self.step_ledger.reset();
+                        self.reset();
                         return Err(Error::InvalidArgument(format!(
-                            "the Gated DeltaNet state was lost (a tree of the {seen} rows read                              with no path kept): read the sequence again"
+                            "the Gated DeltaNet state was lost (a tree after {seen} rows with no \
+                             path kept): read the sequence again"
                         )));
                     }
                     Some(fold)
@@ -570,7 +592,7 @@ impl Decoder {
                 (Some(parents), Some(fold)) => Some(GdnPass { parents, fold }),
                 _ => None,
             };
-            let (logits, hidden) = step.forward(&StepInput {
+            let out = step.forward(&StepInput {
                 tokens: &batch.tokens,
                 positions: &batch.positions,
                 prefix,
@@ -579,14 +601,21 @@ impl Decoder {
                 hidden_layers: &batch.hidden_layers,
                 inputs: None,
                 gdn,
-            })?;
-            if let Some(parents) = &parents {
-                // A block longer than the step's stash was folded as it ran.
-                let stashed = n <= crate::gpu::step::GDN_STASH_ROWS;
-                self.step_ledger.push(parents, stashed);
-                if !stashed {
-                    self.step_ledger.take_fold();
+            });
+            let (logits, hidden) = match out {
+                Ok(out) => out,
+                Err(e) => {
+                    // The fold may or may not have reached the recurrent states: start over.
+                    if parents.is_some() {
+                        self.reset();
+                    }
+                    return Err(e);
                 }
+            };
+            if let Some(parents) = &parents {
+                // A block longer than the stash is folded as it runs: not replayable (a keep or
+                // a cut inside it starts the sequence over, as on candle's path).
+                self.step_ledger.push(parents, stashed);
             }
             for c in &mut self.caches {
                 c.advance(n)?;

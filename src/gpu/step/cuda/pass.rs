@@ -33,8 +33,14 @@ impl GpuStep {
             host[meta.out_slots + r] = slot as u32;
         }
         host[meta.table..meta.gdn].copy_from_slice(&input.keys.packed_to(width));
-        if let Some(g) = &input.gdn {
-            self.place_fold(g, n, &mut host[meta.gdn..])?;
+        match (&input.gdn, &self.linear) {
+            (Some(g), _) => self.place_fold(g, n, &mut host[meta.gdn..])?,
+            (None, Some(_)) => {
+                return Err(Error::InvalidArgument(
+                    "a hybrid model's GPU pass without its rows' parents".into(),
+                ))
+            }
+            (None, None) => {}
         }
         self.ensure(n.max(m), chunks, meta.len, input.hidden_layers.len())?;
         self.ensure_stash()?;
@@ -81,6 +87,11 @@ impl GpuStep {
         if graphed && !first_sight {
             match self.replay(key, meta, input.hidden_layers) {
                 Ok(out) => return Ok(out),
+                // The graph may have folded the Gated DeltaNet states already: not again.
+                Err(e) if self.linear.is_some() => {
+                    self.graphs_failed(&e);
+                    return Err(e);
+                }
                 Err(e) if wide => {
                     // Passes through cuBLAS run eagerly; the others keep their graphs.
                     self.wide_graphs_failed = true;
