@@ -274,10 +274,7 @@ mod cuda {
             // below its row or u32::MAX, as the kernel takes them.
             unsafe { lb.launch(cfg) }.map_err(driver)?;
         }
-        let chain = parents
-            .iter()
-            .enumerate()
-            .all(|(i, p)| *p == i.checked_sub(1));
+        let chain = crate::model::batch::is_chain(parents);
         let out = tensor_from_slice(dev, alloc(dev, n * hv * vd)?, (n, hv * vd));
         let s_last = match last && chain {
             true => Some(tensor_from_slice(

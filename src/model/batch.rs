@@ -177,6 +177,15 @@ impl ForwardOutput {
     }
 }
 
+/// Whether each row of a block continues the row before it (the first the cached rows): a chain,
+/// not a tree.
+pub fn is_chain(parents: &[Option<usize>]) -> bool {
+    parents
+        .iter()
+        .enumerate()
+        .all(|(i, p)| *p == i.checked_sub(1))
+}
+
 /// Each row's parent in a block for a hybrid model's Gated DeltaNet layers: the previous row of
 /// a causal block, a tree's parent node (the deepest ancestor its mask grants), `None` for a row
 /// that follows the cached rows. The recurrence reads the whole path of a row, so a mask must

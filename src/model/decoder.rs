@@ -359,7 +359,7 @@ impl Decoder {
         let lost = match self.step_runs_gdn() {
             true => {
                 self.step_ledger.keep(base, rows)?;
-                self.cfg.linear.is_some() && self.step_ledger.len() != base + rows.len()
+                self.step_ledger.len() != base + rows.len()
             }
             false => {
                 for r in self.recurrent.iter_mut().flatten() {
@@ -552,18 +552,8 @@ impl Decoder {
             ));
         }
         if let (Some(step), true) = (self.step.as_mut(), distinct) {
-            let stashed = n <= crate::gpu::step::GDN_STASH_ROWS;
             if let Some(parents) = &parents {
-                let chain = parents
-                    .iter()
-                    .enumerate()
-                    .all(|(i, p)| *p == i.checked_sub(1));
-                if !stashed && !chain {
-                    return Err(Error::InvalidArgument(format!(
-                        "a draft tree of {n} rows over a hybrid model's GPU step (at most {})",
-                        crate::gpu::step::GDN_STASH_ROWS
-                    )));
-                }
+                crate::gpu::step::gdn_block_fits(parents)?;
             }
             let fold = match &parents {
                 Some(_) => {
@@ -588,10 +578,10 @@ impl Decoder {
                 }
                 None => None,
             };
-            let gdn = match (&parents, &fold) {
-                (Some(parents), Some(fold)) => Some(GdnPass { parents, fold }),
-                _ => None,
-            };
+            let gdn = parents
+                .as_deref()
+                .zip(fold.as_ref())
+                .map(|(parents, fold)| GdnPass { parents, fold });
             let out = step.forward(&StepInput {
                 tokens: &batch.tokens,
                 positions: &batch.positions,
@@ -615,7 +605,8 @@ impl Decoder {
             if let Some(parents) = &parents {
                 // A block longer than the stash is folded as it runs: not replayable (a keep or
                 // a cut inside it starts the sequence over, as on candle's path).
-                self.step_ledger.push(parents, stashed);
+                self.step_ledger
+                    .push(parents, n <= crate::gpu::step::GDN_STASH_ROWS);
             }
             for c in &mut self.caches {
                 c.advance(n)?;

@@ -381,10 +381,7 @@ impl GatedDeltaNet {
                 states[i] = Some(st);
             }
         }
-        let chain = parents
-            .iter()
-            .enumerate()
-            .all(|(i, p)| *p == i.checked_sub(1));
+        let chain = crate::model::batch::is_chain(parents);
         let last = if chain { states[n - 1].take() } else { None };
         let gated = Tensor::from_vec(gated, (n, hv * vd), &device)?;
         Ok((self.out.forward(&gated)?, inputs, last))

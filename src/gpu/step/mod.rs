@@ -117,6 +117,18 @@ pub enum MixerKind<'a> {
 /// prompt) is folded whole as it runs, and a longer tree is refused.
 pub const GDN_STASH_ROWS: usize = 64;
 
+/// Whether the step takes a hybrid's block of rows continuing `parents`: a chain of any length
+/// (folded as it runs past [`GDN_STASH_ROWS`]), or a tree of at most that many rows.
+pub fn gdn_block_fits(parents: &[Option<usize>]) -> Result<()> {
+    let n = parents.len();
+    if n > GDN_STASH_ROWS && !crate::model::batch::is_chain(parents) {
+        return Err(Error::InvalidArgument(format!(
+            "a draft tree of {n} rows over a hybrid model's GPU step (at most {GDN_STASH_ROWS})"
+        )));
+    }
+    Ok(())
+}
+
 /// A hybrid model's Gated DeltaNet rows in a pass ([`StepInput::gdn`]).
 pub struct GdnPass<'a> {
     /// Each row's parent in the block (`None`: it follows the committed rows).

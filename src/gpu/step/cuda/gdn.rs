@@ -16,16 +16,7 @@ impl GpuStep {
                 g.parents.len()
             )));
         }
-        let chain = g
-            .parents
-            .iter()
-            .enumerate()
-            .all(|(i, p)| *p == i.checked_sub(1));
-        if n > GDN_STASH_ROWS && !chain {
-            return Err(Error::InvalidArgument(format!(
-                "a draft tree of {n} rows over a hybrid model's GPU step (at most {GDN_STASH_ROWS})"
-            )));
-        }
+        super::super::gdn_block_fits(g.parents)?;
         if !fold.foldable() {
             return Err(Error::InvalidArgument(
                 "the Gated DeltaNet state cannot fold the last block (a tree with no path kept)"
