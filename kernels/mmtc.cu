@@ -11,8 +11,9 @@
 // explicit round-to-nearest operations so that the compiler contracts nothing differently in
 // the instantiations for one to eight 8-row tiles; and the W warps' partials are summed in warp
 // order. W depends only on the row length. So `mmtc_<type>_t1` (up to 8 rows) computes a row
-// exactly as `mmtc_<type>_t8` (up to 64) does, and `mmtc_<type>_row` (one row, no tensor cores:
-// an MMA over one activation row wastes seven eighths of it) follows the same order.
+// exactly as `mmtc_<type>_t8` (up to 64) does, and `mmtc_<type>_row` and, for rows of 4096 values
+// or more, `mmtc_<type>_warp<UW>` (one row, no tensor cores: an MMA over one activation row wastes
+// seven eighths of it) follow the same order.
 //
 // Layouts (ggml): block_q8_1 {half d, half sum; int8 qs[32]} (36 bytes), block_q4_K {half d,
 // half dmin; u8 scales[12]; u8 qs[128]} (144 bytes), block_q6_K {u8 ql[128]; u8 qh[64]; i8
@@ -494,8 +495,33 @@ struct Q4kUnits {
     }
   }
 
-  // Add the batch's terms to each of NR activation rows' sums: the values unpacked once, each
-  // row's terms in the one-row order (so a row's sum is the same whatever NR).
+  // Unit i's (u) two terms (its low and its high nibbles) for each of NR activation rows; the
+  // values unpacked once for all the rows.
+  template <int NR>
+  __device__ __forceinline__ void terms(float (&t)[NR][2], const StagedRow (&act)[NR], int i,
+                                        int u) const {
+    const int sc[3] = {hdr[i].y, hdr[i].z, hdr[i].w};
+    const half2 dmh = *(const half2 *)&hdr[i].x;
+    const int words[8] = {q[i][0].x, q[i][0].y, q[i][0].z, q[i][0].w,
+                          q[i][1].x, q[i][1].y, q[i][1].z, q[i][1].w};
+    float dls[2], mls[2];
+    q4k_scale_min_pair(sc, dmh, u & 3, dls, mls);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      int v[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) v[k] = (words[k] >> (4 * h)) & 0x0F0F0F0F;
+      const int kb = (u >> 2) * 8 + 2 * (u & 3) + h;
+#pragma unroll
+      for (int r = 0; r < NR; ++r) {
+        const int4 y0 = act[r].q(kb, 0), y1 = act[r].q(kb, 1);
+        t[r][h] = q4k_term(dls[h], mls[h], act[r].d(kb), dot8(v, y0, y1), act[r].s8(kb));
+      }
+    }
+  }
+
+  // Add the batch's terms to each of NR activation rows' sums, each row's in the one-row order
+  // (so a row's sum is the same whatever NR).
   template <int NR>
   __device__ __forceinline__ void sum(float (&acc)[NR], const StagedRow (&act)[NR], int u0,
                                       int W, int units) const {
@@ -503,26 +529,10 @@ struct Q4kUnits {
     for (int i = 0; i < U; ++i) {
       const int u = u0 + i * W;
       if (u >= units) break;
-      const int sc[3] = {hdr[i].y, hdr[i].z, hdr[i].w};
-      const half2 dmh = *(const half2 *)&hdr[i].x;
-      const int words[8] = {q[i][0].x, q[i][0].y, q[i][0].z, q[i][0].w,
-                            q[i][1].x, q[i][1].y, q[i][1].z, q[i][1].w};
-      float dls[2], mls[2];
-      q4k_scale_min_pair(sc, dmh, u & 3, dls, mls);
+      float t[NR][2];
+      terms<NR>(t, act, i, u);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float dl = dls[h], ml = mls[h];
-        int v[8];
-#pragma unroll
-        for (int k = 0; k < 8; ++k) v[k] = (words[k] >> (4 * h)) & 0x0F0F0F0F;
-        const int kb = (u >> 2) * 8 + 2 * (u & 3) + h;
-#pragma unroll
-        for (int r = 0; r < NR; ++r) {
-          const int4 y0 = act[r].q(kb, 0), y1 = act[r].q(kb, 1);
-          const int isum = dot8(v, y0, y1);
-          acc[r] = __fadd_rn(acc[r], q4k_term(dl, ml, act[r].d(kb), isum, act[r].s8(kb)));
-        }
-      }
+      for (int r = 0; r < NR; ++r) acc[r] = __fadd_rn(__fadd_rn(acc[r], t[r][0]), t[r][1]);
     }
   }
 };
@@ -551,6 +561,32 @@ struct Q6kUnits {
     }
   }
 
+  // Unit i's (u) four terms (its four parts) for each of NR activation rows.
+  template <int NR>
+  __device__ __forceinline__ void terms(float (&t)[NR][4], const StagedRow (&act)[NR], int i,
+                                        int u) const {
+    const int hh = (u >> 1) & 1, l = u & 1;
+    const float d = __half2float(__ushort_as_half(dh[i]));
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      const int kb = (u >> 2) * 8 + 4 * hh + p;
+      const int v[4] = {q6k_values(ql0[i][0], ql1[i][0], qh[i][0], p),
+                        q6k_values(ql0[i][1], ql1[i][1], qh[i][1], p),
+                        q6k_values(ql0[i][2], ql1[i][2], qh[i][2], p),
+                        q6k_values(ql0[i][3], ql1[i][3], qh[i][3], p)};
+      const float dsc = q6k_scale(scw[i], d, 2 * p + l);
+#pragma unroll
+      for (int r = 0; r < NR; ++r) {
+        const int4 y = act[r].q(kb, l);  // values 16l .. 16l + 15 of the block
+        int isum = __dp4a(v[0], y.x, 0);
+        isum = __dp4a(v[1], y.y, isum);
+        isum = __dp4a(v[2], y.z, isum);
+        isum = __dp4a(v[3], y.w, isum);
+        t[r][p] = q6k_term(dsc, act[r].d(kb), isum);
+      }
+    }
+  }
+
   // As Q4kUnits::sum: the batch's terms added to each of NR activation rows' sums.
   template <int NR>
   __device__ __forceinline__ void sum(float (&acc)[NR], const StagedRow (&act)[NR], int u0,
@@ -559,26 +595,12 @@ struct Q6kUnits {
     for (int i = 0; i < U; ++i) {
       const int u = u0 + i * W;
       if (u >= units) break;
-      const int hh = (u >> 1) & 1, l = u & 1;
-      const float d = __half2float(__ushort_as_half(dh[i]));
+      float t[NR][4];
+      terms<NR>(t, act, i, u);
 #pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        const int kb = (u >> 2) * 8 + 4 * hh + p;
-        const int v[4] = {q6k_values(ql0[i][0], ql1[i][0], qh[i][0], p),
-                          q6k_values(ql0[i][1], ql1[i][1], qh[i][1], p),
-                          q6k_values(ql0[i][2], ql1[i][2], qh[i][2], p),
-                          q6k_values(ql0[i][3], ql1[i][3], qh[i][3], p)};
-        const float dsc = q6k_scale(scw[i], d, 2 * p + l);
+      for (int r = 0; r < NR; ++r)
 #pragma unroll
-        for (int r = 0; r < NR; ++r) {
-          const int4 y = act[r].q(kb, l);  // values 16l .. 16l + 15 of the block
-          int isum = __dp4a(v[0], y.x, 0);
-          isum = __dp4a(v[1], y.y, isum);
-          isum = __dp4a(v[2], y.z, isum);
-          isum = __dp4a(v[3], y.w, isum);
-          acc[r] = __fadd_rn(acc[r], q6k_term(dsc, act[r].d(kb), isum));
-        }
-      }
+        for (int p = 0; p < 4; ++p) acc[r] = __fadd_rn(acc[r], t[r][p]);
     }
   }
 };
@@ -646,6 +668,109 @@ static __device__ __forceinline__ void mmtc_rows(const void *vx0, const void *vx
 
 TREESPEC_MMTC_ROWS_ALL(q4_k, Q4kUnits, 144)
 TREESPEC_MMTC_ROWS_ALL(q6_k, Q6kUnits, 210)
+
+// ---- The one-row kernel for long rows: a warp a weight row ----
+//
+// Rows of 4096 values or more have 16 splits (`mmtc_warps`). Lane l of a warp takes units
+// l, l + 32, ... of its weight row, so that a warp's loads are 32 neighbouring units (1,152
+// bytes of Q4_K) and twice as many lanes work on a row as in `mmtc_<type>_row_long`. Split s's
+// units s, s + 16, s + 32, ... are then lane s's and lane s + 16's in turn: lane s adds its own
+// unit's terms and then, shuffled down, lane s + 16's, so its sum is the split's in the order of
+// every other kernel of this file; the 16 partials are summed in split order by lane 0. Block
+// (32, R): R weight rows, the activation row staged in shared memory as for the other one-row
+// kernels. A lane loads UW units before it sums them: `_warp4` four (up to 94 registers),
+// `_warp2` two (64, so that four blocks fit a multiprocessor).
+#define WARP_SPLITS 16
+
+template <typename Units, int T, int bytes, int UW, int NR>
+static __device__ __forceinline__ void mmtc_warp(const void *vx0, const void *vx1,
+                                                 const void *vx2, int row1, int row2,
+                                                 const uint8_t *vy, float *dst, int ncols_x,
+                                                 int nrows, int stride_col_y,
+                                                 int stride_col_dst, int n) {
+  extern __shared__ int4 staged[];
+  const int lane = threadIdx.x;
+  const int row = blockIdx.x * blockDim.y + threadIdx.y;
+  const int nsb = ncols_x / 256, units = nsb * 4;
+  const bool live = row < nrows;
+  int wrow0;
+  const uint8_t *vx = (const uint8_t *)stacked(vx0, vx1, vx2, row1, row2, live ? row : 0, &wrow0);
+  const uint8_t *wrow = vx + (size_t)(live ? row - wrow0 : 0) * nsb * bytes;
+  Units batch;
+  if (live) batch.load(wrow, lane, 32, units);
+  pdl_enter();  // the first weights were loaded while the previous kernel finished (pdl.cuh)
+  const int nblk = ncols_x / 32;
+  stage_rows<NR>(vy, nblk, stride_col_y, n, staged);
+  StagedRow act[NR];
+#pragma unroll
+  for (int c = 0; c < NR; ++c) act[c] = StagedRow{staged + 3 * c * nblk};
+  float acc[NR];
+#pragma unroll
+  for (int c = 0; c < NR; ++c) acc[c] = 0.0f;
+  if (live) {  // uniform over the warp, as the loop's bounds are (the shuffles need every lane)
+    for (int base = 0;;) {
+#pragma unroll
+      for (int i = 0; i < UW; ++i) {
+        const int u = base + 32 * i + lane;
+        float t[NR][T];
+        if (u < units) {
+          batch.template terms<NR>(t, act, i, u);
+        } else {
+#pragma unroll
+          for (int c = 0; c < NR; ++c)
+#pragma unroll
+            for (int k = 0; k < T; ++k) t[c][k] = 0.0f;
+        }
+#pragma unroll
+        for (int c = 0; c < NR; ++c) {
+          float up[T];
+#pragma unroll
+          for (int k = 0; k < T; ++k) up[k] = __shfl_down_sync(FULL_MASK, t[c][k], WARP_SPLITS);
+          if (lane < WARP_SPLITS && u < units) {
+#pragma unroll
+            for (int k = 0; k < T; ++k) acc[c] = __fadd_rn(acc[c], t[c][k]);
+            if (u + WARP_SPLITS < units) {
+#pragma unroll
+              for (int k = 0; k < T; ++k) acc[c] = __fadd_rn(acc[c], up[k]);
+            }
+          }
+        }
+      }
+      base += 32 * UW;
+      if (base >= units) break;
+      batch.load(wrow, base + lane, 32, units);
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < NR; ++c) {
+    float s = __shfl_sync(FULL_MASK, acc[c], 0);
+#pragma unroll
+    for (int w = 1; w < WARP_SPLITS; ++w) s = __fadd_rn(s, __shfl_sync(FULL_MASK, acc[c], w));
+    if (lane == 0 && live && c < n) dst[(size_t)c * stride_col_dst + row] = s;
+  }
+}
+
+// Entry points: grid (ceil(rows / R)), block (32, R), dynamic shared memory 48 bytes a Q8_1
+// block of each activation row; arguments as `mmtc_<type>_row`'s. `_warp<UW>`: one activation
+// row; `_warp2_rows2`: up to two, each weight batch loaded once for both (a four-row form took
+// 4% longer than `_rows4_long` in a 27B-shaped verify pass, so four rows stay there).
+#define TREESPEC_MMTC_WARP(tag, Units, T, bytes, name, UW, NR, MIN_BLOCKS)                     \
+  extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS) mmtc_##tag##_##name(          \
+      const void *__restrict__ vx0, const void *__restrict__ vx1,                              \
+      const void *__restrict__ vx2, const int row1, const int row2,                            \
+      const void *__restrict__ vy, float *__restrict__ dst, const int ncols_x,                 \
+      const int nrows, const int stride_col_y, const int stride_col_dst, const int n) {        \
+    mmtc_warp<Units<UW>, T, bytes, UW, NR>(vx0, vx1, vx2, row1, row2, (const uint8_t *)vy,     \
+                                           dst, ncols_x, nrows, stride_col_y, stride_col_dst,  \
+                                           n);                                                 \
+  }
+
+TREESPEC_MMTC_WARP(q4_k, Q4kUnits, 2, 144, warp2, 2, 1, 4)
+TREESPEC_MMTC_WARP(q4_k, Q4kUnits, 2, 144, warp4, 4, 1, 2)
+TREESPEC_MMTC_WARP(q4_k, Q4kUnits, 2, 144, warp2_rows2, 2, 2, 2)
+TREESPEC_MMTC_WARP(q6_k, Q6kUnits, 4, 210, warp2, 2, 1, 4)
+TREESPEC_MMTC_WARP(q6_k, Q6kUnits, 4, 210, warp4, 4, 1, 2)
+TREESPEC_MMTC_WARP(q6_k, Q6kUnits, 4, 210, warp2_rows2, 2, 2, 2)
 
 // Bytes of a super-block of 256 values.
 #define q4_k_bytes 144

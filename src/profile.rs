@@ -57,6 +57,32 @@ impl Drop for Span {
     }
 }
 
+/// Add `took` to `label`'s total (one call), when profiling is on: for times measured elsewhere
+/// (the GPU step's stages, timed by events). Labels are interned, so a few distinct ones may be
+/// built on the fly.
+pub fn add(label: &str, took: Duration) {
+    if !enabled() {
+        return;
+    }
+    static NAMES: Mutex<BTreeMap<String, &'static str>> = Mutex::new(BTreeMap::new());
+    let Ok(mut names) = NAMES.lock() else {
+        return;
+    };
+    let name: &'static str = match names.get(label) {
+        Some(n) => n,
+        None => {
+            let n: &'static str = Box::leak(label.to_owned().into_boxed_str());
+            names.insert(label.to_owned(), n);
+            n
+        }
+    };
+    if let Ok(mut t) = TOTALS.lock() {
+        let e = t.entry(name).or_insert((0, Duration::ZERO));
+        e.0 += 1;
+        e.1 += took;
+    }
+}
+
 /// The totals so far, one line per label (calls, total ms, ms a call), or an empty string when
 /// nothing was recorded.
 pub fn report() -> String {
@@ -67,7 +93,7 @@ pub fn report() -> String {
         .map(|(label, (calls, total))| {
             let ms = total.as_secs_f64() * 1e3;
             format!(
-                "profile {label:<28} {calls:>8} calls {ms:>10.1} ms {:>8.3} ms a call\n",
+                "profile {label:<36} {calls:>8} calls {ms:>10.1} ms {:>8.3} ms a call\n",
                 ms / (*calls).max(1) as f64
             )
         })

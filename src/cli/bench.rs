@@ -70,6 +70,10 @@ pub(crate) fn print_costs(
 ) -> anyhow::Result<()> {
     println!("{header}\n");
     println!("{}", bench::costs_markdown(rows));
+    if treespec::profile::enabled() {
+        // With TREESPEC_CUDA_GRAPHS=0 too: the GPU step's stages, per pass size.
+        eprint!("{}", treespec::profile::report());
+    }
     if let Some(path) = &a.json {
         std::fs::write(path, serde_json::to_string_pretty(rows)?)?;
     }

@@ -136,119 +136,6 @@ pub(super) fn launch_mmvq(
     Ok(())
 }
 
-/// Time the dp4a and the tensor-core products on the shapes of Qwen2.5-1.5B's matrices
-/// (random weights), for 1 to 64 activation rows, each launch replayed from a CUDA graph of
-/// 50, then the K-quant family of [`crate::gpu::mmq`] on the 1.5B's and the 8B's shapes:
-/// markdown tables of microseconds a launch.
-pub fn bench_products(dev: &candle_core::CudaDevice) -> Result<String> {
-    let stream = dev.cuda_stream();
-    let device = Device::Cuda(dev.clone());
-    let mut rng = crate::gpu::Uniform(0x2545_F491_4F6C_DD1D);
-    let max_n = 256usize;
-    let mut out = String::from(
-        "| matrix | rows x cols | n | dp4a us | dp4a, a block a row us | mmtc kernel us | the other mmtc kernel us |\n| --- | --- | ---: | ---: | ---: | ---: | ---: |\n",
-    );
-    for (what, dtype, tag, rows, cols) in [
-        ("q, o", GgmlDType::Q4K, "q4_k", 1536usize, 1536usize),
-        ("k, v", GgmlDType::Q4K, "q4_k", 256, 1536),
-        ("gate, up", GgmlDType::Q4K, "q4_k", 8960, 1536),
-        ("down", GgmlDType::Q4K, "q4_k", 1536, 8960),
-        ("down", GgmlDType::Q6K, "q6_k", 1536, 8960),
-        ("LM head", GgmlDType::Q6K, "q6_k", 151_936, 1536),
-        // The 0.5B drafter's shapes.
-        ("0.5B q, o", GgmlDType::Q5_0, "q5_0", 896, 896),
-        ("0.5B k, v", GgmlDType::Q5_0, "q5_0", 128, 896),
-        ("0.5B gate, up", GgmlDType::Q5_0, "q5_0", 4864, 896),
-        ("0.5B down", GgmlDType::Q8_0, "q8_0", 896, 4864),
-        ("0.5B LM head", GgmlDType::Q8_0, "q8_0", 151_936, 896),
-    ] {
-        let w_host: Vec<f32> = (0..rows * cols).map(|_| rng.next() - 0.5).collect();
-        let q = QTensor::quantize(&Tensor::from_vec(w_host, (rows, cols), &device)?, dtype)?;
-        let w_ptr = q.device_ptr()? as u64;
-        let yq = qblocks(cols);
-        let mut bytes = vec![0u8; max_n * yq * Q8_BYTES];
-        for blk in bytes.chunks_mut(Q8_BYTES) {
-            blk[..2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
-            for b in &mut blk[4..] {
-                *b = (rng.next() * 255.0) as u8;
-            }
-        }
-        let y = stream.clone_htod(&bytes).map_err(driver)?;
-        let y_ptr = y.device_ptr(&stream).0;
-        let dst = stream.alloc_zeros::<f32>(max_n * rows).map_err(driver)?;
-        let d_ptr = dst.device_ptr(&stream).0;
-        let has_tc = matches!(tag, "q4_k" | "q6_k") && rows % 16 == 0 && cols % 256 == 0;
-        for n in [1usize, 2, 4, 5, 8, 16, 32, 64, 128, 256] {
-            // The dp4a kernel the runtime takes and, for one row, the one-row-a-block kernel.
-            let picked = Dp4a::for_pass(tag, rows, cols, n);
-            let dp4a = [
-                Some(picked),
-                (n == 1 && picked != Dp4a::Block).then_some(Dp4a::Block),
-            ];
-            // The mmtc.cu kernel the runtime takes, and the other: up to 8 rows the 8-row tile
-            // kernel, beyond it the staged kernel or the tile kernel, whichever is not taken.
-            let picked_tc = mmtc_kernel(n, rows, cols);
-            let other = match (n, picked_tc) {
-                (..=8, _) => Mmtc::Tiles(1),
-                (_, Mmtc::Staged) => Mmtc::Tiles(n.div_ceil(8).next_power_of_two().min(8)),
-                _ => Mmtc::Staged,
-            };
-            let tc_kernels = [has_tc.then_some(picked_tc), has_tc.then_some(other)];
-            let mut times = [None; 4];
-            for (slot, time) in times.iter_mut().enumerate() {
-                let (kernel, mmvq_kernel) = match slot {
-                    0 | 1 => match dp4a[slot] {
-                        Some(k) => (None, k),
-                        None => continue,
-                    },
-                    _ => match tc_kernels[slot - 2] {
-                        Some(t) => (Some(t), picked),
-                        None => continue,
-                    },
-                };
-                let mmvq = mmvq_func(dev, tag, mmvq_kernel, false)?;
-                let mmtc = kernel.map(|k| mmtc_func(dev, tag, k)).transpose()?;
-                // Each kernel alone: no dependent launches, which would overlap the 50.
-                let alone = LaunchOn {
-                    stream: &stream,
-                    pdl: false,
-                };
-                let launch = || match (&mmtc, kernel) {
-                    (Some(f), Some(t)) => {
-                        let stack = Stack::one(w_ptr, rows, cols);
-                        launch_mmtc(alone, f, &stack, t, (y_ptr, yq), (d_ptr, rows), n)
-                    }
-                    _ => {
-                        let (stack, y, d) =
-                            (Stack::one(w_ptr, rows, cols), (y_ptr, yq), (d_ptr, rows));
-                        launch_mmvq(alone, &mmvq, mmvq_kernel, &stack, y, d, n)
-                    }
-                };
-                launch()?;
-                let graph = capture(&stream, || (0..50).try_for_each(|_| launch()))?;
-                graph.launch().map_err(driver)?;
-                *time = Some(replay_micros(&stream, &graph, 5)? / 50.0);
-            }
-            let [dp4a, block, tc, tile] =
-                times.map(|t| t.map_or("-".into(), |t| format!("{t:.1}")));
-            let (tc, tile) = match has_tc {
-                true => (
-                    format!("{tc} ({picked_tc:?})"),
-                    format!("{tile} ({other:?})"),
-                ),
-                false => (tc, tile),
-            };
-            out.push_str(&format!(
-                "| {what} {tag} | {rows} x {cols} | {n} | {dp4a} ({}) | {block} | {tc} | {tile} |\n",
-                picked.suffix()
-            ));
-        }
-    }
-    out.push('\n');
-    out.push_str(&crate::gpu::mmq::bench(dev)?);
-    Ok(out)
-}
-
 /// The tensor-core product (`kernels/mmtc.cu`) of a stack of `rows x cols` weights (rows a
 /// multiple of 16 each, cols of 256) with `n` Q8_1 activation rows (`yq` blocks apart), into `n`
 /// rows of `dst` (`dst_stride` floats apart) with `kernel`: blocks of 16 weight rows by
@@ -279,6 +166,9 @@ pub(super) fn launch_mmtc(
             return launch_mmtc_rows(on, f, stack, (warps, nr), (y, yq), (dst, dst_stride), n)
         }
         Mmtc::Staged => return launch_mmtc_staged(on, f, stack, (y, yq), (dst, dst_stride), n),
+        Mmtc::Warp { rows: nr, .. } => {
+            return launch_mmtc_warp(on, f, stack, nr, (y, yq), (dst, dst_stride), n)
+        }
     };
     let shared = warps * (tiles * 8 * 16 * 4) as u32;
     if shared > 48 * 1024 {
@@ -332,6 +222,38 @@ fn launch_mmtc_staged(
         shared_mem_bytes: 0,
     };
     // Warps past `rows` compute nothing.
+    launch_with_rows(on, f, stack, (y, yq), (dst, dst_stride), n, cfg)
+}
+
+/// The warp-a-row kernels (`mmtc_<tag>_warp*`) for `n` activation rows, at most `nr`: blocks
+/// of eight warps, a weight row each (four where that gives too few blocks for the GPU), the
+/// rows staged in each block's shared memory (48 bytes a Q8_1 block).
+fn launch_mmtc_warp(
+    on: LaunchOn,
+    f: &CudaFunction,
+    stack: &Stack,
+    nr: usize,
+    (y, yq): (u64, usize),
+    (dst, dst_stride): (u64, usize),
+    n: usize,
+) -> Result<()> {
+    if n > nr || mmtc_warps(stack.cols) != WARP_SPLITS {
+        return Err(Error::Device(format!(
+            "the {nr}-row warp-a-row kernel given {n} activation rows of {} values",
+            stack.cols
+        )));
+    }
+    let per_block = if stack.rows >= 4096 { 8 } else { 4 };
+    let shared = (nr * stack.cols / 32 * 48) as u32;
+    if shared > 48 * 1024 {
+        let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        f.set_attribute(attr, shared as i32).map_err(driver)?;
+    }
+    let cfg = LaunchConfig {
+        grid_dim: (stack.rows.div_ceil(per_block) as u32, 1, 1),
+        block_dim: (32, per_block as u32, 1),
+        shared_mem_bytes: shared,
+    };
     launch_with_rows(on, f, stack, (y, yq), (dst, dst_stride), n, cfg)
 }
 
@@ -430,7 +352,9 @@ pub(crate) fn random_q8_1(
     (bytes, xq)
 }
 
+mod bench;
 mod selftest;
+pub use bench::bench_products;
 pub(crate) use selftest::{selftest_products, selftest_stacked};
 
 /// A kernel of `kernels/mmvq.cu`: every one computes a row bit for bit as the others do
@@ -579,6 +503,8 @@ pub(super) fn mmtc_func(
         Mmtc::Rows { rows, long } => {
             format!("mmtc_{tag}_rows{rows}{}", ["", "_long"][long as usize])
         }
+        Mmtc::Warp { units, rows: 1 } => format!("mmtc_{tag}_warp{units}"),
+        Mmtc::Warp { units, rows } => format!("mmtc_{tag}_warp{units}_rows{rows}"),
         Mmtc::Tiles(tiles) => format!("mmtc_{tag}_t{tiles}"),
         Mmtc::Staged => format!("mmtc_{tag}_staged"),
     };
@@ -627,6 +553,11 @@ pub(super) enum Mmtc {
     /// smaller matrices). `long`: rows of more than 4096 values (`_long`: a lane's more than
     /// four units loaded in one batch).
     Rows { rows: usize, long: bool },
+    /// Up to `rows` activation rows (1 or 2) of 4096 values or more (16 splits) on dp4a, a
+    /// warp a weight row (`mmtc_<tag>_warp<units>`, `units` 2 or 4 a lane's batch of loads;
+    /// `mmtc_<tag>_warp2_rows2`): twice the lanes of `Rows` on a row and a quarter of its
+    /// registers, the same sums (on an H100 the 27B shape's step 1.25x faster than on `Rows`).
+    Warp { units: usize, rows: usize },
     /// Tensor cores, blocks of 16 weight rows by this many 8-row activation tiles (1, 2, 4
     /// or 8; more rows: more blocks along the grid's y).
     Tiles(usize),
@@ -646,8 +577,12 @@ impl Mmtc {
     pub(super) fn all() -> impl Iterator<Item = Mmtc> {
         let rows = [1, 2, 4].into_iter();
         let dp4a = rows.flat_map(|rows| [false, true].map(|long| Mmtc::Rows { rows, long }));
-        dp4a.chain([1, 2, 4, 8].map(Mmtc::Tiles))
-            .chain([Mmtc::Staged])
+        dp4a.chain([1, 2, 4, 8].map(Mmtc::Tiles)).chain([
+            Mmtc::Staged,
+            Mmtc::Warp { units: 2, rows: 1 },
+            Mmtc::Warp { units: 4, rows: 1 },
+            Mmtc::Warp { units: 2, rows: 2 },
+        ])
     }
 }
 
@@ -656,6 +591,14 @@ impl Mmtc {
 fn multi_row_dp4a() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("TREESPEC_MMTC_ROWS").as_deref() != Ok("0"))
+}
+
+/// `TREESPEC_MMTC_WARP=0`: passes of one or two rows of 4096 values or more on
+/// `mmtc_<tag>_row*` / `_rows2*`, as before the warp-a-row kernels (for comparison; any other
+/// value, or unset: on them).
+fn warp_row() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TREESPEC_MMTC_WARP").as_deref() != Ok("0"))
 }
 
 /// Activation rows from which the staged kernel takes a product (`TREESPEC_MMTC_STAGED=N`
@@ -708,6 +651,12 @@ pub(super) fn mmtc_kernel(n: usize, rows: usize, cols: usize) -> Mmtc {
             && multi_row_dp4a()
             && dp4a_rows_shared(held, cols) <= MMTC_DP4A_SHARED);
     match n {
+        // Four rows: the warp-a-row kernel's 21.9 ms 27B pass against `_rows4_long`'s 21.0
+        // (H100, BENCHMARKS.md section 39); one and two rows: 9.2 against 11.5, 12.6 against 14.4.
+        _ if dp4a && held <= 2 && mmtc_warps(cols) == WARP_SPLITS && warp_row() => Mmtc::Warp {
+            units: 2,
+            rows: held,
+        },
         _ if dp4a => Mmtc::Rows { rows: held, long },
         _ if n >= staged_from() && staged_fills(n, rows) => Mmtc::Staged,
         0..=8 => Mmtc::Tiles(1),
@@ -716,6 +665,10 @@ pub(super) fn mmtc_kernel(n: usize, rows: usize, cols: usize) -> Mmtc {
         _ => Mmtc::Tiles(8),
     }
 }
+
+/// Splits of a row the warp-a-row kernel takes (`WARP_SPLITS` in `kernels/mmtc.cu`): the
+/// most [`mmtc_warps`] gives, rows of 4096 values or more.
+const WARP_SPLITS: u32 = 16;
 
 /// Warps a block of the tensor-core product spreads a row of `cols` values over: one batch
 /// of four 64-value units each (`UNITS` in `kernels/mmtc.cu`, loaded before any is summed),

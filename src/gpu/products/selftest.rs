@@ -60,8 +60,11 @@ pub(crate) fn selftest_products(
         let mut worst = 0f32;
         // One row through a tile kernel as well as through the one-row kernel, and the tile
         // and staged kernels at row counts the runtime gives the other.
+        let long = cols / 64 > 4 * mmtc_warps(cols) as usize;
         let mut launches = vec![
             (1usize, Mmtc::Tiles(1)),
+            (1, Mmtc::Rows { rows: 1, long }),
+            (3, Mmtc::Rows { rows: 4, long }),
             (1, Mmtc::Staged),
             (5, Mmtc::Staged),
             (max_n, Mmtc::Staged),
@@ -113,6 +116,26 @@ pub(crate) fn selftest_products(
     Ok(())
 }
 
+/// The cases of [`selftest_stacked`]: (format, tag, on tensor cores, row length). At 1536
+/// values a row the one-row tensor-core kernel takes 11 rows a block, so blocks
+/// span the matrices' boundaries; the dp4a stacks' boundaries are not all multiples of 8
+/// (the kernels of eight weight rows a block). The dp4a rows: 4608 values, where each of
+/// the one-row kernel's threads takes several quantised blocks (each lane of the
+/// one-row-a-warp kernel, four threads' worth), and the short rows of the models the
+/// warp kernel is for (896: the 0.5B's Q5_0 and Q4_1 rows; 1536 for Q6_K).
+const STACKED_CASES: [(GgmlDType, &str, bool, usize); 9] = [
+    (GgmlDType::Q4_0, "q4_0", false, 4608),
+    (GgmlDType::Q8_0, "q8_0", false, 4608),
+    (GgmlDType::Q4K, "q4_k", false, 4608),
+    (GgmlDType::Q4_1, "q4_1", false, 896),
+    (GgmlDType::Q5_0, "q5_0", false, 896),
+    (GgmlDType::Q6K, "q6_k", false, 1536),
+    (GgmlDType::Q4K, "q4_k", true, 1536),
+    (GgmlDType::Q6K, "q6_k", true, 1536),
+    // The warp-a-row kernel (rows of 4096 values or more).
+    (GgmlDType::Q4K, "q4_k", true, 4608),
+];
+
 /// Stacked products (`mmvq_<tag>_<kernel>_stacked`, and the tensor-core kernels when
 /// `tensor_cores`) against one launch per matrix, bit for bit, for two and three stacked
 /// matrices of a few formats, one activation row and five (the chunked kernel), and 20 and 40
@@ -127,24 +150,8 @@ pub(crate) fn selftest_stacked(
 ) -> Result<()> {
     let stream = dev.cuda_stream();
     let device = Device::Cuda(dev.clone());
-    // At 1536 values a row the one-row tensor-core kernel takes 11 rows a block, so blocks
-    // span the matrices' boundaries; the dp4a stacks' boundaries are not all multiples of 8
-    // (the kernels of eight weight rows a block). The dp4a rows: 4608 values, where each of
-    // the one-row kernel's threads takes several quantised blocks (each lane of the
-    // one-row-a-warp kernel, four threads' worth), and the short rows of the models the
-    // warp kernel is for (896: the 0.5B's Q5_0 and Q4_1 rows; 1536 for Q6_K).
-    let cases = [
-        (GgmlDType::Q4_0, "q4_0", false, 4608usize),
-        (GgmlDType::Q8_0, "q8_0", false, 4608),
-        (GgmlDType::Q4K, "q4_k", false, 4608),
-        (GgmlDType::Q4_1, "q4_1", false, 896),
-        (GgmlDType::Q5_0, "q5_0", false, 896),
-        (GgmlDType::Q6K, "q6_k", false, 1536),
-        (GgmlDType::Q4K, "q4_k", true, 1536),
-        (GgmlDType::Q6K, "q6_k", true, 1536),
-    ];
     let with_tc = tensor_cores;
-    for (dtype, tag, tensor_cores, cols) in cases.into_iter().filter(|c| with_tc || !c.2) {
+    for (dtype, tag, tensor_cores, cols) in STACKED_CASES.into_iter().filter(|c| with_tc || !c.2) {
         let family = if tensor_cores { "tensor-core" } else { "dp4a" };
         let row_counts_n = if tensor_cores {
             &[1usize, 5, 20, 40][..]

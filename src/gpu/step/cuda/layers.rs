@@ -34,11 +34,16 @@ impl GpuStep {
             // only where the product reading them does not go wide).
             let qkv_mats = l.qkv.iter().map(|(m, _)| m);
             let (q8_in, f16_in) = self.rows_for(n, qkv_mats, q8);
+            self.mark("norms")?;
             self.norm_q8(n, x, delta, l.attn_norm, 0, (q8_in, f16_in), h)?;
             if let Some(prev) = pending_hidden.take() {
                 self.copy_hidden(n, x, prev, hidden_layers, hidden)?;
             }
             // Each product reads f16 rows exactly where the kernel before it wrote them.
+            self.mark(match l.gdn {
+                Some(_) => "gdn in product",
+                None => "qkv product",
+            })?;
             self.matmul_stacked(
                 &l.qkv,
                 (q8, qblocks(h), f16_in != 0),
@@ -48,8 +53,10 @@ impl GpuStep {
             )?;
             if l.gdn.is_some() {
                 let (q8_in, f16_in) = self.rows_for(n, std::iter::once(&l.o), q8);
+                self.mark("gdn conv, recurrence")?;
                 self.gdn_rows(n, li, proj, meta.parents, (q8_in, f16_in))?;
                 let yq = qblocks(self.linear.as_ref().map_or(0, |(g, _)| g.v_heads * g.v_dim));
+                self.mark("gdn out product")?;
                 delta = self.residual(&l.o, (q8, yq, f16_in != 0), (x, proj), n)?;
                 delta = self.mlp(l, n, (x, delta, proj, q8))?;
                 if hidden_layers.contains(&li) {
@@ -57,6 +64,7 @@ impl GpuStep {
                 }
                 continue;
             }
+            self.mark("qkv rope")?;
             let mut bld = Launch::new(&self.f.qkv_rope);
             let (qkv_w, nh_i, nkv_i, hd_i) = (l.width as i32, nh as i32, nkv as i32, hd as i32);
             let q_gated = l.q_gated as i32;
@@ -103,7 +111,9 @@ impl GpuStep {
                 true => (proj + 4 * hd as u64, l.width as i32),
                 false => (0, 0),
             };
+            self.mark("attention")?;
             self.attention(n, chunks, meta.width, q, kv, table, part, outs, gate)?;
+            self.mark("o product")?;
             delta = self.residual(&l.o, (q8, qblocks(nh * hd), f16_in != 0), (x, proj), n)?;
             delta = self.mlp(l, n, (x, delta, proj, q8))?;
             if hidden_layers.contains(&li) {
@@ -120,7 +130,9 @@ impl GpuStep {
         let h = self.h;
         // x += the mixer's output; norm; quantise.
         let (q8_in, f16_in) = self.rows_for(n, l.gate_up.iter().map(|(m, _)| m), q8);
+        self.mark("norms")?;
         self.norm_q8(n, x, delta, l.ffn_norm, 0, (q8_in, f16_in), h)?;
+        self.mark("gate, up product")?;
         // Through cuBLAS, gate and up come back as f16 rows (half the bytes to read).
         let gu = self.matmul_stacked(
             &l.gate_up,
@@ -132,6 +144,7 @@ impl GpuStep {
         let gu16 = if gu == Out::Half { proj } else { 0 };
         let (q8_in, f16_in) = self.rows_for(n, std::iter::once(&l.down), q8);
         let qb = qblocks(ffn);
+        self.mark("swiglu")?;
         let mut bld = Launch::new(&self.f.silu_mul_q8);
         let (stride, ffn_i, qb_i) = ((2 * ffn) as i32, ffn as i32, qb as i32);
         let group = self.act_group();
@@ -152,6 +165,7 @@ impl GpuStep {
         // SAFETY: proj holds n rows of 2 x ffn (floats, or halves from the wide
         // product), q8 n rows of qb blocks.
         unsafe { bld.launch(self.on(), cfg) }.map_err(driver)?;
+        self.mark("down product")?;
         self.residual(&l.down, (q8, qb, f16_in != 0), (x, proj), n)
     }
 

@@ -43,28 +43,14 @@ impl GpuStep {
             layers.push(layer);
         }
         let qkv_width = layers.iter().map(|l| l.width).max().unwrap_or(0);
-        // The caches are written in place: their own storage, never a copy.
-        for (layer, (kc, vc)) in layers.iter_mut().zip(&w.caches) {
-            if layer.gdn.is_some() {
-                continue;
-            }
-            if !kc.is_contiguous() || !vc.is_contiguous() || kc.dtype() != candle_core::DType::F32 {
-                return Err("KV cache not contiguous f32".into());
-            }
-            layer.k_cache = tensor_ptr(kc, &stream)?;
-            layer.v_cache = tensor_ptr(vc, &stream)?;
-        }
+        set_caches(&mut layers, &w.caches, &stream)?;
         let linear = match (&cfg.linear, w.layers.iter().find_map(|l| l.gdn_weights())) {
             (Some(shape), Some(g)) => Some((shape.clone(), g.eps())),
             _ => None,
         };
-        let capacity = w
-            .caches
-            .iter()
-            .zip(&layers)
-            .find(|(_, l)| l.gdn.is_none())
-            .map(|((k, _), _)| k.dim(1).unwrap_or(0))
-            .unwrap_or(0);
+        // Cache rows: of the first attention layer (a Gated DeltaNet layer has none).
+        let capacity = w.caches.iter().zip(&layers).find(|(_, l)| l.gdn.is_none());
+        let capacity = capacity.map_or(0, |((k, _), _)| k.dim(1).unwrap_or(0));
         let embed = match w.embed {
             Embedding::Quantized(q) => Embed::Quantized {
                 _keep: q.clone(),
@@ -97,52 +83,12 @@ impl GpuStep {
         let pdl = LaunchOn::new(&stream).pdl;
         let gpu = crate::device::gpu_name(device).unwrap_or_else(|| "GPU".into());
         let (wide_from, wide_source) = crate::gpu::wide::wide_rows_for(&gpu, cfg);
-        let wide = match wide_from {
-            Some(from) => {
-                // The matrices that share an input copied back to back: one GEMM each.
-                fn group<'a>(ms: &[&'a Mat]) -> Vec<(u64, &'a Arc<QTensor>)> {
-                    ms.iter().map(|m| (m.ptr, &m._keep)).collect()
-                }
-                let mut groups: Vec<Vec<_>> = vec![];
-                for l in &layers {
-                    groups.push(group(&l.qkv.iter().map(|(m, _)| m).collect::<Vec<_>>()));
-                    groups.push(group(&[&l.o]));
-                    groups.push(group(&l.gate_up.iter().map(|(m, _)| m).collect::<Vec<_>>()));
-                    groups.push(group(&[&l.down]));
-                }
-                groups.push(group(&[&lm_head]));
-                match WideProducts::new(dev, groups, from) {
-                    Ok(w) => w,
-                    Err(e) => {
-                        eprintln!("treespec: no cuBLAS products for wide passes: {e}");
-                        None
-                    }
-                }
-            }
-            None => None,
-        };
+        let wide = wide_from.and_then(|from| wide_products(dev, &layers, &lm_head, from));
         // The caches' f16 shadows, for the wide passes' attention on tensor cores.
-        let mut shadow = vec![];
-        if wide.is_some() && f.att_wide.is_some() {
-            let size = cfg.n_kv_heads * capacity * hd;
-            let attention = layers.iter().filter(|l| l.gdn.is_none()).count();
-            let made: std::result::Result<Vec<_>, _> = (0..2 * attention)
-                .map(|_| stream.alloc_zeros::<u16>(size))
-                .collect();
-            match made {
-                Ok(made) => {
-                    let attending = layers.iter_mut().filter(|l| l.gdn.is_none());
-                    for (l, kv) in attending.zip(made.chunks(2)) {
-                        l.k16 = kv[0].device_ptr(&stream).0;
-                        l.v16 = kv[1].device_ptr(&stream).0;
-                    }
-                    shadow = made;
-                }
-                Err(e) => eprintln!(
-                    "treespec: no f16 copy of the K/V cache ({e:?}): wide passes attend row by row"
-                ),
-            }
-        }
+        let shadow = match wide.is_some() && f.att_wide.is_some() {
+            true => cache_shadows(&stream, &mut layers, cfg.n_kv_heads * capacity * hd),
+            false => vec![],
+        };
         let table: Vec<u64> = layers
             .iter()
             .filter(|l| l.gdn.is_none())
@@ -198,6 +144,7 @@ impl GpuStep {
             shadow,
             shadow_stale: false,
             kv_table,
+            clock: super::clock::StageClock::when_profiling(w.layers.len()),
             _keep: keep,
         })
     }
@@ -446,4 +393,82 @@ pub(super) fn load_funcs(
         mmq,
         get_rows,
     })
+}
+
+/// f16 copies of the weights for passes of `from` rows or more (cuBLAS), the matrices that share
+/// an input back to back (one GEMM each); `None`, with one line saying why, where they could
+/// not be made.
+fn wide_products(
+    dev: &candle_core::CudaDevice,
+    layers: &[Layer],
+    lm_head: &Mat,
+    from: usize,
+) -> Option<WideProducts> {
+    fn group<'a>(ms: &[&'a Mat]) -> Vec<(u64, &'a Arc<QTensor>)> {
+        ms.iter().map(|m| (m.ptr, &m._keep)).collect()
+    }
+    let mut groups: Vec<Vec<_>> = vec![];
+    for l in layers {
+        groups.push(group(&l.qkv.iter().map(|(m, _)| m).collect::<Vec<_>>()));
+        groups.push(group(&[&l.o]));
+        groups.push(group(&l.gate_up.iter().map(|(m, _)| m).collect::<Vec<_>>()));
+        groups.push(group(&[&l.down]));
+    }
+    groups.push(group(&[lm_head]));
+    match WideProducts::new(dev, groups, from) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("treespec: no cuBLAS products for wide passes: {e}");
+            None
+        }
+    }
+}
+
+/// f16 shadows of the attention layers' K and V caches (`size` values each), their addresses
+/// set in `layers`; none, with one line saying why, where they do not fit.
+fn cache_shadows(
+    stream: &Arc<CudaStream>,
+    layers: &mut [Layer],
+    size: usize,
+) -> Vec<CudaSlice<u16>> {
+    let attention = layers.iter().filter(|l| l.gdn.is_none()).count();
+    let made: std::result::Result<Vec<_>, _> = (0..2 * attention)
+        .map(|_| stream.alloc_zeros::<u16>(size))
+        .collect();
+    match made {
+        Ok(made) => {
+            let attending = layers.iter_mut().filter(|l| l.gdn.is_none());
+            for (l, kv) in attending.zip(made.chunks(2)) {
+                l.k16 = kv[0].device_ptr(stream).0;
+                l.v16 = kv[1].device_ptr(stream).0;
+            }
+            made
+        }
+        Err(e) => {
+            eprintln!(
+                "treespec: no f16 copy of the K/V cache ({e:?}): wide passes attend row by row"
+            );
+            vec![]
+        }
+    }
+}
+
+/// The attention layers' K/V cache addresses: the caches are written in place, their own
+/// storage, never a copy, so they must be contiguous f32.
+fn set_caches(
+    layers: &mut [Layer],
+    caches: &[(&Tensor, &Tensor)],
+    stream: &Arc<CudaStream>,
+) -> std::result::Result<(), String> {
+    for (layer, (kc, vc)) in layers.iter_mut().zip(caches) {
+        if layer.gdn.is_some() {
+            continue;
+        }
+        if !kc.is_contiguous() || !vc.is_contiguous() || kc.dtype() != candle_core::DType::F32 {
+            return Err("KV cache not contiguous f32".into());
+        }
+        layer.k_cache = tensor_ptr(kc, stream)?;
+        layer.v_cache = tensor_ptr(vc, stream)?;
+    }
+    Ok(())
 }

@@ -1,6 +1,7 @@
 //! The step on a CUDA device: its state and buffers here; building it (`load`), running a pass
 //! (`pass`), a layer's launches (`layers`), the products' kernels (`dispatch`), its switches
-//! (`settings`) and an MTP head's greedy chain (`head_chain`).
+//! (`settings`), an MTP head's greedy chain (`head_chain`) and the stage clock of a profiled
+//! run (`clock`).
 
 use super::*;
 use crate::gpu::launch::{Launch, LaunchOn};
@@ -26,6 +27,7 @@ use cudarc::driver::{
 };
 use std::collections::{HashMap, HashSet};
 
+mod clock;
 mod dispatch;
 mod gdn;
 mod head_chain;
@@ -332,6 +334,8 @@ pub struct GpuStep {
     /// Per layer the K and V caches and their shadows, `[layers][4]` addresses, for the
     /// compaction of all layers in one launch (`kv_keep`).
     kv_table: CudaSlice<u64>,
+    /// Stage timings of eager passes where profiling is on ([`clock`]).
+    clock: Option<clock::StageClock>,
     _keep: Vec<Tensor>,
 }
 

@@ -346,8 +346,10 @@ impl GpuStep {
         let x = b.x.device_ptr(&self.stream).0;
         let q8 = b.q8.device_ptr(&self.stream).0;
         let at = self.meta_at(meta, 0);
+        self.mark("gdn commit")?;
         self.gdn_commit(at.gdn)?;
         if key.embed {
+            self.mark("embed")?;
             self.embed(n, at.ids, x)?;
         }
         let (pending_hidden, delta) =
@@ -355,11 +357,13 @@ impl GpuStep {
         // x += last down output (unless its product added it); final norm of the logits rows
         // into their slots, as f16 rows too where the LM head goes wide.
         let (q8, f16) = self.rows_for(m, std::iter::once(&self.lm_head), q8);
+        self.mark("norms")?;
         self.norm_q8(n, x, delta, self.norm, at.out_slots, (q8, f16), self.h)?;
         if let Some(prev) = pending_hidden {
             self.copy_hidden(n, x, prev, hidden_layers, hidden)?;
         }
         if m > 0 {
+            self.mark("lm head")?;
             self.matmul(
                 &[&self.lm_head],
                 (q8, qblocks(self.h), f16 != 0),
@@ -367,7 +371,10 @@ impl GpuStep {
                 m,
             )?;
         }
-        Ok(())
+        match &self.clock {
+            Some(c) if !self.graphs_on => c.finish(&self.stream, n),
+            _ => Ok(()),
+        }
     }
 
     /// Device addresses of the per-pass values of a metadata block laid out as `meta`,
