@@ -361,29 +361,66 @@ pub fn write(
         ..*shape
     };
     let mut rng = Rng(seed | 1);
-    let (h, hd) = (shape.hidden, shape.head_dim);
-    let (q_out, kv_out) = (shape.heads * hd, shape.kv_heads * hd);
-    // (name, rows, cols, format); vectors (norms, biases) are f32.
-    let mut mats: Vec<(String, usize, usize, GgmlDType)> = vec![];
-    // (name, values, columns (0: a vector), centre).
-    let mut vecs: Vec<(String, usize, usize, f32)> = vec![("output_norm.weight".into(), h, 0, 1.0)];
-    let mut mat = |name: String, tensor: &str, layer, rows, cols| {
-        let format = format_of(tensor, layer, cols);
-        mats.push((name, rows, cols, format));
-    };
-    // A tied embedding is the LM head, and llama.cpp gives it the LM head's format.
-    let embd = if shape.tied { "output" } else { "token_embd" };
-    mat("token_embd.weight".into(), embd, None, shape.vocab, h);
-    if !shape.tied {
-        mat("output.weight".into(), "output", None, shape.vocab, h);
+    let tensors = Layout::of(shape).random(&mut rng)?;
+    let md = metadata(shape, tokenizer);
+    crate::model::weights::write_gguf(path, &md, &tensors)
+}
+
+/// The tensors of a synthetic model before their bytes, in the order the bytes are drawn.
+struct Layout {
+    /// (name, rows, cols, format); vectors (norms, biases) are f32.
+    mats: Vec<(String, usize, usize, GgmlDType)>,
+    /// (name, values, columns (0: a vector), centre).
+    vecs: Vec<(String, usize, usize, f32)>,
+}
+
+impl Layout {
+    /// The tensors of `shape`: the embedding and the LM head, then each decoder layer's and
+    /// MTP block's ([`Layout::block`]).
+    fn of(shape: &Shape) -> Layout {
+        let h = shape.hidden;
+        let mut l = Layout {
+            mats: vec![],
+            vecs: vec![("output_norm.weight".into(), h, 0, 1.0)],
+        };
+        // A tied embedding is the LM head, and llama.cpp gives it the LM head's format.
+        let embd = if shape.tied { "output" } else { "token_embd" };
+        l.mat("token_embd.weight".into(), embd, None, shape.vocab, h);
+        if !shape.tied {
+            l.mat("output.weight".into(), "output", None, shape.vocab, h);
+        }
+        let mtp = shape.hybrid.map_or(0, |y| y.mtp);
+        for i in 0..shape.layers + mtp {
+            l.block(shape, i);
+        }
+        l
     }
-    let mtp = shape.hybrid.map_or(0, |y| y.mtp);
-    for i in 0..shape.layers + mtp {
+
+    /// A matrix `name` of `rows` x `cols`, in the format llama.cpp's Q4_K_M gives the tensor
+    /// `tensor` of `layer` ([`format_of`]).
+    fn mat(
+        &mut self,
+        name: String,
+        tensor: &str,
+        layer: Option<(usize, usize)>,
+        rows: usize,
+        cols: usize,
+    ) {
+        let format = format_of(tensor, layer, cols);
+        self.mats.push((name, rows, cols, format));
+    }
+
+    /// The tensors of block `i` of `shape`: a Gated DeltaNet or attention layer (with the
+    /// family's biases and q/k norms), its MLP and norms, and for an MTP block (past the
+    /// decoder's layers) its own tensors.
+    fn block(&mut self, shape: &Shape, i: usize) {
+        let (h, hd) = (shape.hidden, shape.head_dim);
+        let (q_out, kv_out) = (shape.heads * hd, shape.kv_heads * hd);
         let at = Some((i.min(shape.layers - 1), shape.layers));
         let p = |s: &str| format!("blk.{i}.{s}.weight");
         let linear = shape
             .hybrid
-            .filter(|y| i < shape.layers && (i + 1) % y.interval != 0);
+            .filter(|y| i < shape.layers && !(i + 1).is_multiple_of(y.interval));
         match linear {
             Some(y) => {
                 // A Gated DeltaNet layer, as llama.cpp's converter names and shapes it.
@@ -391,79 +428,95 @@ pub fn write(
                     2 * y.k_heads * y.head + y.v_heads * y.head,
                     y.v_heads * y.head,
                 );
-                mat(p("attn_qkv"), "attn_qkv", at, ch, h);
-                mat(p("attn_gate"), "attn_gate", at, vd, h);
-                mat(p("ssm_beta"), "ssm_beta", at, y.v_heads, h);
-                mat(p("ssm_alpha"), "ssm_alpha", at, y.v_heads, h);
-                mat(p("ssm_out"), "ssm_out", at, h, vd);
-                vecs.push((p("ssm_conv1d"), ch * y.conv, y.conv, 0.0));
-                vecs.push((format!("blk.{i}.ssm_a"), y.v_heads, 0, -1.0));
-                vecs.push((format!("blk.{i}.ssm_dt.bias"), y.v_heads, 0, 0.0));
-                vecs.push((p("ssm_norm"), y.head, 0, 1.0));
+                self.mat(p("attn_qkv"), "attn_qkv", at, ch, h);
+                self.mat(p("attn_gate"), "attn_gate", at, vd, h);
+                self.mat(p("ssm_beta"), "ssm_beta", at, y.v_heads, h);
+                self.mat(p("ssm_alpha"), "ssm_alpha", at, y.v_heads, h);
+                self.mat(p("ssm_out"), "ssm_out", at, h, vd);
+                self.vecs.push((p("ssm_conv1d"), ch * y.conv, y.conv, 0.0));
+                self.vecs
+                    .push((format!("blk.{i}.ssm_a"), y.v_heads, 0, -1.0));
+                self.vecs
+                    .push((format!("blk.{i}.ssm_dt.bias"), y.v_heads, 0, 0.0));
+                self.vecs.push((p("ssm_norm"), y.head, 0, 1.0));
             }
             None => {
                 // Qwen3.5's attention gates its output: the query rows are [query | gate].
                 let q_rows = q_out * if shape.hybrid.is_some() { 2 } else { 1 };
-                mat(p("attn_q"), "attn_q", at, q_rows, h);
-                mat(p("attn_k"), "attn_k", at, kv_out, h);
-                mat(p("attn_v"), "attn_v", at, kv_out, h);
-                mat(p("attn_output"), "attn_output", at, h, q_out);
+                self.mat(p("attn_q"), "attn_q", at, q_rows, h);
+                self.mat(p("attn_k"), "attn_k", at, kv_out, h);
+                self.mat(p("attn_v"), "attn_v", at, kv_out, h);
+                self.mat(p("attn_output"), "attn_output", at, h, q_out);
             }
         }
-        mat(p("ffn_gate"), "ffn_gate", at, shape.ffn, h);
-        mat(p("ffn_up"), "ffn_up", at, shape.ffn, h);
-        mat(p("ffn_down"), "ffn_down", at, h, shape.ffn);
-        vecs.push((p("attn_norm"), h, 0, 1.0));
+        self.mat(p("ffn_gate"), "ffn_gate", at, shape.ffn, h);
+        self.mat(p("ffn_up"), "ffn_up", at, shape.ffn, h);
+        self.mat(p("ffn_down"), "ffn_down", at, h, shape.ffn);
+        self.vecs.push((p("attn_norm"), h, 0, 1.0));
         // llama.cpp names the MLP's norm `post_attention_norm` in `qwen35` files.
         let ffn_norm = if shape.hybrid.is_some() {
             "post_attention_norm"
         } else {
             "ffn_norm"
         };
-        vecs.push((p(ffn_norm), h, 0, 1.0));
+        self.vecs.push((p(ffn_norm), h, 0, 1.0));
         if shape.family == Family::Qwen2 {
             for (t, n) in [("attn_q", q_out), ("attn_k", kv_out), ("attn_v", kv_out)] {
-                vecs.push((format!("blk.{i}.{t}.bias"), n, 0, 0.0));
+                self.vecs.push((format!("blk.{i}.{t}.bias"), n, 0, 0.0));
             }
         }
         if matches!(shape.family, Family::Qwen3 | Family::Qwen35) && linear.is_none() {
-            vecs.push((p("attn_q_norm"), hd, 0, 1.0));
-            vecs.push((p("attn_k_norm"), hd, 0, 1.0));
+            self.vecs.push((p("attn_q_norm"), hd, 0, 1.0));
+            self.vecs.push((p("attn_k_norm"), hd, 0, 1.0));
         }
         if i >= shape.layers {
             // The MTP block's own tensors (llama.cpp's `nextn`): embedding first in `eh_proj`.
-            mat(p("nextn.eh_proj"), "nextn.eh_proj", at, h, 2 * h);
+            self.mat(p("nextn.eh_proj"), "nextn.eh_proj", at, h, 2 * h);
             for n in ["enorm", "hnorm", "shared_head_norm"] {
-                vecs.push((p(&format!("nextn.{n}")), h, 0, 1.0));
+                self.vecs.push((p(&format!("nextn.{n}")), h, 0, 1.0));
             }
         }
     }
-    let cpu = Device::Cpu;
-    let mut tensors: Vec<(String, QTensor)> = vec![];
-    for (name, rows, cols, format) in mats {
-        let data = random_blocks(&mut rng, format, rows * cols, cols);
-        tensors.push((
-            name,
-            ggml_file::qtensor_from_ggml(format, &data, vec![rows, cols], &cpu)?,
-        ));
+
+    /// The tensors with bytes drawn from `rng` (the matrices' first, then the vectors', each
+    /// value within 0.05 of its centre), sorted by name.
+    fn random(self, rng: &mut Rng) -> Result<Vec<(String, QTensor)>> {
+        let cpu = Device::Cpu;
+        let mut tensors: Vec<(String, QTensor)> = vec![];
+        for (name, rows, cols, format) in self.mats {
+            let data = random_blocks(rng, format, rows * cols, cols);
+            tensors.push((
+                name,
+                ggml_file::qtensor_from_ggml(format, &data, vec![rows, cols], &cpu)?,
+            ));
+        }
+        for (name, n, cols, centre) in self.vecs {
+            let values: Vec<u8> = (0..n)
+                .flat_map(|_| {
+                    let u = (rng.next() >> 40) as f32 / (1u64 << 24) as f32;
+                    (centre + 0.1 * (u - 0.5)).to_le_bytes()
+                })
+                .collect();
+            let dims = match cols {
+                0 => vec![n],
+                c => vec![n / c, c],
+            };
+            tensors.push((
+                name,
+                ggml_file::qtensor_from_ggml(GgmlDType::F32, &values, dims, &cpu)?,
+            ));
+        }
+        tensors.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(tensors)
     }
-    for (name, n, cols, centre) in vecs {
-        let values: Vec<u8> = (0..n)
-            .flat_map(|_| {
-                let u = (rng.next() >> 40) as f32 / (1u64 << 24) as f32;
-                (centre + 0.1 * (u - 0.5)).to_le_bytes()
-            })
-            .collect();
-        let dims = match cols {
-            0 => vec![n],
-            c => vec![n / c, c],
-        };
-        tensors.push((
-            name,
-            ggml_file::qtensor_from_ggml(GgmlDType::F32, &values, dims, &cpu)?,
-        ));
-    }
-    tensors.sort_by(|a, b| a.0.cmp(&b.0));
+}
+
+/// The GGUF metadata of a synthetic model of `shape`: its architecture's keys (and a hybrid
+/// shape's, [`hybrid_metadata`]), and `tokenizer`'s keys or the filler vocabulary's (the 256
+/// byte symbols, the ChatML markers, filler tokens up to `shape.vocab`).
+fn metadata(shape: &Shape, tokenizer: Option<&RealTokenizer>) -> Vec<(String, gguf_file::Value)> {
+    let (h, hd) = (shape.hidden, shape.head_dim);
+    let mtp = shape.hybrid.map_or(0, |y| y.mtp);
     let mut tokens = byte_level_alphabet();
     tokens.push("<|im_start|>".into());
     tokens.push("<|im_end|>".into());
@@ -504,7 +557,7 @@ pub fn write(
         Some(t) => md.extend(t.metadata.iter().cloned()),
         None => md.extend(tokenizer_metadata(&tokens, 256..specials, 257)),
     }
-    crate::model::weights::write_gguf(path, &md, &tensors)
+    md
 }
 
 /// The `qwen35` keys of a hybrid shape, as llama.cpp's converter writes them (its loader needs

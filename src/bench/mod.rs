@@ -1,7 +1,7 @@
 //! `treespec bench`: decode speed, speedup over `ar`, tokens per target pass (tau), acceptance by
 //! depth and the time split by stage, per prompt file and mode, measured side by side in one run.
 
-use crate::engine::{AnswerStats, Engine, Mode, StageTimes};
+use crate::engine::{AnswerStats, Engine, Mode, Outcome, Settings, StageTimes};
 use crate::error::Result;
 use crate::model::chat_template::{ChatMessage, ChatTemplate, Role};
 use crate::model::tokenizer::TextTokenizer;
@@ -165,23 +165,13 @@ pub fn run(
     mut progress: impl FnMut(&str),
 ) -> Result<BenchReport> {
     let base_settings = *engine.settings();
-    let mut variants = cfg.variants.clone();
-    if !variants.iter().any(|v| v.settings.mode == Mode::Ar) {
-        variants.insert(0, Variant::parse("ar", &base_settings)?);
-    }
-    // `ar` is the reference: first in the tables, and the output every other mode is compared to.
-    variants.sort_by_key(|v| v.settings.mode != Mode::Ar);
+    let variants = variants_of(cfg, &base_settings)?;
     let encode = |text: &str| -> Result<Vec<u32>> {
         let text = template.render(&[ChatMessage::new(Role::User, text.to_string())], true)?;
         tokenizer.encode(&text, true)
     };
     if let Some(first) = sets.iter().flat_map(|s| s.prompts.first()).next() {
-        let ids = encode(&first.text)?;
-        for v in &variants {
-            engine.set_settings(v.settings)?;
-            engine.reset();
-            engine.generate(&ids, WARM_UP_TOKENS, |_| true)?;
-        }
+        warm_up(engine, &variants, &encode(&first.text)?)?;
     }
     let mut out = vec![];
     let mut turn = 0;
@@ -193,36 +183,8 @@ pub fn run(
             for k in 0..variants.len() {
                 let mi = (k + turn) % variants.len();
                 let variant = &variants[mi];
-                engine.set_settings(variant.settings)?;
-                engine.reseed(cfg.seed);
-                engine.reset();
                 let acc = &mut accs[mi];
-                let mut trace = vec![];
-                let outcome = engine.generate(&ids, cfg.max_tokens, |ev| {
-                    if variant.settings.mode == Mode::Auto {
-                        trace.push(StepTrace {
-                            mode: ev.mode.name(),
-                            drafted: ev.tree.len().saturating_sub(1),
-                            tokens: ev.emitted.len(),
-                            micros: ev.times.total().as_micros() as u64,
-                            cold: ev.cold,
-                        });
-                    }
-                    acc.stages.add(&ev.times);
-                    let depth = ev.tree.max_depth();
-                    let k = ev.accepted_drafts();
-                    if acc.drafted.len() < depth {
-                        acc.drafted.resize(depth, 0);
-                        acc.reached.resize(depth, 0);
-                    }
-                    for d in 0..depth {
-                        acc.drafted[d] += 1;
-                        if k > d {
-                            acc.reached[d] += 1;
-                        }
-                    }
-                    true
-                })?;
+                let (outcome, trace) = timed_answer(engine, variant, &ids, cfg, acc)?;
                 let o = outcome.stats;
                 acc.stats.add(&o);
                 progress(&format!(
@@ -245,57 +207,141 @@ pub fn run(
                 });
             }
             turn += 1;
-            for (acc, output) in accs.iter_mut().zip(&outputs) {
-                match divergence(&outputs[0], output) {
-                    None => acc.matches_ar += 1,
-                    Some(position) if acc.first_divergence.is_none() => {
-                        acc.first_divergence = Some(Divergence {
-                            prompt: p.id.clone(),
-                            position,
-                        })
-                    }
-                    Some(_) => {}
-                }
-            }
+            note_divergences(&mut accs, &outputs, &p.id);
         }
-        let ar_tps = accs[0].stats.tokens_per_sec();
-        let results = variants
-            .iter()
-            .zip(accs)
-            .map(|(v, a)| {
-                let tps = a.stats.tokens_per_sec();
-                ModeResult {
-                    label: v.label.clone(),
-                    mode: v.settings.mode,
-                    tokens: a.stats.tokens,
-                    steps: a.stats.steps,
-                    seconds: a.stats.decode.as_secs_f64(),
-                    tokens_per_sec: tps,
-                    speedup: tps / ar_tps.max(1e-9),
-                    tau: a.stats.tau(),
-                    drafted_ahead: a.stats.ahead_share().unwrap_or(0.0),
-                    acceptance_by_depth: a
-                        .reached
-                        .iter()
-                        .zip(&a.drafted)
-                        .map(|(&r, &d)| r as f64 / d.max(1) as f64)
-                        .collect(),
-                    stages: a.stages,
-                    prompts: a.prompts,
-                    matches_ar: a.matches_ar,
-                    first_divergence: a.first_divergence,
-                }
-            })
-            .collect();
         out.push(SetResult {
             name: set.name.clone(),
             prompts: set.prompts.len(),
-            modes: results,
+            modes: mode_results(&variants, accs),
         });
     }
     engine.set_settings(base_settings)?;
-    let s = base_settings;
-    // What runs each model's passes (on a GPU: which products), so that a log says it.
+    Ok(BenchReport {
+        settings: settings_line(engine, &base_settings, cfg),
+        sets: out,
+    })
+}
+
+/// The configurations to run: `cfg`'s, with `ar` (at `base` settings) added where missing, and
+/// `ar` first: it is the reference, first in the tables, and the output every other mode is
+/// compared to.
+fn variants_of(cfg: &BenchConfig, base: &Settings) -> Result<Vec<Variant>> {
+    let mut variants = cfg.variants.clone();
+    if !variants.iter().any(|v| v.settings.mode == Mode::Ar) {
+        variants.insert(0, Variant::parse("ar", base)?);
+    }
+    // `ar` is the reference: first in the tables, and the output every other mode is compared to.
+    variants.sort_by_key(|v| v.settings.mode != Mode::Ar);
+    Ok(variants)
+}
+
+/// Each configuration's discarded warm-up answer ([`WARM_UP_TOKENS`] new tokens) to the prompt
+/// `ids`.
+fn warm_up(engine: &mut Engine, variants: &[Variant], ids: &[u32]) -> Result<()> {
+    for v in variants {
+        engine.set_settings(v.settings)?;
+        engine.reset();
+        engine.generate(ids, WARM_UP_TOKENS, |_| true)?;
+    }
+    Ok(())
+}
+
+/// One timed answer of `variant` to the prompt `ids` (up to `cfg.max_tokens` new tokens, the
+/// sampler seeded with `cfg.seed`), its steps' stage times and acceptance by depth added to
+/// `acc`; with, for `auto`, what each step ran and cost.
+fn timed_answer(
+    engine: &mut Engine,
+    variant: &Variant,
+    ids: &[u32],
+    cfg: &BenchConfig,
+    acc: &mut Acc,
+) -> Result<(Outcome, Vec<StepTrace>)> {
+    engine.set_settings(variant.settings)?;
+    engine.reseed(cfg.seed);
+    engine.reset();
+    let mut trace = vec![];
+    let outcome = engine.generate(ids, cfg.max_tokens, |ev| {
+        if variant.settings.mode == Mode::Auto {
+            trace.push(StepTrace {
+                mode: ev.mode.name(),
+                drafted: ev.tree.len().saturating_sub(1),
+                tokens: ev.emitted.len(),
+                micros: ev.times.total().as_micros() as u64,
+                cold: ev.cold,
+            });
+        }
+        acc.stages.add(&ev.times);
+        let depth = ev.tree.max_depth();
+        let k = ev.accepted_drafts();
+        if acc.drafted.len() < depth {
+            acc.drafted.resize(depth, 0);
+            acc.reached.resize(depth, 0);
+        }
+        for d in 0..depth {
+            acc.drafted[d] += 1;
+            if k > d {
+                acc.reached[d] += 1;
+            }
+        }
+        true
+    })?;
+    Ok((outcome, trace))
+}
+
+/// Count each configuration's answer to prompt `prompt` (`outputs`, in `accs`' order, `ar`'s
+/// first) as matching `ar`'s, or note where it first left it (the set's first such prompt).
+fn note_divergences(accs: &mut [Acc], outputs: &[Vec<u32>], prompt: &str) {
+    for (acc, output) in accs.iter_mut().zip(outputs) {
+        match divergence(&outputs[0], output) {
+            None => acc.matches_ar += 1,
+            Some(position) if acc.first_divergence.is_none() => {
+                acc.first_divergence = Some(Divergence {
+                    prompt: prompt.to_string(),
+                    position,
+                })
+            }
+            Some(_) => {}
+        }
+    }
+}
+
+/// Each configuration's totals over a prompt file (`accs`, in `variants`' order, `ar`'s first:
+/// the speedups are over it).
+fn mode_results(variants: &[Variant], accs: Vec<Acc>) -> Vec<ModeResult> {
+    let ar_tps = accs[0].stats.tokens_per_sec();
+    variants
+        .iter()
+        .zip(accs)
+        .map(|(v, a)| {
+            let tps = a.stats.tokens_per_sec();
+            ModeResult {
+                label: v.label.clone(),
+                mode: v.settings.mode,
+                tokens: a.stats.tokens,
+                steps: a.stats.steps,
+                seconds: a.stats.decode.as_secs_f64(),
+                tokens_per_sec: tps,
+                speedup: tps / ar_tps.max(1e-9),
+                tau: a.stats.tau(),
+                drafted_ahead: a.stats.ahead_share().unwrap_or(0.0),
+                acceptance_by_depth: a
+                    .reached
+                    .iter()
+                    .zip(&a.drafted)
+                    .map(|(&r, &d)| r as f64 / d.max(1) as f64)
+                    .collect(),
+                stages: a.stages,
+                prompts: a.prompts,
+                matches_ar: a.matches_ar,
+                first_divergence: a.first_divergence,
+            }
+        })
+        .collect()
+}
+
+/// The report's settings line: what runs each model's passes (on a GPU: which products, so
+/// that a log says it), the settings `s`, and what is timed.
+fn settings_line(engine: &Engine, s: &Settings, cfg: &BenchConfig) -> String {
     let drafter = engine
         .drafter()
         .map(|d| match d.decoder() {
@@ -307,22 +353,19 @@ pub fn run(
         Some(h) => format!("{drafter}; mtp drafts with {} ({})", h.name(), h.kind()),
         None => drafter,
     };
-    Ok(BenchReport {
-        settings: format!(
-            "target: {}; drafter {drafter}; budget {} depth {} gamma {} mtp k {} temperature {} top-p {} top-k {} max-tokens {}; \
-             timed: decode steps only (both models read the prompt before the clock starts)",
-            engine.target().runtime(),
-            s.budget,
-            s.depth,
-            s.gamma,
-            s.mtp_k,
-            s.sampling.temperature,
-            s.sampling.top_p,
-            s.sampling.top_k,
-            cfg.max_tokens
-        ),
-        sets: out,
-    })
+    format!(
+        "target: {}; drafter {drafter}; budget {} depth {} gamma {} mtp k {} temperature {} top-p {} top-k {} max-tokens {}; \
+         timed: decode steps only (both models read the prompt before the clock starts)",
+        engine.target().runtime(),
+        s.budget,
+        s.depth,
+        s.gamma,
+        s.mtp_k,
+        s.sampling.temperature,
+        s.sampling.top_p,
+        s.sampling.top_k,
+        cfg.max_tokens
+    )
 }
 
 impl BenchReport {

@@ -464,6 +464,35 @@ impl Decoder {
 
     /// Run the new block through the model, appending its K/V to the cache.
     pub fn forward(&mut self, batch: &Batch) -> Result<ForwardOutput> {
+        self.check_batch(batch)?;
+        let n = batch.tokens.len();
+        let prefix = self.len();
+        let parents = match self.cfg.linear.is_some() {
+            true => Some(block_parents(batch)?),
+            false => None,
+        };
+        let visible = VisibleKeys::new(batch.mask.as_ref(), batch.past.as_ref(), n, prefix);
+        let distinct = {
+            let mut rows = batch.logits_rows.clone();
+            rows.sort_unstable();
+            rows.windows(2).all(|w| w[0] != w[1])
+        };
+        if self.step_runs_gdn() && !distinct {
+            return Err(Error::InvalidArgument(
+                "a hybrid model's GPU pass takes each logits row once".into(),
+            ));
+        }
+        if let (Some(_), true) = (self.step.as_ref(), distinct) {
+            return self.step_forward(batch, parents.as_deref(), &visible);
+        }
+        self.candle_forward(batch, parents.as_deref(), &visible)
+    }
+
+    /// An error where `batch` does not fit the decoder: an empty block, positions that do not
+    /// match its tokens or lie past the context, a block that overflows the context, logits rows
+    /// or hidden layers that do not exist, a mask or past mask of another block, or a token
+    /// outside the vocabulary.
+    fn check_batch(&self, batch: &Batch) -> Result<()> {
         let n = batch.tokens.len();
         if n == 0 {
             return Err(Error::InvalidArgument("forward of an empty block".into()));
@@ -535,85 +564,99 @@ impl Decoder {
                 self.cfg.vocab_size
             )));
         }
+        Ok(())
+    }
 
-        let parents = match self.cfg.linear.is_some() {
-            true => Some(block_parents(batch)?),
-            false => None,
-        };
-        let visible = VisibleKeys::new(batch.mask.as_ref(), batch.past.as_ref(), n, prefix);
-        let distinct = {
-            let mut rows = batch.logits_rows.clone();
-            rows.sort_unstable();
-            rows.windows(2).all(|w| w[0] != w[1])
-        };
-        if self.step_runs_gdn() && !distinct {
-            return Err(Error::InvalidArgument(
-                "a hybrid model's GPU pass takes each logits row once".into(),
-            ));
-        }
-        if let (Some(step), true) = (self.step.as_mut(), distinct) {
-            if let Some(parents) = &parents {
-                crate::gpu::step::gdn_block_fits(parents)?;
-            }
-            let fold = match &parents {
-                Some(_) => {
-                    let seen = self.step_ledger.len();
-                    let mut fold = self.step_ledger.take_fold();
-                    if fold.whole && !fold.replayable {
-                        // A chain longer than the stash: the step folded it as it ran.
-                        fold = Fold {
-                            restart: fold.restart,
-                            chain: true,
-                            ..Fold::default()
-                        };
-                    }
-                    if !fold.foldable() {
-                        self.reset();
-                        return Err(Error::InvalidArgument(format!(
-                            "the Gated DeltaNet state was lost (a tree after {seen} rows with no \
-                             path kept): read the sequence again"
-                        )));
-                    }
-                    Some(fold)
-                }
-                None => None,
+    /// The fold of the GPU step's Gated DeltaNet states that the next block continues from (a
+    /// chain longer than the stash: folded as the step ran). Where it cannot be folded, the
+    /// sequence is reset and the error says to read it again.
+    fn step_fold(&mut self) -> Result<Fold> {
+        let seen = self.step_ledger.len();
+        let mut fold = self.step_ledger.take_fold();
+        if fold.whole && !fold.replayable {
+            // A chain longer than the stash: the step folded it as it ran.
+            fold = Fold {
+                restart: fold.restart,
+                chain: true,
+                ..Fold::default()
             };
-            let gdn = parents
-                .as_deref()
-                .zip(fold.as_ref())
-                .map(|(parents, fold)| GdnPass { parents, fold });
-            let out = step.forward(&StepInput {
-                tokens: &batch.tokens,
-                positions: &batch.positions,
-                prefix,
-                keys: &visible,
-                logits_rows: &batch.logits_rows,
-                hidden_layers: &batch.hidden_layers,
-                inputs: None,
-                gdn,
-            });
-            let (logits, hidden) = match out {
-                Ok(out) => out,
-                Err(e) => {
-                    // The fold may or may not have reached the recurrent states: start over.
-                    if parents.is_some() {
-                        self.reset();
-                    }
-                    return Err(e);
-                }
-            };
-            if let Some(parents) = &parents {
-                // A block longer than the stash is folded as it runs: not replayable (a keep or
-                // a cut inside it starts the sequence over, as on candle's path).
-                self.step_ledger
-                    .push(parents, n <= crate::gpu::step::GDN_STASH_ROWS);
-            }
-            for c in &mut self.caches {
-                c.advance(n)?;
-            }
-            return Ok(ForwardOutput { logits, hidden });
         }
+        if !fold.foldable() {
+            self.reset();
+            return Err(Error::InvalidArgument(format!(
+                "the Gated DeltaNet state was lost (a tree after {seen} rows with no \
+                 path kept): read the sequence again"
+            )));
+        }
+        Ok(fold)
+    }
 
+    /// [`Decoder::forward`] through the GPU step (which runs this model; each logits row asked
+    /// for once): the block's tree `parents` on a hybrid model, its keys `visible`. The block
+    /// joins the Gated DeltaNet ledger; on an error after the fold began, the sequence starts
+    /// over.
+    fn step_forward(
+        &mut self,
+        batch: &Batch,
+        parents: Option<&[Option<usize>]>,
+        visible: &VisibleKeys,
+    ) -> Result<ForwardOutput> {
+        let (n, prefix) = (batch.tokens.len(), self.len());
+        if let Some(parents) = parents {
+            crate::gpu::step::gdn_block_fits(parents)?;
+        }
+        let fold = match parents {
+            Some(_) => Some(self.step_fold()?),
+            None => None,
+        };
+        let gdn = parents
+            .zip(fold.as_ref())
+            .map(|(parents, fold)| GdnPass { parents, fold });
+        let input = StepInput {
+            tokens: &batch.tokens,
+            positions: &batch.positions,
+            prefix,
+            keys: visible,
+            logits_rows: &batch.logits_rows,
+            hidden_layers: &batch.hidden_layers,
+            inputs: None,
+            gdn,
+        };
+        let out = match self.step.as_mut() {
+            Some(step) => step.forward(&input),
+            None => Err(Error::InvalidArgument("no GPU step runs this model".into())),
+        };
+        let (logits, hidden) = match out {
+            Ok(out) => out,
+            Err(e) => {
+                // The fold may or may not have reached the recurrent states: start over.
+                if parents.is_some() {
+                    self.reset();
+                }
+                return Err(e);
+            }
+        };
+        if let Some(parents) = parents {
+            // A block longer than the stash is folded as it runs: not replayable (a keep or
+            // a cut inside it starts the sequence over, as on candle's path).
+            self.step_ledger
+                .push(parents, n <= crate::gpu::step::GDN_STASH_ROWS);
+        }
+        for c in &mut self.caches {
+            c.advance(n)?;
+        }
+        Ok(ForwardOutput { logits, hidden })
+    }
+
+    /// [`Decoder::forward`] through candle's ops, layer by layer: the block's tree `parents` on a
+    /// hybrid model, its keys `visible`.
+    fn candle_forward(
+        &mut self,
+        batch: &Batch,
+        parents: Option<&[Option<usize>]>,
+        visible: &VisibleKeys,
+    ) -> Result<ForwardOutput> {
+        let n = batch.tokens.len();
         // K/V rows written here, not by the step: its f16 shadows fall behind.
         if let Some(step) = self.step.as_mut() {
             step.mark_shadow_stale();
@@ -629,12 +672,12 @@ impl Decoder {
         )?;
         let cos = self.cos.index_select(&pos, 0)?;
         let sin = self.sin.index_select(&pos, 0)?;
-        let mask = Visibility::new(&visible, self.listed_attention, &self.cfg, &self.device)?;
+        let mask = Visibility::new(visible, self.listed_attention, &self.cfg, &self.device)?;
 
         let mut x = self.embed(&batch.tokens)?;
         let mut hidden = vec![None; batch.hidden_layers.len()];
         for li in 0..self.layers.len() {
-            x = self.layer_forward(li, &x, (&cos, &sin), &mask, parents.as_deref())?;
+            x = self.layer_forward(li, &x, (&cos, &sin), &mask, parents)?;
             for (slot, &want) in batch.hidden_layers.iter().enumerate() {
                 if want == li {
                     hidden[slot] = Some(x.clone());

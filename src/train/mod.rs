@@ -10,14 +10,16 @@
 //! The data are the target's own greedy answers to prompts ([`answers_batched`]), so that the head learns
 //! what the target says, with no dataset needed.
 
+mod data;
 pub mod head;
 pub mod loss;
 pub mod run;
+mod step;
 pub mod targets;
 
 use crate::error::{Error, Result};
 use crate::model::decoder::{rope_tables, Batch, Decoder};
-use candle_core::{DType, Tensor};
+use candle_core::Tensor;
 use candle_nn::{AdamW, Optimizer, ParamsAdamW};
 use head::TrainableHead;
 use targets::TargetCache;
@@ -283,206 +285,6 @@ impl Trainer {
     pub fn set_lr(&mut self, lr: f64) {
         self.opt.set_learning_rate(lr);
     }
-
-    /// One optimiser step on the sequences of `batch` side by side (each cut to `max_len`); with
-    /// `learn` false, only the loss and agreement (held-out evaluation). The head reads whole
-    /// sequences, but only the predictions of tokens after each one's `answer_from` count: a
-    /// draft is only ever asked for past the answer's first token, and the chat template's fixed
-    /// text, which every sequence repeats, would otherwise inflate the agreement and take the
-    /// head's capacity.
-    pub fn step(
-        &mut self,
-        target: &mut Decoder,
-        batch: &[Example<'_>],
-        learn: bool,
-    ) -> Result<StepReport> {
-        let k = self.opts.k;
-        let seqs: Vec<&[u32]> = batch
-            .iter()
-            .map(|e| &e.seq[..e.seq.len().min(self.opts.max_len)])
-            .collect();
-        if let Some(s) = seqs.iter().find(|s| s.len() < 3) {
-            return Err(Error::InvalidArgument(format!(
-                "a training sequence of {} tokens is too short",
-                s.len()
-            )));
-        }
-        let Some(t) = seqs.iter().map(|s| s.len()).max() else {
-            return Err(Error::InvalidArgument("an empty training batch".into()));
-        };
-        // Where a step's time goes, with TREESPEC_PROFILE=1 (`crate::profile`).
-        let device = target.device().clone();
-        let span = crate::profile::span("train: target's outputs (kept after the first)", &device);
-        let outs = seqs
-            .iter()
-            .map(|s| self.cache.get(target, s))
-            .collect::<Result<Vec<_>>>()?;
-        let h = target.config().hidden;
-        let padded = |x: &Tensor, to: usize| -> Result<Tensor> {
-            let n = x.dim(0)?;
-            Ok(if n == to {
-                x.clone()
-            } else {
-                Tensor::cat(&[x, &Tensor::zeros((to - n, h), DType::F32, &device)?], 0)?
-            })
-        };
-        let hidden = Tensor::stack(
-            &outs
-                .iter()
-                .map(|o| padded(&o.hidden, t))
-                .collect::<Result<Vec<_>>>()?,
-            0,
-        )?;
-        let embeds = Tensor::stack(
-            &seqs
-                .iter()
-                .map(|s| padded(&target.embed(s)?.to_dtype(DType::F32)?, t + k))
-                .collect::<Result<Vec<_>>>()?,
-            0,
-        )?
-        .detach();
-        drop(span);
-        let span = crate::profile::span("train: head's unrolled forward", &device);
-        let unrolled = self
-            .head
-            .forward(&hidden, &embeds, &self.cos, &self.sin, k)?;
-        drop(span);
-        let span = crate::profile::span("train: LM head, loss and its gradient", &device);
-        // Chain step j + 1's row p of a sequence of t_s positions predicts the token after
-        // position p + j + 1 (the target's distribution there), for rows p < t_s - j - 1 from
-        // the first past the answer's start: per step, each sequence's counted rows.
-        let counted: Vec<Vec<Counted>> = (0..k)
-            .map(|j| {
-                seqs.iter()
-                    .zip(batch)
-                    .enumerate()
-                    .filter_map(|(seq, (s, e))| {
-                        let end = s.len().checked_sub(j + 1)?;
-                        // None when the answer starts past the (cut) sequence: only prompt left.
-                        let first = (e.answer_from + 1).saturating_sub(j + 2);
-                        (first < end).then_some(Counted { seq, first, end })
-                    })
-                    .collect()
-            })
-            .collect();
-        let counts: Vec<usize> = counted
-            .iter()
-            .map(|c| c.iter().map(Counted::len).sum())
-            .collect();
-        let steps = counts.iter().filter(|&&n| n > 0).count().max(1);
-        let mut surrogate: Option<Tensor> = None;
-        let mut figures = vec![];
-        let mut hit_rows = vec![];
-        for (j, (spans, &n)) in counted.iter().zip(&counts).enumerate() {
-            if n == 0 {
-                continue;
-            }
-            let at: Vec<u32> = spans
-                .iter()
-                .flat_map(|c| (c.first..c.end).map(move |p| (c.seq * t + p) as u32))
-                .collect();
-            let at = Tensor::from_vec(at, n, &device)?;
-            let o = unrolled.outputs[j].index_select(&at, 0)?;
-            // Row p's target is the sequence's position p + j + 1.
-            let target_rows = |of: fn(&targets::SequenceTargets) -> &Tensor| -> Result<Tensor> {
-                let parts = spans
-                    .iter()
-                    .map(|c| of(&outs[c.seq]).narrow(0, c.first + j + 1, c.len()))
-                    .collect::<candle_core::Result<Vec<_>>>()?;
-                Ok(Tensor::cat(&parts, 0)?)
-            };
-            let scale = 1.0 / (n * steps) as f64;
-            let r = loss::soft_cross_entropy(
-                &o,
-                &self.lm_head,
-                &loss::RowTargets {
-                    ids: &target_rows(|o| &o.ids)?,
-                    weights: &target_rows(|o| &o.weights)?,
-                    best: &target_rows(|o| &o.best)?,
-                    vocab: self.vocab.as_ref().map(|(_, v)| v),
-                },
-                scale,
-            )?;
-            let part = (o * &r.grad)?.sum_all()?;
-            surrogate = Some(match surrogate {
-                Some(s) => (s + part)?,
-                None => part,
-            });
-            figures.push(((r.ce_sum * scale)?, r.agreed));
-            if !learn {
-                hit_rows.push((j, r.hits));
-            }
-        }
-        drop(span);
-        if learn {
-            if let Some(s) = &surrogate {
-                let _span = crate::profile::span("train: backward and AdamW", &device);
-                self.opt.backward_step(s)?;
-            }
-        }
-        // One wait for every figure.
-        let (ce, agreed): (Vec<Tensor>, Vec<Tensor>) = figures.into_iter().unzip();
-        let ce: f32 = if ce.is_empty() {
-            0.0
-        } else {
-            Tensor::stack(&ce, 0)?.sum_all()?.to_scalar::<f32>()?
-        };
-        let agreed = if agreed.is_empty() {
-            vec![]
-        } else {
-            Tensor::stack(&agreed, 0)?.to_vec1::<f32>()?
-        };
-        let mut agreed = agreed.into_iter();
-        let agreement = counts
-            .iter()
-            .map(|&n| {
-                if n == 0 {
-                    0.0
-                } else {
-                    agreed.next().unwrap_or(0.0) / n as f32
-                }
-            })
-            .collect();
-        // Evaluation: each answer walked as greedy chains would walk it.
-        let walk = if learn {
-            None
-        } else {
-            let mut hits: Vec<Vec<Vec<bool>>> =
-                seqs.iter().map(|s| vec![vec![false; s.len()]; k]).collect();
-            for (j, h) in hit_rows {
-                let mut h = h.to_vec1::<f32>()?.into_iter();
-                for c in &counted[j] {
-                    for (p, x) in (c.first..c.end).zip(h.by_ref()) {
-                        hits[c.seq][j][p] = x > 0.5;
-                    }
-                }
-            }
-            let mut total = Walk::default();
-            for ((h, s), e) in hits.iter_mut().zip(&seqs).zip(batch) {
-                // Step j's row p drafts token p + j + 2: rows while the sequence holds it and
-                // the target's token after it (a step's drafts leave room for that).
-                for (j, row) in h.iter_mut().enumerate() {
-                    row.truncate(s.len().saturating_sub(j + 3));
-                }
-                let w = self::walk(
-                    h,
-                    e.answer_from.saturating_sub(1),
-                    s.len().saturating_sub(2),
-                );
-                total.steps += w.steps;
-                total.emitted += w.emitted;
-            }
-            Some(total)
-        };
-        Ok(StepReport {
-            loss: ce,
-            agreement,
-            tokens: seqs.iter().map(|s| s.len()).sum(),
-            predicted: counts.iter().sum(),
-            counted: counts,
-            walk,
-        })
-    }
 }
 
 /// [`batches`] of `examples` (those `order` names) as [`Trainer::step`] reads them: each cut to
@@ -497,19 +299,6 @@ pub fn batches_of(
         |i| examples[i].seq.len().min(opts.max_len),
         opts.batch_tokens,
     )
-}
-
-/// The rows `first..end` of sequence `seq` that a chain step counts.
-struct Counted {
-    seq: usize,
-    first: usize,
-    end: usize,
-}
-
-impl Counted {
-    fn len(&self) -> usize {
-        self.end - self.first
-    }
 }
 
 /// Batches of the sequences `order` names (their lengths `len`) for steps that read up to

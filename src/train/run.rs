@@ -6,14 +6,14 @@
 //! drafts with it), `HEAD.safetensors.json` (the run's record: command, data, seed, step reached,
 //! held-out figures; read on resume) and `HEAD.safetensors.data.json` (the token ids trained on).
 
+use super::data::{data_lines, eval_sets, held_out_of, training_data, EvalSet};
+pub use super::data::{trained_answers, SELF_PROMPT_DOMAINS};
 use super::head::TrainableHead;
-use super::{answers_batched, batches_of, Example, TrainOptions, Trainer, Walk};
-use crate::bench::{bundled_prompts, load_prompts, PromptSet};
+use super::{batches_of, Example, TrainOptions, Trainer, Walk};
 use crate::error::{Error, Result};
-use crate::model::chat_template::{ChatMessage, Role};
 use crate::model::source::{self, ModelFiles};
 use crate::model::weights::{read_gguf_header, WeightStore};
-use crate::model::LoadOptions;
+use crate::model::{LoadOptions, LoadedModel};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
@@ -125,18 +125,6 @@ pub struct EvalFigures {
 /// Prompts of each evaluation set the head is measured on.
 pub const EVAL_PROMPTS: usize = 16;
 
-/// The target's answers to the evaluation sets' prompts, generated once (beside the head as
-/// `HEAD.safetensors.eval.json`).
-#[derive(Serialize, Deserialize)]
-struct EvalFile {
-    target: String,
-    answer_tokens: usize,
-    sets: Vec<EvalSet>,
-}
-
-/// An evaluation set's name, and its sequences with where their answers start.
-type EvalSet = (String, Vec<(Vec<u32>, usize)>);
-
 /// Loss and per-step agreement of the head over `seqs`, not learning: in batches as training
 /// reads them, each batch's figures weighted by the rows it counted.
 fn mean_figures(
@@ -183,123 +171,15 @@ pub fn simulated_tau(agreement: &[f32]) -> f32 {
         .sum::<f32>()
 }
 
-#[derive(Serialize, Deserialize)]
-struct DataFile {
-    target: String,
-    answer_tokens: usize,
-    /// Prompts asked for: from files (or bundled) plus self-written.
-    prompts: usize,
-    /// Self-written prompts asked for.
-    #[serde(default)]
-    self_prompts: usize,
-    /// The system prompts that steered them, where not the built-in domains.
-    #[serde(default)]
-    self_prompt_systems: Vec<String>,
-    sequences: Vec<Vec<u32>>,
-    /// Per sequence, where its answer starts (its prompt's length).
-    #[serde(default)]
-    answer_from: Vec<usize>,
-    /// The self-written prompts' texts, in the order of their sequences (after the others).
-    #[serde(default)]
-    self_written: Vec<String>,
-}
-
-/// Most sequences held out for evaluation (a tenth of them, at least one).
-const HELD_OUT_MAX: usize = 32;
-
-/// How many of `n` sequences are held out (the last ones).
-fn held_out_of(n: usize) -> usize {
-    (n / 10).clamp(1, HELD_OUT_MAX)
-}
-
-/// A run's data file, read.
-fn read_data(path: &Path) -> Result<DataFile> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-    serde_json::from_str(&text).map_err(|e| {
-        Error::InvalidArgument(format!("{}: not a training data file: {e}", path.display()))
-    })
-}
-
-/// The answers trained on in a run's data file (`HEAD.safetensors.data.json`): each training
-/// sequence (the held-out ones left out, as the run leaves them) from its answer's start. What a
-/// draft vocabulary is chosen from ([`crate::model::draft_vocab::most_frequent`]).
-pub fn trained_answers(path: &Path) -> Result<Vec<Vec<u32>>> {
-    let d = read_data(path)?;
-    let n = d.sequences.len();
-    let trained = n.saturating_sub(held_out_of(n));
-    Ok(d.sequences
-        .iter()
-        .zip(d.answer_from.into_iter().chain(std::iter::repeat(0)))
-        .take(trained)
-        .map(|(seq, answer_from)| Example { seq, answer_from }.answer().to_vec())
-        .collect())
-}
-
-/// Longest self-written prompt, in tokens.
-const SELF_PROMPT_TOKENS: usize = 96;
-
-/// System prompts that steer the target's self-written prompts to the domains a user asks about
-/// (as Magpie steers its queries): code, math, open chat and writing, knowledge and reasoning.
-/// They only open the turn the prompt is written in; the answers are written to the prompt alone,
-/// under the template's own system prompt, as a user would ask it.
-pub const SELF_PROMPT_DOMAINS: [&str; 4] = [
-    "You are a programming assistant. Users ask you to write, explain, fix or complete code.",
-    "You are a math tutor. Users ask you to solve math word problems and exercises step by step.",
-    "You are a helpful assistant. Users ask you for advice, ideas, stories, letters, summaries \
-     and everyday help.",
-    "You are a knowledgeable assistant. Users ask you questions about science, history, \
-     geography and logic puzzles.",
-];
-
-/// A user message text no template changes, to find where the user turn opens.
-const USER_MARKER: &str = "\u{1}treespec-user-turn\u{1}";
-
-/// A user message as the target reads it: the chat template around it, as token ids.
-fn user_turn(t: &crate::model::LoadedModel, text: String) -> Result<Vec<u32>> {
-    let text = t
-        .template
-        .render(&[ChatMessage::new(Role::User, text)], true)?;
-    t.tokenizer.encode(&text, true)
-}
-
-/// The target's greedy answers to `prompts` (templated token ids; empty ones left out), up to
-/// `answer_tokens` new tokens each ([`answers_batched`]), each with where its answer starts.
-fn answered(
-    t: &mut crate::model::LoadedModel,
-    prompts: &[Vec<u32>],
-    answer_tokens: usize,
-    progress: impl FnMut(usize),
-) -> Result<Vec<(Vec<u32>, usize)>> {
-    let stops = t.tokenizer.stop_ids().clone();
-    let seqs = answers_batched(&mut t.decoder, prompts, answer_tokens, &stops, progress)?;
-    // (answers_batched leaves empty prompts out.)
-    let starts = prompts.iter().filter(|p| !p.is_empty()).map(Vec::len);
-    Ok(seqs.into_iter().zip(starts).collect())
-}
-
-/// The token ids of the chat template up to the content of an opened user turn, after the
-/// system prompt `system`.
-fn open_user_turn(t: &crate::model::LoadedModel, system: &str) -> Result<Vec<u32>> {
-    let text = t.template.render(
-        &[
-            ChatMessage::new(Role::System, system.to_string()),
-            ChatMessage::new(Role::User, USER_MARKER.to_string()),
-        ],
-        true,
-    )?;
-    let cut = text.find(USER_MARKER).ok_or_else(|| {
-        Error::InvalidArgument("the chat template does not show the user's message".into())
-    })?;
-    t.tokenizer.encode(&text[..cut], true)
-}
-
-fn beside(out: &Path, suffix: &str) -> PathBuf {
+/// `out` with `suffix` after its name: where a file of the run goes beside the head.
+pub(super) fn beside(out: &Path, suffix: &str) -> PathBuf {
     let mut s = out.as_os_str().to_owned();
     s.push(suffix);
     PathBuf::from(s)
 }
 
-fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
+/// Write `value` to `path` as JSON, through a temporary file beside it.
+pub(super) fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
     let text = serde_json::to_string(value)
         .map_err(|e| Error::InvalidArgument(format!("{}: {e}", path.display())))?;
     let tmp = beside(path, ".tmp");
@@ -307,7 +187,8 @@ fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
     std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
 }
 
-fn bar(len: u64, template: &str) -> indicatif::ProgressBar {
+/// A progress bar of `len` steps drawn with `template`, ticking twice a second.
+pub(super) fn bar(len: u64, template: &str) -> indicatif::ProgressBar {
     let b = indicatif::ProgressBar::new(len).with_style(
         indicatif::ProgressStyle::with_template(template)
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
@@ -328,7 +209,12 @@ fn say(b: &indicatif::ProgressBar, line: String) {
 }
 
 /// `what: done/all after N s`, for a log (see [`say`]).
-fn logged(b: &indicatif::ProgressBar, what: &str, done: usize, started: std::time::Instant) {
+pub(super) fn logged(
+    b: &indicatif::ProgressBar,
+    what: &str,
+    done: usize,
+    started: std::time::Instant,
+) {
     b.set_position(done as u64);
     if b.is_hidden() {
         let all = b.length().unwrap_or(0);
@@ -338,61 +224,6 @@ fn logged(b: &indicatif::ProgressBar, what: &str, done: usize, started: std::tim
         );
     }
 }
-
-/// The evaluation sets' sequences (`cfg.eval`): the target's answers to the first
-/// [`EVAL_PROMPTS`] prompts of each, read from `HEAD.safetensors.eval.json` when it holds them,
-/// else generated and written there.
-fn eval_sets(cfg: &RunConfig, t: &mut crate::model::LoadedModel) -> Result<Vec<EvalSet>> {
-    let sets: Vec<PromptSet> = match &cfg.eval {
-        None => return Ok(vec![]),
-        Some(files) if files.is_empty() => bundled_prompts(Some(EVAL_PROMPTS))?,
-        Some(files) => files
-            .iter()
-            .map(|p| load_prompts(p, Some(EVAL_PROMPTS)))
-            .collect::<Result<_>>()?,
-    };
-    let path = beside(&cfg.out, ".eval.json");
-    let names: Vec<(&str, usize)> = sets
-        .iter()
-        .map(|s| (s.name.as_str(), s.prompts.len()))
-        .collect();
-    let cached = std::fs::read_to_string(&path)
-        .ok()
-        .and_then(|s| serde_json::from_str::<EvalFile>(&s).ok())
-        .filter(|e| {
-            let had: Vec<(&str, usize)> =
-                e.sets.iter().map(|(n, s)| (n.as_str(), s.len())).collect();
-            e.target == t.name && e.answer_tokens == cfg.answer_tokens && had == names
-        });
-    if let Some(e) = cached {
-        return Ok(e.sets);
-    }
-    // Prompts that leave no room for an answer in the context are left out.
-    let room = t.decoder.context().saturating_sub(2);
-    let mut out = vec![];
-    for set in &sets {
-        let prompts: Vec<Vec<u32>> = set
-            .prompts
-            .iter()
-            .map(|p| user_turn(t, p.text.clone()))
-            .filter(|p| p.as_ref().map_or(true, |p| p.len() < room))
-            .collect::<Result<_>>()?;
-        out.push((
-            set.name.clone(),
-            answered(t, &prompts, cfg.answer_tokens, |_| {})?,
-        ));
-    }
-    write_json(
-        &path,
-        &EvalFile {
-            target: t.name.clone(),
-            answer_tokens: cfg.answer_tokens,
-            sets: out.clone(),
-        },
-    )?;
-    Ok(out)
-}
-
 /// Run (or resume) training; returns the final record.
 pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     if cfg.self_prompts == 0 && !cfg.self_prompt_systems.is_empty() {
@@ -403,184 +234,10 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
         ));
     }
     let mut t = crate::load::load_model(&cfg.target, &cfg.load)?;
-    let data_path = beside(&cfg.out, ".data.json");
-    // Earlier runs' answers, checked before anything is generated.
-    let mut extra = vec![];
-    for path in &cfg.extra_data {
-        let real = std::fs::canonicalize(path).ok();
-        if real.is_some() && real == std::fs::canonicalize(&data_path).ok() {
-            return Err(Error::InvalidArgument(format!(
-                "{}: this run's own data file, not an earlier run's",
-                path.display()
-            )));
-        }
-        let d = read_data(path)?;
-        if d.target != t.name {
-            return Err(Error::InvalidArgument(format!(
-                "{}: answers of {}, not of the target {}",
-                path.display(),
-                d.target,
-                t.name
-            )));
-        }
-        let starts_fit = d.answer_from.len() == d.sequences.len()
-            && d.sequences
-                .iter()
-                .zip(&d.answer_from)
-                .all(|(s, &a)| a <= s.len());
-        if !starts_fit {
-            return Err(Error::InvalidArgument(format!(
-                "{}: its answers' starts are missing or out of range; generate it again",
-                path.display()
-            )));
-        }
-        extra.push((path, d));
-    }
-    // The bundled sets only when no prompts are named and none are to be self-written.
-    let bundled = cfg.data.is_empty() && cfg.self_prompts == 0;
-    let sets: Vec<PromptSet> = if bundled {
-        bundled_prompts(None)?
-    } else {
-        cfg.data
-            .iter()
-            .map(|p| load_prompts(p, None))
-            .collect::<Result<_>>()?
-    };
-    // A user message as the target reads it: the chat template around it, as token ids.
-    let mut prompts = vec![];
-    for p in sets.iter().flat_map(|s| &s.prompts) {
-        prompts.push(user_turn(&t, p.text.clone())?);
-    }
-    let asked = prompts.len() + cfg.self_prompts;
-    if asked < 2 {
-        return Err(Error::InvalidArgument(
-            "training needs at least two prompts (one is held out)".into(),
-        ));
-    }
-
-    // The target's answers, generated once.
-    let cached: Option<DataFile> = std::fs::read_to_string(&data_path)
-        .ok()
-        .and_then(|s| serde_json::from_str(&s).ok())
-        .filter(|d: &DataFile| {
-            d.target == t.name
-                && d.answer_tokens == cfg.answer_tokens
-                && d.prompts == asked
-                && d.self_prompts == cfg.self_prompts
-                && d.self_prompt_systems == cfg.self_prompt_systems
-                && d.answer_from.len() == d.sequences.len()
-        });
-    let (sequences, answer_from) = match cached {
-        Some(d) => (d.sequences, d.answer_from),
-        None => {
-            let stops = t.tokenizer.stop_ids().clone();
-            let mut self_written = vec![];
-            if cfg.self_prompts > 0 {
-                let b = bar(
-                    cfg.self_prompts as u64,
-                    "self-written prompts [{bar:30}] {pos}/{len} eta {eta}",
-                );
-                let started = std::time::Instant::now();
-                let systems: Vec<&str> = if cfg.self_prompt_systems.is_empty() {
-                    SELF_PROMPT_DOMAINS.to_vec()
-                } else {
-                    cfg.self_prompt_systems.iter().map(String::as_str).collect()
-                };
-                let domains = systems.len();
-                let mut by_domain = vec![];
-                let mut done = 0;
-                for (i, system) in systems.iter().enumerate() {
-                    let count =
-                        cfg.self_prompts / domains + usize::from(i < cfg.self_prompts % domains);
-                    let prefix = open_user_turn(&t, system)?;
-                    by_domain.push(crate::train::self_prompts(
-                        &mut t.decoder,
-                        &prefix,
-                        count,
-                        SELF_PROMPT_TOKENS,
-                        &stops,
-                        cfg.seed + i as u64,
-                        |n| logged(&b, "self-written prompts", done + n, started),
-                    )?);
-                    done += count;
-                }
-                b.finish_and_clear();
-                // Domains interleaved, so that the held-out sequences (the last) span them all.
-                let longest = by_domain.iter().map(Vec::len).max().unwrap_or(0);
-                for j in 0..longest {
-                    for content in by_domain.iter().filter_map(|d| d.get(j)) {
-                        let text = t.tokenizer.decode(content)?;
-                        prompts.push(user_turn(&t, text.clone())?);
-                        self_written.push(text);
-                    }
-                }
-            }
-            let b = bar(
-                prompts.len() as u64,
-                "target's answers [{bar:30}] {pos}/{len} eta {eta}",
-            );
-            let started = std::time::Instant::now();
-            let (seqs, answer_from): (Vec<Vec<u32>>, Vec<usize>) =
-                answered(&mut t, &prompts, cfg.answer_tokens, |i| {
-                    logged(&b, "target's answers", i, started)
-                })?
-                .into_iter()
-                .unzip();
-            b.finish_and_clear();
-            write_json(
-                &data_path,
-                &DataFile {
-                    target: t.name.clone(),
-                    answer_tokens: cfg.answer_tokens,
-                    prompts: asked,
-                    self_prompts: cfg.self_prompts,
-                    self_prompt_systems: cfg.self_prompt_systems.clone(),
-                    sequences: seqs.clone(),
-                    answer_from: answer_from.clone(),
-                    self_written,
-                },
-            )?;
-            (seqs, answer_from)
-        }
-    };
-    // Earlier runs' answers, ahead of this run's (whose last sequences are held out), less any
-    // whose prompt is a held-out one (an earlier run over the same prompts would otherwise
-    // train on them).
-    let own = sequences.len();
-    let (sequences_before, earlier) = {
-        let held_prompts: std::collections::HashSet<&[u32]> = sequences
-            .iter()
-            .zip(&answer_from)
-            .skip(own.saturating_sub(held_out_of(own)))
-            .map(|(s, &a)| &s[..a.min(s.len())])
-            .collect();
-        let mut before: Vec<(Vec<u32>, usize)> = vec![];
-        let mut earlier = vec![];
-        for (path, d) in extra {
-            let kept: Vec<(Vec<u32>, usize)> = d
-                .sequences
-                .into_iter()
-                .zip(d.answer_from)
-                .filter(|(s, a)| !held_prompts.contains(&s[..*a]))
-                .collect();
-            earlier.push((path, kept.len()));
-            before.extend(kept);
-        }
-        (before, earlier)
-    };
-    let (sequences, answer_from): (Vec<Vec<u32>>, Vec<usize>) = sequences_before
-        .into_iter()
-        .chain(sequences.into_iter().zip(answer_from))
-        .unzip();
-    let sequences: Vec<Example<'_>> = sequences
-        .iter()
-        .zip(answer_from)
-        .map(|(s, a)| Example {
-            seq: s.as_slice(),
-            answer_from: a,
-        })
-        .collect();
+    let data = training_data(cfg, &mut t)?;
+    let sequences = data.examples();
     let eval_data = eval_sets(cfg, &mut t)?;
+    let own = data.own;
     if own < 2 {
         return Err(Error::InvalidArgument(format!(
             "training needs at least two answered prompts (one is held out); the data hold {own}"
@@ -589,6 +246,34 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     let held = held_out_of(own);
     let (train, held_out) = sequences.split_at(sequences.len() - held);
 
+    // What the run trains on, as its record says it.
+    let data_lines = data_lines(cfg, &data.earlier);
+    let record_path = beside(&cfg.out, ".json");
+    let (head, step, resumed_vocab) = start_head(cfg, &t, &data_lines, &record_path)?;
+    let (trainer, vocab_len) = trainer_for(cfg, &t, head, train, resumed_vocab)?;
+    let epochs = Epochs::at_step(cfg, train, step);
+    let recorder = Recorder {
+        cfg,
+        held_out,
+        eval: eval_examples(&eval_data),
+        data_lines,
+        draft_vocab: vocab_len,
+        sequences: sequences.len(),
+        record_path,
+    };
+    train_steps(&mut t, trainer, epochs, &recorder, step)
+}
+
+/// The head a run starts from, the step it starts at, and the draft vocabulary's size a resumed
+/// head was trained with (where its record names one). The head is the target's last layer as
+/// its block; where `cfg.out` holds a checkpoint with its record (`record_path`), that checkpoint
+/// (an error unless its record's data are `data_lines`); at step 0 with `--init`, that head.
+fn start_head(
+    cfg: &RunConfig,
+    t: &LoadedModel,
+    data_lines: &[String],
+    record_path: &Path,
+) -> Result<(TrainableHead, usize, Option<usize>)> {
     // The head: the target's last layer as its block, or where a checkpoint exists, that.
     let device = t.decoder.device().clone();
     let store = RefCell::new(match &t.files {
@@ -599,32 +284,10 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     });
     let init = |name: &str| store.borrow_mut().get_dense(name).ok();
     let mut head = TrainableHead::new(t.decoder.config(), &device, cfg.seed, Some(&init))?;
-    // What the run trains on, as its record says it.
-    let data_lines: Vec<String> = {
-        let mut d: Vec<String> = if bundled {
-            vec!["bundled".into()]
-        } else {
-            cfg.data.iter().map(|p| p.display().to_string()).collect()
-        };
-        if cfg.self_prompts > 0 {
-            d.push(format!("self-written: {}", cfg.self_prompts));
-        }
-        for system in &cfg.self_prompt_systems {
-            d.push(format!("self-written under: {system}"));
-        }
-        for (path, n) in &earlier {
-            d.push(format!(
-                "earlier answers: {} ({n} sequences)",
-                path.display()
-            ));
-        }
-        d
-    };
-    let record_path = beside(&cfg.out, ".json");
     let mut step = 0;
     let mut resumed_vocab = None;
     if cfg.out.exists() {
-        if let Some(r) = std::fs::read_to_string(&record_path)
+        if let Some(r) = std::fs::read_to_string(record_path)
             .ok()
             .and_then(|s| serde_json::from_str::<RunRecord>(&s).ok())
         {
@@ -648,6 +311,20 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
             head.set_from(&tensors)?;
         }
     }
+    Ok((head, step, resumed_vocab))
+}
+
+/// The trainer of `head` over the target `t`, drafting among the tokens the target writes most
+/// often in the answers of `train` (`cfg.draft_vocab` of them; the same on resuming: the same
+/// data), stop tokens always; and the size of that vocabulary. An error where a resumed head
+/// was trained with another size (`resumed_vocab`).
+fn trainer_for(
+    cfg: &RunConfig,
+    t: &LoadedModel,
+    head: TrainableHead,
+    train: &[Example<'_>],
+    resumed_vocab: Option<usize>,
+) -> Result<(Trainer, usize)> {
     // The head's f32 products on tensor cores (TF32), as PyTorch trains by default; the
     // target's own passes do not go through cuBLAS.
     candle_core::cuda::set_gemm_reduced_precision_f32(true);
@@ -672,23 +349,71 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     if let Some(ids) = vocab {
         trainer = trainer.with_draft_vocab(&t.decoder, ids)?;
     }
-    // Epoch e visits the training sequences in an order of its own (seed + e), in batches.
-    let epoch = |e: usize| {
-        let mut order: Vec<usize> = (0..train.len()).collect();
-        order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(cfg.seed + e as u64));
-        batches_of(train, &order, &cfg.opts)
-    };
-    // Where a resumed run goes on: the epoch and batch of its step.
-    let (mut e, mut seen) = (0, 0);
-    let mut current = epoch(0);
-    while seen + current.len() <= step {
-        seen += current.len();
-        e += 1;
-        current = epoch(e);
-    }
-    let mut at = step - seen;
+    Ok((trainer, vocab_len))
+}
 
-    let eval_examples: Vec<(&String, Vec<Example<'_>>)> = eval_data
+/// The order a run visits its training sequences in, and where it is in it: epoch e visits them
+/// in an order of its own (seed + e), in batches.
+struct Epochs<'a> {
+    cfg: &'a RunConfig,
+    train: &'a [Example<'a>],
+    /// The current epoch.
+    e: usize,
+    /// Its batches.
+    current: Vec<Vec<usize>>,
+    /// The next batch's index in them.
+    at: usize,
+}
+
+impl<'a> Epochs<'a> {
+    /// Positioned where a run at optimiser step `step` goes on: the epoch and batch of its step.
+    fn at_step(cfg: &'a RunConfig, train: &'a [Example<'a>], step: usize) -> Self {
+        let mut epochs = Epochs {
+            cfg,
+            train,
+            e: 0,
+            current: vec![],
+            at: 0,
+        };
+        let mut seen = 0;
+        epochs.current = epochs.batches(0);
+        while seen + epochs.current.len() <= step {
+            seen += epochs.current.len();
+            epochs.e += 1;
+            epochs.current = epochs.batches(epochs.e);
+        }
+        epochs.at = step - seen;
+        epochs
+    }
+
+    /// The batches of epoch `e`.
+    fn batches(&self, e: usize) -> Vec<Vec<usize>> {
+        let mut order: Vec<usize> = (0..self.train.len()).collect();
+        order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(
+            self.cfg.seed + e as u64,
+        ));
+        batches_of(self.train, &order, &self.cfg.opts)
+    }
+
+    /// The next batch's sequences, the first of the next epoch after the last of this one.
+    fn next_batch(&mut self) -> Vec<Example<'a>> {
+        if self.at == self.current.len() {
+            self.e += 1;
+            self.current = self.batches(self.e);
+            self.at = 0;
+        }
+        let examples = self.current[self.at]
+            .iter()
+            .map(|&i| self.train[i])
+            .collect();
+        self.at += 1;
+        examples
+    }
+}
+
+/// The evaluation sets' sequences as examples, by set name.
+fn eval_examples(eval_data: &[EvalSet]) -> Vec<(&String, Vec<Example<'_>>)> {
+    eval_data
         .iter()
         .map(|(set, data)| {
             let seqs = data
@@ -700,11 +425,31 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
                 .collect();
             (set, seqs)
         })
-        .collect();
-    let record = |trainer: &mut Trainer, t: &mut crate::model::LoadedModel, step: usize| {
-        let (loss, agree, walked) = mean_figures(trainer, &mut t.decoder, held_out, &cfg.opts)?;
+        .collect()
+}
+
+/// What a checkpoint's record is made of: the sequences the head is measured on (held-out and
+/// evaluation sets), the run's settings and data, and where the record goes.
+struct Recorder<'a> {
+    cfg: &'a RunConfig,
+    held_out: &'a [Example<'a>],
+    eval: Vec<(&'a String, Vec<Example<'a>>)>,
+    data_lines: Vec<String>,
+    draft_vocab: usize,
+    sequences: usize,
+    record_path: PathBuf,
+}
+
+impl Recorder<'_> {
+    /// The head measured at optimiser step `step` (held-out loss, agreement and tau, and the
+    /// same on each evaluation set), saved as the checkpoint `cfg.out` with its record beside it;
+    /// returns the record.
+    fn record(&self, trainer: &mut Trainer, t: &mut LoadedModel, step: usize) -> Result<RunRecord> {
+        let cfg = self.cfg;
+        let (loss, agree, walked) =
+            mean_figures(trainer, &mut t.decoder, self.held_out, &cfg.opts)?;
         let mut eval = vec![];
-        for (set, seqs) in &eval_examples {
+        for (set, seqs) in &self.eval {
             let (_, agreement, w) = mean_figures(trainer, &mut t.decoder, seqs, &cfg.opts)?;
             eval.push(EvalFigures {
                 set: set.to_string(),
@@ -716,11 +461,11 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
         let rec = RunRecord {
             command: cfg.command.clone(),
             target: t.name.clone(),
-            data: data_lines.clone(),
+            data: self.data_lines.clone(),
             init: cfg.init.as_ref().map(|p| p.display().to_string()),
-            draft_vocab: vocab_len,
-            sequences: sequences.len(),
-            held_out: held_out.len(),
+            draft_vocab: self.draft_vocab,
+            sequences: self.sequences,
+            held_out: self.held_out.len(),
             k: cfg.opts.k,
             lr: cfg.opts.lr,
             lr_schedule: cfg.opts.schedule.name().into(),
@@ -735,10 +480,46 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
         let tmp = beside(&cfg.out, ".tmp.safetensors");
         trainer.save(&tmp)?;
         std::fs::rename(&tmp, &cfg.out).map_err(|e| Error::io(&cfg.out, e))?;
-        write_json(&record_path, &rec)?;
-        Ok::<_, Error>(rec)
-    };
+        write_json(&self.record_path, &rec)?;
+        Ok(rec)
+    }
+}
 
+/// A record's figures, as a line above the bar.
+fn report(b: &indicatif::ProgressBar, rec: &RunRecord) {
+    let eval: String = rec
+        .eval
+        .iter()
+        .map(|e| {
+            format!(
+                "; {} tau {:.2} walked, {:.2} simulated (step-1 agreement {:.2})",
+                e.set,
+                e.walked_tau,
+                e.simulated_tau,
+                e.agreement.first().copied().unwrap_or(0.0)
+            )
+        })
+        .collect();
+    say(
+        b,
+        format!(
+            "step {}: held-out loss {:.3}, agreement {:?}, tau {:.2} walked, {:.2} simulated{eval}",
+            rec.step, rec.held_out_loss, rec.held_out_agreement, rec.walked_tau, rec.simulated_tau
+        ),
+    )
+}
+
+/// The optimiser steps from `step` to the run's last, with a progress bar: a record of the head
+/// as initialised first where the run starts at step 0, then one every 200 steps and at the last
+/// ([`Recorder::record`]); returns the last record.
+fn train_steps(
+    t: &mut LoadedModel,
+    mut trainer: Trainer,
+    mut epochs: Epochs<'_>,
+    recorder: &Recorder<'_>,
+    mut step: usize,
+) -> Result<RunRecord> {
+    let cfg = recorder.cfg;
     let b = bar(
         cfg.steps as u64,
         "{msg} [{bar:30}] {pos}/{len} {per_sec} eta {eta}",
@@ -747,41 +528,13 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     let (mut loss_ema, mut agree_ema) = (None::<f32>, vec![0f32; cfg.opts.k]);
     let mut tokens = 0usize;
     let mut last = None;
-    let report = |b: &indicatif::ProgressBar, rec: &RunRecord| {
-        let eval: String = rec
-            .eval
-            .iter()
-            .map(|e| {
-                format!(
-                    "; {} tau {:.2} walked, {:.2} simulated (step-1 agreement {:.2})",
-                    e.set,
-                    e.walked_tau,
-                    e.simulated_tau,
-                    e.agreement.first().copied().unwrap_or(0.0)
-                )
-            })
-            .collect();
-        say(
-            b,
-            format!(
-                "step {}: held-out loss {:.3}, agreement {:?}, tau {:.2} walked, {:.2} simulated{eval}",
-                rec.step, rec.held_out_loss, rec.held_out_agreement, rec.walked_tau, rec.simulated_tau
-            ),
-        )
-    };
     if step == 0 {
         // Where the training curve starts: the head as initialised.
-        report(&b, &record(&mut trainer, &mut t, 0)?);
+        report(&b, &recorder.record(&mut trainer, t, 0)?);
     }
     let mut training = std::time::Duration::ZERO;
     while step < cfg.steps {
-        if at == current.len() {
-            e += 1;
-            current = epoch(e);
-            at = 0;
-        }
-        let examples: Vec<Example<'_>> = current[at].iter().map(|&i| train[i]).collect();
-        at += 1;
+        let examples = epochs.next_batch();
         let began = std::time::Instant::now();
         trainer.set_lr(cfg.opts.schedule.at(cfg.opts.lr, step, cfg.steps));
         let r = trainer.step(&mut t.decoder, &examples, true)?;
@@ -795,19 +548,20 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
         }
         let agree: Vec<String> = agree_ema.iter().map(|a| format!("{a:.2}")).collect();
         let (kept, bytes) = trainer.cache_usage();
+        let e = epochs.e;
         let message = format!(
             "loss {l:.3} agree {} {:.0} tok/s (epoch {e}, target outputs of {kept} sequences kept, {:.1} GiB)",
             agree.join("/"),
             tokens as f64 / training.as_secs_f64(),
             bytes as f64 / (1u64 << 30) as f64
         );
-        if b.is_hidden() && step % 50 == 0 {
+        if b.is_hidden() && step.is_multiple_of(50) {
             eprintln!("step {step}: {message}");
         }
         b.set_message(message);
         b.set_position(step as u64);
-        if step % 200 == 0 || step == cfg.steps {
-            let rec = record(&mut trainer, &mut t, step)?;
+        if step.is_multiple_of(200) || step == cfg.steps {
+            let rec = recorder.record(&mut trainer, t, step)?;
             report(&b, &rec);
             if crate::profile::enabled() {
                 say(&b, crate::profile::report());
@@ -818,6 +572,6 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     b.finish_and_clear();
     match last {
         Some(r) => Ok(r),
-        None => record(&mut trainer, &mut t, step),
+        None => recorder.record(&mut trainer, t, step),
     }
 }

@@ -30,19 +30,7 @@ pub(super) fn attention(
     let q = q.to_dtype(DType::F32)?.contiguous()?;
     let (nh, n, hd) = q.dims3()?;
     let nkv = k.dim(0)?;
-    // The cache views keep the cache's strides: [kv_heads, len, hd] with rows hd apart.
-    let dense = |t: &Tensor| -> Result<Tensor> {
-        let t = t.to_dtype(DType::F32)?;
-        // Rows are read as float4: 16-byte aligned, hd floats apart, unit stride inside.
-        let s = t.stride();
-        let aligned = t.layout().start_offset() % 4 == 0 && s[0] % 4 == 0;
-        Ok(if s[2] == 1 && s[1] == hd && aligned {
-            t
-        } else {
-            t.force_contiguous()?
-        })
-    };
-    let (k, v) = (dense(k)?, dense(v)?);
+    let (k, v) = (dense_rows(k, hd)?, dense_rows(v, hd)?);
     if k.stride() != v.stride() {
         return Err(Error::Device(
             "attention kernel: keys and values laid out differently".into(),
@@ -155,32 +143,71 @@ pub(super) fn attention(
             // [n, nh, chunks, hd + 2] with chunks covering the longest list.
             unsafe { b.launch(cfg) }.map_err(driver)?;
         }
-        let all_i = wide_name.is_some() as i32;
-        let combine_fn = func(dev, Module::Attention, "attention_combine_f32")?;
-        let mut b = stream.launch_builder(&combine_fn);
-        b.arg(&part)
-            .arg(&tv)
-            .arg(&mut out)
-            .arg(&n_i)
-            .arg(&nh_i)
-            .arg(&hd_i)
-            .arg(&width_i)
-            .arg(&slots_i)
-            .arg(&csz_i)
-            .arg(&NO_Q8)
-            .arg(&0i32)
-            .arg(&all_i)
-            .arg(&NO_Q8)
-            .arg(&32i32)
-            .arg(&NO_Q8)
-            .arg(&0i32);
-        let cfg = LaunchConfig {
-            grid_dim: (nh as u32, n as u32, 1),
-            block_dim: (hd as u32, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: as above; one block of hd threads per (head, row).
-        unsafe { b.launch(cfg) }.map_err(driver)?;
+        let all = wide_name.is_some();
+        combine(
+            dev,
+            (&part, &tv, &mut out),
+            (n, nh, hd),
+            (table.width, slots, csz_i, all),
+        )?;
     }
     Ok(crate::gpu::tensor_from_slice(dev, out, (n, nh * hd)))
+}
+
+/// A cache view `t` (`[kv_heads, len, hd]`) in f32 with rows the kernels can read as float4:
+/// 16-byte aligned, `hd` floats apart, unit stride inside (the view itself where it already is).
+fn dense_rows(t: &Tensor, hd: usize) -> Result<Tensor> {
+    let t = t.to_dtype(DType::F32)?;
+    let s = t.stride();
+    let aligned = t.layout().start_offset() % 4 == 0 && s[0] % 4 == 0;
+    Ok(if s[2] == 1 && s[1] == hd && aligned {
+        t
+    } else {
+        t.force_contiguous()?
+    })
+}
+
+/// The combine kernel over the partials `part` of `n` rows of `nh` heads of `hd` into `out`
+/// (`width` keys a table row, `slots` partials a (row, head), chunks of `csz` ranks; `all`:
+/// every slot, as the wide kernel leaves them).
+fn combine(
+    dev: &CudaDevice,
+    (part, tv, out): (
+        &cudarc::driver::CudaSlice<f32>,
+        &cudarc::driver::CudaView<'_, u32>,
+        &mut cudarc::driver::CudaSlice<f32>,
+    ),
+    (n, nh, hd): (usize, usize, usize),
+    (width, slots, csz_i, all): (usize, usize, i32, bool),
+) -> Result<()> {
+    let (n_i, nh_i, hd_i) = (n as i32, nh as i32, hd as i32);
+    let (width_i, slots_i, all_i) = (width as i32, slots as i32, all as i32);
+    let stream = dev.cuda_stream();
+    let combine_fn = func(dev, Module::Attention, "attention_combine_f32")?;
+    let mut b = stream.launch_builder(&combine_fn);
+    b.arg(part)
+        .arg(tv)
+        .arg(out)
+        .arg(&n_i)
+        .arg(&nh_i)
+        .arg(&hd_i)
+        .arg(&width_i)
+        .arg(&slots_i)
+        .arg(&csz_i)
+        .arg(&NO_Q8)
+        .arg(&0i32)
+        .arg(&all_i)
+        .arg(&NO_Q8)
+        .arg(&32i32)
+        .arg(&NO_Q8)
+        .arg(&0i32);
+    let cfg = LaunchConfig {
+        grid_dim: (nh as u32, n as u32, 1),
+        block_dim: (hd as u32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: arguments in the kernel's order and types; the partials and the table as the
+    // chunk or wide kernel left them; one block of hd threads per (head, row).
+    unsafe { b.launch(cfg) }.map_err(driver)?;
+    Ok(())
 }

@@ -1,6 +1,7 @@
 //! The step checked on a real model (`treespec selftest -m MODEL`).
 
 use super::*;
+use crate::model::decoder::{argmax_rows, Batch, Decoder};
 
 /// Check the step on a real model against the CPU decoder (treespec's reference kernels), against
 /// candle's GPU ops, and against itself: the logits of a prompt through each (the largest and the
@@ -9,11 +10,10 @@ use super::*;
 /// replays) over the same tokens. Returns one line per check, or an error naming the first
 /// failure.
 pub fn check_model(
-    decoder: &mut crate::model::decoder::Decoder,
-    cpu: &mut crate::model::decoder::Decoder,
+    decoder: &mut Decoder,
+    cpu: &mut Decoder,
     tokens: &[u32],
 ) -> Result<Vec<String>> {
-    use crate::model::decoder::{argmax_rows, Batch, Decoder};
     let n = tokens.len();
     if n < 24 {
         return Err(Error::InvalidArgument(
@@ -21,31 +21,59 @@ pub fn check_model(
         ));
     }
     let mut report = vec![];
-    let logits = |d: &mut Decoder, from: usize, toks: &[u32]| -> Result<Tensor> {
-        let l = d
-            .forward(&Batch::causal(toks, from).all_logits())?
-            .logits
-            .ok_or_else(|| Error::Device("no logits".into()))?;
-        Ok(l.to_device(&Device::Cpu)?)
-    };
-    // (largest difference, its row, median row difference, rows whose top token agrees)
-    let compare = |got: &Tensor, want: &Tensor| -> Result<(f32, usize, f32, usize)> {
-        let row_diff = (got - want)?
-            .abs()?
-            .max_keepdim(1)?
-            .flatten_all()?
-            .to_vec1::<f32>()?;
-        let diff = row_diff.iter().cloned().fold(0f32, f32::max);
-        let worst = row_diff.iter().position(|&d| d == diff).unwrap_or(0);
-        let mut sorted = row_diff.clone();
-        sorted.sort_by(f32::total_cmp);
-        let same = argmax_rows(got)?
-            .iter()
-            .zip(argmax_rows(want)?)
-            .filter(|(a, b)| **a == *b)
-            .count();
-        Ok((diff, worst, sorted[sorted.len() / 2], same))
-    };
+    if !check_prompt(decoder, cpu, tokens, &mut report)? {
+        return Ok(report);
+    }
+    report.push(check_compaction(decoder, cpu, tokens)?);
+    cpu.reset();
+    // Invariance: the last rows in one pass (one chunk of four rows with a tail; chunks plus a
+    // tail; five chunks), replayed from a graph and launched eagerly, against one-row steps.
+    for len in [3usize, 13, 20] {
+        report.push(check_invariance(decoder, tokens, len)?);
+    }
+    decoder.reset();
+    Ok(report)
+}
+
+/// The logits of every row of `toks` fed to `d` from position `from`, on the host.
+fn logits(d: &mut Decoder, from: usize, toks: &[u32]) -> Result<Tensor> {
+    let l = d
+        .forward(&Batch::causal(toks, from).all_logits())?
+        .logits
+        .ok_or_else(|| Error::Device("no logits".into()))?;
+    Ok(l.to_device(&Device::Cpu)?)
+}
+
+/// `got` against `want`: (largest difference, its row, median row difference, rows whose top
+/// token agrees).
+fn compare(got: &Tensor, want: &Tensor) -> Result<(f32, usize, f32, usize)> {
+    let row_diff = (got - want)?
+        .abs()?
+        .max_keepdim(1)?
+        .flatten_all()?
+        .to_vec1::<f32>()?;
+    let diff = row_diff.iter().cloned().fold(0f32, f32::max);
+    let worst = row_diff.iter().position(|&d| d == diff).unwrap_or(0);
+    let mut sorted = row_diff.clone();
+    sorted.sort_by(f32::total_cmp);
+    let same = argmax_rows(got)?
+        .iter()
+        .zip(argmax_rows(want)?)
+        .filter(|(a, b)| **a == *b)
+        .count();
+    Ok((diff, worst, sorted[sorted.len() / 2], same))
+}
+
+/// The prompt's logits through the step, candle's GPU ops and (where the step has them) the wide
+/// products, each against the CPU decoder: a line each into `report`. False where the step does
+/// not run this model (the rest of the check then has nothing to check).
+fn check_prompt(
+    decoder: &mut Decoder,
+    cpu: &mut Decoder,
+    tokens: &[u32],
+    report: &mut Vec<String>,
+) -> Result<bool> {
+    let n = tokens.len();
     cpu.reset();
     let want = logits(cpu, 0, tokens)?;
     cpu.reset();
@@ -56,7 +84,7 @@ pub fn check_model(
     decoder.set_gpu_step(true);
     if !decoder.runtime().starts_with("treespec GPU step") {
         report.push(format!("GPU step not run: {}", decoder.runtime()));
-        return Ok(report);
+        return Ok(false);
     }
     decoder.reset();
     let got = logits(decoder, 0, tokens)?;
@@ -90,57 +118,66 @@ pub fn check_model(
             )));
         }
     }
-    // Compaction in one launch (`kv_keep`): of a block of 8 rows after the prompt, rows 1, 4 and
-    // 6 kept. The caches then hold bit for bit the rows they held before, and a wide pass after
-    // them (which reads the f16 shadows, compacted in the same launch) agrees with the CPU
-    // decoder that kept the same rows.
-    // A hybrid model keeps a path of a tree (its recurrent state folds only a path from a
-    // root): the block is then a tree in which rows 1, 4 and 6 are one.
+    Ok(true)
+}
+
+/// The caches' rows of every layer of `d`, on the host (K and V of each layer in turn).
+fn host_rows(d: &Decoder) -> Result<Vec<Vec<f32>>> {
+    let mut out = vec![];
+    for (k, v) in d.kv_views()? {
+        for t in [k, v] {
+            out.push(
+                t.to_dtype(candle_core::DType::F32)?
+                    .flatten_all()?
+                    .to_vec1::<f32>()?,
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// The block of the last 8 prompt rows at `split` whose rows 1, 4 and 6 the compaction keeps: a
+/// causal block, or for a hybrid (whose recurrent state folds only a path from a root) a tree
+/// in which rows 1, 4 and 6 are one path.
+fn compaction_block(tokens: &[u32], split: usize, hybrid: bool) -> Result<Batch> {
+    let batch = Batch::causal(&tokens[split..], split).with_logits_rows(vec![]);
+    if !hybrid {
+        return Ok(batch);
+    }
+    let parents = [
+        None,
+        None,
+        Some(0),
+        Some(1),
+        Some(1),
+        Some(2),
+        Some(4),
+        Some(6),
+    ];
+    let mut depth = [0usize; 8];
+    for (i, p) in parents.iter().enumerate() {
+        depth[i] = p.map_or(0, |p| depth[p] + 1);
+    }
+    let positions = depth.iter().map(|d| split + d).collect();
+    Ok(batch
+        .with_mask(crate::model::decoder::BlockMask::from_parents(&parents)?)
+        .with_positions(positions))
+}
+
+/// Compaction in one launch (`kv_keep`): of a block of 8 rows after the prompt, rows 1, 4 and 6
+/// kept. The caches then hold bit for bit the rows they held before, and the rows after them (a
+/// hybrid's state folded from the kept path first; a wide pass, which reads the f16 shadows
+/// compacted in the same launch) agree with the CPU decoder that kept the same rows.
+fn check_compaction(decoder: &mut Decoder, cpu: &mut Decoder, tokens: &[u32]) -> Result<String> {
+    let n = tokens.len();
     let split = n - 8;
     let kept = [1usize, 4, 6];
     let hybrid = decoder.config().linear.is_some();
-    let block = || -> Result<Batch> {
-        let batch = Batch::causal(&tokens[split..], split).with_logits_rows(vec![]);
-        if !hybrid {
-            return Ok(batch);
-        }
-        let parents = [
-            None,
-            None,
-            Some(0),
-            Some(1),
-            Some(1),
-            Some(2),
-            Some(4),
-            Some(6),
-        ];
-        let mut depth = [0usize; 8];
-        for (i, p) in parents.iter().enumerate() {
-            depth[i] = p.map_or(0, |p| depth[p] + 1);
-        }
-        let positions = depth.iter().map(|d| split + d).collect();
-        Ok(batch
-            .with_mask(crate::model::decoder::BlockMask::from_parents(&parents)?)
-            .with_positions(positions))
-    };
-    let host_rows = |d: &Decoder| -> Result<Vec<Vec<f32>>> {
-        let mut out = vec![];
-        for (k, v) in d.kv_views()? {
-            for t in [k, v] {
-                out.push(
-                    t.to_dtype(candle_core::DType::F32)?
-                        .flatten_all()?
-                        .to_vec1::<f32>()?,
-                );
-            }
-        }
-        Ok(out)
-    };
     let mut moved = true;
     for d in [&mut *decoder, &mut *cpu] {
         d.reset();
         d.forward(&Batch::causal(&tokens[..split], 0).with_logits_rows(vec![]))?;
-        d.forward(&block()?)?;
+        d.forward(&compaction_block(tokens, split, hybrid)?)?;
         let before = host_rows(d)?;
         d.keep(split, &kept)?;
         let after = host_rows(d)?;
@@ -206,85 +243,86 @@ pub fn check_model(
             return Err(Error::Device(format!("after a compaction, {line}")));
         }
     }
-    report.push(line);
-    cpu.reset();
-    // Invariance: the last rows in one pass (one chunk of four rows with a tail; chunks plus a
-    // tail; five chunks), replayed from a graph and launched eagerly, against one-row steps; the
-    // pass also copies out two layers' hidden states (as a verify pass for a drafter that reads
-    // them does), which must come out of the graph as they do eagerly.
+    Ok(line)
+}
+
+/// A `len`-row pass over the last rows of `tokens`, replayed from a graph and launched eagerly,
+/// against one-row steps, bit for bit; the pass also copies out two layers' hidden states (as a
+/// verify pass for a drafter that reads them does), which must come out of the graph as they do
+/// eagerly.
+fn check_invariance(decoder: &mut Decoder, tokens: &[u32], len: usize) -> Result<String> {
+    let n = tokens.len();
     let same_bits = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
     let layers = vec![0, decoder.config().n_layers - 1];
-    for len in [3usize, 13, 20] {
-        let split = n - len;
-        let mut blocks = vec![];
-        let mut states = vec![];
-        for graphs in [true, false] {
-            decoder.set_cuda_graphs(graphs);
-            // With graphs, the second run of the shape replays one (the first runs eagerly).
-            let runs = if graphs { 2 } else { 1 };
-            let (mut block, mut state) = (vec![], vec![]);
-            for _ in 0..runs {
-                decoder.reset();
-                logits(decoder, 0, &tokens[..split])?;
-                let out = decoder.forward(
-                    &Batch::causal(&tokens[split..], split)
-                        .all_logits()
-                        .with_hidden_layers(layers.clone()),
-                )?;
-                block = out
-                    .logits
-                    .ok_or_else(|| Error::Device("no logits".into()))?
-                    .to_device(&Device::Cpu)?
-                    .to_vec2::<f32>()?;
-                state = out
-                    .hidden
-                    .iter()
-                    .map(|h| h.to_device(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>())
-                    .collect::<candle_core::Result<Vec<_>>>()?;
-            }
-            blocks.push(block);
-            states.push(state);
-        }
-        if states[0].len() != layers.len()
-            || !states[0]
+    let split = n - len;
+    let mut blocks = vec![];
+    let mut states = vec![];
+    for graphs in [true, false] {
+        decoder.set_cuda_graphs(graphs);
+        // With graphs, the second run of the shape replays one (the first runs eagerly).
+        let runs = if graphs { 2 } else { 1 };
+        let (mut block, mut state) = (vec![], vec![]);
+        for _ in 0..runs {
+            decoder.reset();
+            logits(decoder, 0, &tokens[..split])?;
+            let out = decoder.forward(
+                &Batch::causal(&tokens[split..], split)
+                    .all_logits()
+                    .with_hidden_layers(layers.clone()),
+            )?;
+            block = out
+                .logits
+                .ok_or_else(|| Error::Device("no logits".into()))?
+                .to_device(&Device::Cpu)?
+                .to_vec2::<f32>()?;
+            state = out
+                .hidden
                 .iter()
-                .zip(&states[1])
-                .all(|(a, b)| a.len() == b.len() && same_bits(a, b))
-        {
-            return Err(Error::Device(format!(
-                "the hidden states of a {len}-row pass replayed from a CUDA graph differ from the same pass launched eagerly"
-            )));
+                .map(|h| h.to_device(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>())
+                .collect::<candle_core::Result<Vec<_>>>()?;
         }
-        decoder.set_cuda_graphs(true);
-        let how = match (decoder.cuda_graphs_on(), decoder.hidden_graphs_on()) {
-            (true, true) => "graph replay = eager launches, logits and two layers' hidden states",
-            (true, false) => "graph replay = eager launches; passes with hidden states eager (their capture failed)",
-            _ => "CUDA graphs off",
-        };
-        if !blocks[0]
+        blocks.push(block);
+        states.push(state);
+    }
+    if states[0].len() != layers.len()
+        || !states[0]
             .iter()
-            .zip(&blocks[1])
-            .all(|(a, b)| same_bits(a, b))
-        {
-            return Err(Error::Device(format!(
-                "a {len}-row pass replayed from a CUDA graph differs from the same pass launched eagerly"
-            )));
+            .zip(&states[1])
+            .all(|(a, b)| a.len() == b.len() && same_bits(a, b))
+    {
+        return Err(Error::Device(format!(
+            "the hidden states of a {len}-row pass replayed from a CUDA graph differ from the same pass launched eagerly"
+        )));
+    }
+    decoder.set_cuda_graphs(true);
+    let how = match (decoder.cuda_graphs_on(), decoder.hidden_graphs_on()) {
+        (true, true) => "graph replay = eager launches, logits and two layers' hidden states",
+        (true, false) => {
+            "graph replay = eager launches; passes with hidden states eager (their capture failed)"
         }
-        decoder.reset();
-        logits(decoder, 0, &tokens[..split])?;
-        for (i, want_row) in blocks[0].iter().enumerate() {
-            let one =
-                logits(decoder, split + i, &tokens[split + i..split + i + 1])?.to_vec2::<f32>()?;
-            if !same_bits(&one[0], want_row) {
-                return Err(Error::Device(format!(
-                    "the GPU step is not batch-invariant: row {i} of a {len}-row pass differs from its one-row step"
-                )));
-            }
-        }
-        report.push(format!(
-            "{len}-row pass ({how}) = one-row steps, bit for bit"
-        ));
+        _ => "CUDA graphs off",
+    };
+    if !blocks[0]
+        .iter()
+        .zip(&blocks[1])
+        .all(|(a, b)| same_bits(a, b))
+    {
+        return Err(Error::Device(format!(
+            "a {len}-row pass replayed from a CUDA graph differs from the same pass launched eagerly"
+        )));
     }
     decoder.reset();
-    Ok(report)
+    logits(decoder, 0, &tokens[..split])?;
+    for (i, want_row) in blocks[0].iter().enumerate() {
+        let one =
+            logits(decoder, split + i, &tokens[split + i..split + i + 1])?.to_vec2::<f32>()?;
+        if !same_bits(&one[0], want_row) {
+            return Err(Error::Device(format!(
+                "the GPU step is not batch-invariant: row {i} of a {len}-row pass differs from its one-row step"
+            )));
+        }
+    }
+    Ok(format!(
+        "{len}-row pass ({how}) = one-row steps, bit for bit"
+    ))
 }

@@ -248,8 +248,14 @@ impl GpuStep {
             unsafe { bld.launch(self.on(), cfg) }.map_err(driver)?;
         }
         // The gated outputs to Q8_1 (or f16) for the out projection.
-        let width_o = (hv * vd) as i32;
-        let qb = qblocks(hv * vd) as i32;
+        self.gdn_quant(n, att, hv * vd, (q8, f16))
+    }
+
+    /// The `n` rows of `width` gated outputs at `att` quantised for the out projection: to
+    /// Q8_1 rows at `q8`, or f16 rows at `f16` where the product goes wide.
+    fn gdn_quant(&self, n: usize, att: u64, width: usize, (q8, f16): (u64, u64)) -> Result<()> {
+        let width_o = width as i32;
+        let qb = qblocks(width) as i32;
         let group = if q8 != 0 { self.act_group() } else { 32 };
         let mut bld = Launch::new(&self.f.quant_rows);
         bld.arg(&att)
@@ -266,7 +272,7 @@ impl GpuStep {
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: att holds n rows of hv * dv; q8 n rows of qb blocks; f16 (when set) n rows.
+        // SAFETY: att holds n rows of `width`; q8 n rows of qb blocks; f16 (when set) n rows.
         unsafe { bld.launch(self.on(), cfg) }.map_err(driver)?;
         Ok(())
     }

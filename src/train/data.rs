@@ -1,0 +1,482 @@
+//! The data a `treespec train-drafter` run trains on ([`super::run`]): the target's own answers
+//! to the run's prompts (named prompt files or the bundled sets, and prompts the target writes
+//! itself), generated once and kept beside the head (`HEAD.safetensors.data.json`); earlier runs'
+//! answers trained on ahead of them; and the target's answers to the evaluation sets' prompts
+//! (`HEAD.safetensors.eval.json`).
+
+use super::run::{bar, beside, logged, write_json, RunConfig, EVAL_PROMPTS};
+use super::{answers_batched, Example};
+use crate::bench::{bundled_prompts, load_prompts, PromptSet};
+use crate::error::{Error, Result};
+use crate::model::chat_template::{ChatMessage, Role};
+use crate::model::LoadedModel;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// A run's data file (`HEAD.safetensors.data.json`): the target's answers it trains on, and the
+/// settings they were generated with.
+#[derive(Serialize, Deserialize)]
+struct DataFile {
+    target: String,
+    answer_tokens: usize,
+    /// Prompts asked for: from files (or bundled) plus self-written.
+    prompts: usize,
+    /// Self-written prompts asked for.
+    #[serde(default)]
+    self_prompts: usize,
+    /// The system prompts that steered them, where not the built-in domains.
+    #[serde(default)]
+    self_prompt_systems: Vec<String>,
+    sequences: Vec<Vec<u32>>,
+    /// Per sequence, where its answer starts (its prompt's length).
+    #[serde(default)]
+    answer_from: Vec<usize>,
+    /// The self-written prompts' texts, in the order of their sequences (after the others).
+    #[serde(default)]
+    self_written: Vec<String>,
+}
+
+/// Most sequences held out for evaluation (a tenth of them, at least one).
+const HELD_OUT_MAX: usize = 32;
+
+/// How many of `n` sequences are held out (the last ones).
+pub(super) fn held_out_of(n: usize) -> usize {
+    (n / 10).clamp(1, HELD_OUT_MAX)
+}
+
+/// A run's data file, read.
+fn read_data(path: &Path) -> Result<DataFile> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    serde_json::from_str(&text).map_err(|e| {
+        Error::InvalidArgument(format!("{}: not a training data file: {e}", path.display()))
+    })
+}
+
+/// The answers trained on in a run's data file (`HEAD.safetensors.data.json`): each training
+/// sequence (the held-out ones left out, as the run leaves them) from its answer's start. What a
+/// draft vocabulary is chosen from ([`crate::model::draft_vocab::most_frequent`]).
+pub fn trained_answers(path: &Path) -> Result<Vec<Vec<u32>>> {
+    let d = read_data(path)?;
+    let n = d.sequences.len();
+    let trained = n.saturating_sub(held_out_of(n));
+    Ok(d.sequences
+        .iter()
+        .zip(d.answer_from.into_iter().chain(std::iter::repeat(0)))
+        .take(trained)
+        .map(|(seq, answer_from)| Example { seq, answer_from }.answer().to_vec())
+        .collect())
+}
+
+/// Longest self-written prompt, in tokens.
+const SELF_PROMPT_TOKENS: usize = 96;
+
+/// System prompts that steer the target's self-written prompts to the domains a user asks about
+/// (as Magpie steers its queries): code, math, open chat and writing, knowledge and reasoning.
+/// They only open the turn the prompt is written in; the answers are written to the prompt alone,
+/// under the template's own system prompt, as a user would ask it.
+pub const SELF_PROMPT_DOMAINS: [&str; 4] = [
+    "You are a programming assistant. Users ask you to write, explain, fix or complete code.",
+    "You are a math tutor. Users ask you to solve math word problems and exercises step by step.",
+    "You are a helpful assistant. Users ask you for advice, ideas, stories, letters, summaries \
+     and everyday help.",
+    "You are a knowledgeable assistant. Users ask you questions about science, history, \
+     geography and logic puzzles.",
+];
+
+/// A user message text no template changes, to find where the user turn opens.
+const USER_MARKER: &str = "\u{1}treespec-user-turn\u{1}";
+
+/// A user message as the target reads it: the chat template around it, as token ids.
+fn user_turn(t: &LoadedModel, text: String) -> Result<Vec<u32>> {
+    let text = t
+        .template
+        .render(&[ChatMessage::new(Role::User, text)], true)?;
+    t.tokenizer.encode(&text, true)
+}
+
+/// The target's greedy answers to `prompts` (templated token ids; empty ones left out), up to
+/// `answer_tokens` new tokens each ([`answers_batched`]), each with where its answer starts.
+fn answered(
+    t: &mut LoadedModel,
+    prompts: &[Vec<u32>],
+    answer_tokens: usize,
+    progress: impl FnMut(usize),
+) -> Result<Vec<(Vec<u32>, usize)>> {
+    let stops = t.tokenizer.stop_ids().clone();
+    let seqs = answers_batched(&mut t.decoder, prompts, answer_tokens, &stops, progress)?;
+    // (answers_batched leaves empty prompts out.)
+    let starts = prompts.iter().filter(|p| !p.is_empty()).map(Vec::len);
+    Ok(seqs.into_iter().zip(starts).collect())
+}
+
+/// The token ids of the chat template up to the content of an opened user turn, after the
+/// system prompt `system`.
+fn open_user_turn(t: &LoadedModel, system: &str) -> Result<Vec<u32>> {
+    let text = t.template.render(
+        &[
+            ChatMessage::new(Role::System, system.to_string()),
+            ChatMessage::new(Role::User, USER_MARKER.to_string()),
+        ],
+        true,
+    )?;
+    let cut = text.find(USER_MARKER).ok_or_else(|| {
+        Error::InvalidArgument("the chat template does not show the user's message".into())
+    })?;
+    t.tokenizer.encode(&text[..cut], true)
+}
+
+/// The target's answers to the evaluation sets' prompts, generated once (beside the head as
+/// `HEAD.safetensors.eval.json`).
+#[derive(Serialize, Deserialize)]
+struct EvalFile {
+    target: String,
+    answer_tokens: usize,
+    sets: Vec<EvalSet>,
+}
+
+/// An evaluation set's name, and its sequences with where their answers start.
+pub(super) type EvalSet = (String, Vec<(Vec<u32>, usize)>);
+
+/// The evaluation sets' sequences (`cfg.eval`): the target's answers to the first
+/// [`EVAL_PROMPTS`] prompts of each, read from `HEAD.safetensors.eval.json` when it holds them,
+/// else generated and written there.
+pub(super) fn eval_sets(cfg: &RunConfig, t: &mut LoadedModel) -> Result<Vec<EvalSet>> {
+    let sets: Vec<PromptSet> = match &cfg.eval {
+        None => return Ok(vec![]),
+        Some(files) if files.is_empty() => bundled_prompts(Some(EVAL_PROMPTS))?,
+        Some(files) => files
+            .iter()
+            .map(|p| load_prompts(p, Some(EVAL_PROMPTS)))
+            .collect::<Result<_>>()?,
+    };
+    let path = beside(&cfg.out, ".eval.json");
+    let names: Vec<(&str, usize)> = sets
+        .iter()
+        .map(|s| (s.name.as_str(), s.prompts.len()))
+        .collect();
+    let cached = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|s| serde_json::from_str::<EvalFile>(&s).ok())
+        .filter(|e| {
+            let had: Vec<(&str, usize)> =
+                e.sets.iter().map(|(n, s)| (n.as_str(), s.len())).collect();
+            e.target == t.name && e.answer_tokens == cfg.answer_tokens && had == names
+        });
+    if let Some(e) = cached {
+        return Ok(e.sets);
+    }
+    // Prompts that leave no room for an answer in the context are left out.
+    let room = t.decoder.context().saturating_sub(2);
+    let mut out = vec![];
+    for set in &sets {
+        let prompts: Vec<Vec<u32>> = set
+            .prompts
+            .iter()
+            .map(|p| user_turn(t, p.text.clone()))
+            .filter(|p| p.as_ref().map_or(true, |p| p.len() < room))
+            .collect::<Result<_>>()?;
+        out.push((
+            set.name.clone(),
+            answered(t, &prompts, cfg.answer_tokens, |_| {})?,
+        ));
+    }
+    write_json(
+        &path,
+        &EvalFile {
+            target: t.name.clone(),
+            answer_tokens: cfg.answer_tokens,
+            sets: out.clone(),
+        },
+    )?;
+    Ok(out)
+}
+
+/// The sequences a run trains on and holds out, with where their answers start: earlier runs'
+/// answers (`--extra-data`) first, then this run's own.
+pub(super) struct TrainingData<'a> {
+    /// Token ids of every sequence.
+    pub(super) sequences: Vec<Vec<u32>>,
+    /// Per sequence, where its answer starts.
+    pub(super) answer_from: Vec<usize>,
+    /// This run's own sequences (the last ones; the last [`held_out_of`] of them are held out).
+    pub(super) own: usize,
+    /// Earlier runs' data files, and the sequences kept of each.
+    pub(super) earlier: Vec<(&'a PathBuf, usize)>,
+}
+
+impl TrainingData<'_> {
+    /// The sequences as training examples.
+    pub(super) fn examples(&self) -> Vec<Example<'_>> {
+        self.sequences
+            .iter()
+            .zip(&self.answer_from)
+            .map(|(s, &a)| Example {
+                seq: s.as_slice(),
+                answer_from: a,
+            })
+            .collect()
+    }
+}
+
+/// The data of a run of `cfg` over the target `t`: earlier runs' answers (checked before
+/// anything is generated), the target's answers to this run's prompts (generated once), and the
+/// two put together ([`with_earlier`]).
+pub(super) fn training_data<'a>(
+    cfg: &'a RunConfig,
+    t: &mut LoadedModel,
+) -> Result<TrainingData<'a>> {
+    let data_path = beside(&cfg.out, ".data.json");
+    // Earlier runs' answers, checked before anything is generated.
+    let extra = earlier_data(cfg, &t.name, &data_path)?;
+    let prompts = templated_prompts(cfg, t)?;
+    // The target's answers, generated once.
+    let (sequences, answer_from) = own_answers(cfg, t, &data_path, prompts)?;
+    Ok(with_earlier(sequences, answer_from, extra))
+}
+
+/// The data files of earlier runs (`cfg.extra_data`), read and checked: not this run's own
+/// (`data_path`), answers of the target named `target`, every answer's start in its sequence.
+fn earlier_data<'a>(
+    cfg: &'a RunConfig,
+    target: &str,
+    data_path: &Path,
+) -> Result<Vec<(&'a PathBuf, DataFile)>> {
+    let mut extra = vec![];
+    for path in &cfg.extra_data {
+        let real = std::fs::canonicalize(path).ok();
+        if real.is_some() && real == std::fs::canonicalize(data_path).ok() {
+            return Err(Error::InvalidArgument(format!(
+                "{}: this run's own data file, not an earlier run's",
+                path.display()
+            )));
+        }
+        let d = read_data(path)?;
+        if d.target != target {
+            return Err(Error::InvalidArgument(format!(
+                "{}: answers of {}, not of the target {}",
+                path.display(),
+                d.target,
+                target
+            )));
+        }
+        let starts_fit = d.answer_from.len() == d.sequences.len()
+            && d.sequences
+                .iter()
+                .zip(&d.answer_from)
+                .all(|(s, &a)| a <= s.len());
+        if !starts_fit {
+            return Err(Error::InvalidArgument(format!(
+                "{}: its answers' starts are missing or out of range; generate it again",
+                path.display()
+            )));
+        }
+        extra.push((path, d));
+    }
+    Ok(extra)
+}
+
+/// Whether a run of `cfg` trains on the bundled sets: only when no prompts are named and none
+/// are to be self-written.
+fn bundled(cfg: &RunConfig) -> bool {
+    cfg.data.is_empty() && cfg.self_prompts == 0
+}
+
+/// The prompts of `cfg.data` (or the bundled sets, [`bundled`]) as the target `t` reads them:
+/// the chat template around each, as token ids. An error where they and the prompts to be
+/// self-written are fewer than two.
+fn templated_prompts(cfg: &RunConfig, t: &LoadedModel) -> Result<Vec<Vec<u32>>> {
+    let sets: Vec<PromptSet> = if bundled(cfg) {
+        bundled_prompts(None)?
+    } else {
+        cfg.data
+            .iter()
+            .map(|p| load_prompts(p, None))
+            .collect::<Result<_>>()?
+    };
+    // A user message as the target reads it: the chat template around it, as token ids.
+    let mut prompts = vec![];
+    for p in sets.iter().flat_map(|s| &s.prompts) {
+        prompts.push(user_turn(t, p.text.clone())?);
+    }
+    let asked = prompts.len() + cfg.self_prompts;
+    if asked < 2 {
+        return Err(Error::InvalidArgument(
+            "training needs at least two prompts (one is held out)".into(),
+        ));
+    }
+    Ok(prompts)
+}
+
+/// The target's answers to `prompts` and to the `cfg.self_prompts` prompts it writes itself
+/// ([`self_written_prompts`]), each with where its answer starts: read from `data_path` where it
+/// holds them for these settings, else generated and written there.
+fn own_answers(
+    cfg: &RunConfig,
+    t: &mut LoadedModel,
+    data_path: &Path,
+    mut prompts: Vec<Vec<u32>>,
+) -> Result<(Vec<Vec<u32>>, Vec<usize>)> {
+    let asked = prompts.len() + cfg.self_prompts;
+    let cached: Option<DataFile> = std::fs::read_to_string(data_path)
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .filter(|d: &DataFile| {
+            d.target == t.name
+                && d.answer_tokens == cfg.answer_tokens
+                && d.prompts == asked
+                && d.self_prompts == cfg.self_prompts
+                && d.self_prompt_systems == cfg.self_prompt_systems
+                && d.answer_from.len() == d.sequences.len()
+        });
+    if let Some(d) = cached {
+        return Ok((d.sequences, d.answer_from));
+    }
+    let mut self_written = vec![];
+    if cfg.self_prompts > 0 {
+        self_written = self_written_prompts(cfg, t, &mut prompts)?;
+    }
+    let b = bar(
+        prompts.len() as u64,
+        "target's answers [{bar:30}] {pos}/{len} eta {eta}",
+    );
+    let started = std::time::Instant::now();
+    let (seqs, answer_from): (Vec<Vec<u32>>, Vec<usize>) =
+        answered(t, &prompts, cfg.answer_tokens, |i| {
+            logged(&b, "target's answers", i, started)
+        })?
+        .into_iter()
+        .unzip();
+    b.finish_and_clear();
+    write_json(
+        data_path,
+        &DataFile {
+            target: t.name.clone(),
+            answer_tokens: cfg.answer_tokens,
+            prompts: asked,
+            self_prompts: cfg.self_prompts,
+            self_prompt_systems: cfg.self_prompt_systems.clone(),
+            sequences: seqs.clone(),
+            answer_from: answer_from.clone(),
+            self_written,
+        },
+    )?;
+    Ok((seqs, answer_from))
+}
+
+/// The `cfg.self_prompts` prompts the target `t` writes itself (Magpie-style), shared out evenly
+/// among the system prompts that steer them (`cfg.self_prompt_systems`, else
+/// [`SELF_PROMPT_DOMAINS`]), with a progress bar: each appended to `prompts` as the target reads
+/// it, the domains interleaved (so that the held-out sequences, the last, span them all), and
+/// their texts returned in that order.
+fn self_written_prompts(
+    cfg: &RunConfig,
+    t: &mut LoadedModel,
+    prompts: &mut Vec<Vec<u32>>,
+) -> Result<Vec<String>> {
+    let stops = t.tokenizer.stop_ids().clone();
+    let mut self_written = vec![];
+    let b = bar(
+        cfg.self_prompts as u64,
+        "self-written prompts [{bar:30}] {pos}/{len} eta {eta}",
+    );
+    let started = std::time::Instant::now();
+    let systems: Vec<&str> = if cfg.self_prompt_systems.is_empty() {
+        SELF_PROMPT_DOMAINS.to_vec()
+    } else {
+        cfg.self_prompt_systems.iter().map(String::as_str).collect()
+    };
+    let domains = systems.len();
+    let mut by_domain = vec![];
+    let mut done = 0;
+    for (i, system) in systems.iter().enumerate() {
+        let count = cfg.self_prompts / domains + usize::from(i < cfg.self_prompts % domains);
+        let prefix = open_user_turn(t, system)?;
+        by_domain.push(crate::train::self_prompts(
+            &mut t.decoder,
+            &prefix,
+            count,
+            SELF_PROMPT_TOKENS,
+            &stops,
+            cfg.seed + i as u64,
+            |n| logged(&b, "self-written prompts", done + n, started),
+        )?);
+        done += count;
+    }
+    b.finish_and_clear();
+    // Domains interleaved, so that the held-out sequences (the last) span them all.
+    let longest = by_domain.iter().map(Vec::len).max().unwrap_or(0);
+    for j in 0..longest {
+        for content in by_domain.iter().filter_map(|d| d.get(j)) {
+            let text = t.tokenizer.decode(content)?;
+            prompts.push(user_turn(t, text.clone())?);
+            self_written.push(text);
+        }
+    }
+    Ok(self_written)
+}
+
+/// Earlier runs' answers (`extra`), ahead of this run's `sequences` (whose last ones are held
+/// out), less any whose prompt is a held-out one (an earlier run over the same prompts would
+/// otherwise train on them).
+fn with_earlier<'a>(
+    sequences: Vec<Vec<u32>>,
+    answer_from: Vec<usize>,
+    extra: Vec<(&'a PathBuf, DataFile)>,
+) -> TrainingData<'a> {
+    let own = sequences.len();
+    let (sequences_before, earlier) = {
+        let held_prompts: std::collections::HashSet<&[u32]> = sequences
+            .iter()
+            .zip(&answer_from)
+            .skip(own.saturating_sub(held_out_of(own)))
+            .map(|(s, &a)| &s[..a.min(s.len())])
+            .collect();
+        let mut before: Vec<(Vec<u32>, usize)> = vec![];
+        let mut earlier = vec![];
+        for (path, d) in extra {
+            let kept: Vec<(Vec<u32>, usize)> = d
+                .sequences
+                .into_iter()
+                .zip(d.answer_from)
+                .filter(|(s, a)| !held_prompts.contains(&s[..*a]))
+                .collect();
+            earlier.push((path, kept.len()));
+            before.extend(kept);
+        }
+        (before, earlier)
+    };
+    let (sequences, answer_from): (Vec<Vec<u32>>, Vec<usize>) = sequences_before
+        .into_iter()
+        .chain(sequences.into_iter().zip(answer_from))
+        .unzip();
+    TrainingData {
+        sequences,
+        answer_from,
+        own,
+        earlier,
+    }
+}
+
+/// What a run trains on, as its record says it (a resumed run must train on the same): the
+/// prompt files or "bundled", the self-written prompts and what steered them, and the earlier
+/// runs' answers.
+pub(super) fn data_lines(cfg: &RunConfig, earlier: &[(&PathBuf, usize)]) -> Vec<String> {
+    let mut d: Vec<String> = if bundled(cfg) {
+        vec!["bundled".into()]
+    } else {
+        cfg.data.iter().map(|p| p.display().to_string()).collect()
+    };
+    if cfg.self_prompts > 0 {
+        d.push(format!("self-written: {}", cfg.self_prompts));
+    }
+    for system in &cfg.self_prompt_systems {
+        d.push(format!("self-written under: {system}"));
+    }
+    for (path, n) in earlier {
+        d.push(format!(
+            "earlier answers: {} ({n} sequences)",
+            path.display()
+        ));
+    }
+    d
+}
