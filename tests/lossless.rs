@@ -1,7 +1,8 @@
 //! Losslessness under sampling, checked where it can fail: the joint distribution of the first
 //! three tokens an engine emits, over many seeded draws, against the target's exact joint
 //! distribution, for every drafter kind and mode, at temperature 0.7 and 1, with and without
-//! top-k / top-p; and the same test failing for each of four subtly lossy rules.
+//! top-k / top-p; and the same test failing for each of five subtly lossy rules, one of them
+//! wrong only past the first position (a test of first tokens alone could not see it).
 //!
 //! The models are tiny (a vocabulary of 6 tokens, random weights), the drafters deliberately
 //! unlike the target, and the engine is asked for four tokens (the first three are tabulated), so
@@ -659,6 +660,8 @@ fn each_lossy_rule_fails_the_same_test() {
             sampler(1.0, 0, 0.6),
             Verification::LossyUnnormalisedTopP,
         ),
+        // Wrong only past the first position: the joint of the answer's tokens must see it.
+        (Mode::Linear, t1, Verification::LossyResidualFromPPastFirst),
     ];
     for (i, (mode, params, rule)) in controls.into_iter().enumerate() {
         let s = shaped(mode, 0, params, rule);

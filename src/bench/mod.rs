@@ -368,6 +368,24 @@ fn settings_line(engine: &Engine, s: &Settings, cfg: &BenchConfig) -> String {
     )
 }
 
+/// What a greedy run says of its outputs against `ar`'s, from the first configuration whose
+/// output differed (`(set, label, divergence)`, [`BenchReport::first_divergence`]): `Ok` with the
+/// line to print, or, where `required` (`--require-identical`, `--exact`) and one differed, `Err`
+/// with the message the run fails with.
+pub fn identical_verdict(
+    first: Option<(&str, &str, &Divergence)>,
+    required: bool,
+) -> std::result::Result<&'static str, String> {
+    match first {
+        Some((set, mode, d)) if required => Err(format!(
+            "{mode} output differs from ar on {set} prompt {} at token {}",
+            d.prompt, d.position
+        )),
+        Some(_) => Ok("greedy: some outputs differ from ar (column `= ar`)"),
+        None => Ok("greedy: every mode emitted exactly the ar tokens"),
+    }
+}
+
 impl BenchReport {
     /// The first configuration, over all sets, whose output differed from `ar`'s:
     /// `(set, label, divergence)`.
@@ -451,5 +469,44 @@ mod tests {
         assert_eq!(divergence(&[1, 2, 3], &[1, 2, 3, 4]), Some(3));
         assert_eq!(divergence(&[1, 2, 3], &[1, 2]), Some(2));
         assert_eq!(divergence(&[5], &[6, 7]), Some(0));
+    }
+
+    /// A mode that leaves `ar`'s tokens on one prompt fails a run that requires identical
+    /// outputs, naming the mode, the set, the prompt and the token; one that matches does not;
+    /// without the requirement the run only says so.
+    #[test]
+    fn a_differing_mode_fails_require_identical_and_a_matching_one_does_not() {
+        let mut accs: Vec<Acc> = (0..3).map(|_| Acc::default()).collect();
+        // Prompt p1: every mode matches; p2: the third leaves ar at token 2; p3: again at 0.
+        note_divergences(
+            &mut accs,
+            &[vec![1, 2, 3], vec![1, 2, 3], vec![1, 2, 3]],
+            "p1",
+        );
+        note_divergences(
+            &mut accs,
+            &[vec![4, 5, 6], vec![4, 5, 6], vec![4, 5, 7]],
+            "p2",
+        );
+        note_divergences(&mut accs, &[vec![8], vec![8], vec![9]], "p3");
+        let matches: Vec<usize> = accs.iter().map(|a| a.matches_ar).collect();
+        assert_eq!(matches, [3, 3, 1]);
+        assert_eq!(accs[1].first_divergence, None);
+        let d = accs[2]
+            .first_divergence
+            .clone()
+            .expect("the third mode diverged");
+        assert_eq!(
+            (d.prompt.as_str(), d.position),
+            ("p2", 2),
+            "the first divergence is kept"
+        );
+        let first = Some(("humaneval", "tree B16", &d));
+        assert_eq!(
+            identical_verdict(first, true),
+            Err("tree B16 output differs from ar on humaneval prompt p2 at token 2".into())
+        );
+        assert!(identical_verdict(first, false).is_ok_and(|l| l.contains("differ")));
+        assert!(identical_verdict(None, true).is_ok_and(|l| l.contains("exactly")));
     }
 }

@@ -237,14 +237,10 @@ pub(crate) fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     if settings.sampling.is_greedy() {
-        match report.first_divergence() {
-            Some((set, mode, d)) if a.runtime.exact || a.require_identical => anyhow::bail!(
-                "{mode} output differs from ar on {set} prompt {} at token {}",
-                d.prompt,
-                d.position
-            ),
-            Some(_) => eprintln!("greedy: some outputs differ from ar (column `= ar`)"),
-            None => eprintln!("greedy: every mode emitted exactly the ar tokens"),
+        let required = a.runtime.exact || a.require_identical;
+        match bench::identical_verdict(report.first_divergence(), required) {
+            Ok(line) => eprintln!("{line}"),
+            Err(message) => anyhow::bail!(message),
         }
     }
     Ok(())
