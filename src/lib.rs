@@ -19,6 +19,7 @@ pub mod paths;
 pub mod profile;
 pub mod quant;
 pub mod sampling;
+pub mod settings;
 pub mod synth;
 pub mod train;
 pub mod transcript;

@@ -1,12 +1,12 @@
 //! A causal-LM drafter: its own decoder and KV cache, kept a prefix of the committed sequence.
 
 use super::{Committed, DraftRequest, Drafter, Proposal};
-use crate::engine::Mode;
 use crate::error::{Error, Result};
 use crate::gpu::row_top_k;
 use crate::model::decoder::{Batch, Decoder};
 use crate::model::draft_vocab::{token_of, tokens_of};
 use crate::sampling::{distribution, draw, SamplingParams};
+use crate::settings::Mode;
 use crate::tree::{DepthTopK, DraftTree};
 use crate::verify::SampledDraft;
 use candle_core::Tensor;

@@ -22,11 +22,11 @@ pub use dflash::{DFlashConfig, DFlashDrafter};
 pub use expand::GrownTree;
 pub use mtp::MtpDrafter;
 
-use crate::engine::{Mode, Settings};
 use crate::error::{Error, Result};
 use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
 use crate::model::tokenizer::TextTokenizer;
+use crate::settings::{Mode, Settings};
 use crate::tree::{DepthTopK, DraftTree};
 use crate::verify::SampledDraft;
 use candle_core::Tensor;

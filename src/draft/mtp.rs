@@ -13,12 +13,12 @@
 use super::causal::{Among, Chain, ChainPick};
 use super::expand::grow;
 use super::{Committed, DraftRequest, Drafter, Proposal};
-use crate::engine::Mode;
 use crate::error::{Error, Result};
 use crate::gpu::step::ChainStart;
 use crate::model::config::ModelConfig;
 use crate::model::decoder::PastMask;
 use crate::model::mtp::MtpHead;
+use crate::settings::Mode;
 use crate::tree::DraftTree;
 use candle_core::Tensor;
 use rand::rngs::StdRng;

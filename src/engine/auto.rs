@@ -26,7 +26,7 @@
 //! the probe share (on a short answer they can be most of its steps). Every candidate is lossless,
 //! so the choice changes the speed, never the output.
 
-use super::settings::{Mode, Settings};
+use crate::settings::{Mode, Settings};
 
 /// Pulls of each arm before the estimates count (the first only warms it up; cold steps are run
 /// again, see [`Planner::observe`]).

@@ -1,8 +1,8 @@
 //! What the engine reports: one [`StepEvent`] per target pass, with its stage timings, and the
 //! [`Outcome`] of a whole answer.
 
-use super::settings::Mode;
 use super::stats::AnswerStats;
+use crate::settings::Mode;
 use crate::tree::DraftTree;
 use std::time::Duration;
 

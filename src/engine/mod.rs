@@ -11,15 +11,14 @@
 pub mod auto;
 mod events;
 mod logits;
-mod settings;
 mod stats;
 pub mod thread;
 
-pub use events::{Outcome, StageTimes, StepEvent, StopReason};
-pub use settings::{
+pub use crate::settings::{
     Mode, Settings, BUDGET_STEPS, DEFAULT_BUDGET, DEFAULT_DEPTH, DEFAULT_EXPAND, DEFAULT_GAMMA,
     DEFAULT_MIN_CHAIN_PROB, DEFAULT_MTP_K, MAX_BUDGET, MAX_DEPTH, MAX_EXPAND,
 };
+pub use events::{Outcome, StageTimes, StepEvent, StopReason};
 pub use stats::AnswerStats;
 
 use logits::NodeLogits;

@@ -19,7 +19,7 @@ pub enum Mode {
     /// The target's own multi-token-prediction head as drafter.
     Mtp,
     /// Per step, whichever of `ar`, `linear` and `tree` has been fastest here (see
-    /// [`super::auto`]).
+    /// [`crate::engine::auto`]).
     Auto,
 }
 
