@@ -605,6 +605,29 @@ struct Q6kUnits {
   }
 };
 
+// Weight row `row` of the stack of vx0, vx1, vx2 (stacked.cuh), rows of `nsb` super-blocks of
+// `bytes`; a row past the matrix (`live` false) gives row 0, whose lanes then load nothing.
+template <int bytes>
+static __device__ __forceinline__ const uint8_t *weight_row(const void *vx0, const void *vx1,
+                                                            const void *vx2, int row1, int row2,
+                                                            int row, bool live, int nsb) {
+  int wrow0;
+  const uint8_t *vx = (const uint8_t *)stacked(vx0, vx1, vx2, row1, row2, live ? row : 0, &wrow0);
+  return vx + (size_t)(live ? row - wrow0 : 0) * nsb * bytes;
+}
+
+// Stage NR activation rows of `ncols_x` values in the block's dynamic shared memory
+// (`stage_rows`) and point act[c] at row c.
+template <int NR>
+static __device__ __forceinline__ void stage_act(const uint8_t *vy, int ncols_x, int stride_col_y,
+                                                 int n, StagedRow (&act)[NR]) {
+  extern __shared__ int4 staged[];
+  const int nblk = ncols_x / 32;
+  stage_rows<NR>(vy, nblk, stride_col_y, n, staged);
+#pragma unroll
+  for (int c = 0; c < NR; ++c) act[c] = StagedRow{staged + 3 * c * nblk};
+}
+
 // The product of NR activation rows (at most; `n` live) with `Units` (Q4kUnits / Q6kUnits of U
 // units, `bytes` a super-block): the first batch of weights is loaded before the activations
 // are staged, so that the two loads overlap; each batch of weights is then loaded once for all
@@ -615,22 +638,16 @@ static __device__ __forceinline__ void mmtc_rows(const void *vx0, const void *vx
                                                  const uint8_t *vy, float *dst, int ncols_x,
                                                  int nrows, int stride_col_y, int stride_col_dst,
                                                  int n) {
-  extern __shared__ int4 staged[];
   const int w = threadIdx.x, W = blockDim.x;
   const int row = blockIdx.x * blockDim.y + threadIdx.y;
   const int nsb = ncols_x / 256, units = nsb * 4;
   const bool live = row < nrows;
-  int wrow0;
-  const uint8_t *vx = (const uint8_t *)stacked(vx0, vx1, vx2, row1, row2, live ? row : 0, &wrow0);
-  const uint8_t *wrow = vx + (size_t)(live ? row - wrow0 : 0) * nsb * bytes;
+  const uint8_t *wrow = weight_row<bytes>(vx0, vx1, vx2, row1, row2, row, live, nsb);
   Units batch;
   if (live) batch.load(wrow, w, W, units);
   pdl_enter();  // the first weights were loaded while the previous kernel finished (pdl.cuh)
-  const int nblk = ncols_x / 32;
-  stage_rows<NR>(vy, nblk, stride_col_y, n, staged);
   StagedRow act[NR];
-#pragma unroll
-  for (int c = 0; c < NR; ++c) act[c] = StagedRow{staged + 3 * c * nblk};
+  stage_act<NR>(vy, ncols_x, stride_col_y, n, act);
   float acc[NR];
 #pragma unroll
   for (int c = 0; c < NR; ++c) acc[c] = 0.0f;
@@ -688,22 +705,16 @@ static __device__ __forceinline__ void mmtc_warp(const void *vx0, const void *vx
                                                  const uint8_t *vy, float *dst, int ncols_x,
                                                  int nrows, int stride_col_y,
                                                  int stride_col_dst, int n) {
-  extern __shared__ int4 staged[];
   const int lane = threadIdx.x;
   const int row = blockIdx.x * blockDim.y + threadIdx.y;
   const int nsb = ncols_x / 256, units = nsb * 4;
   const bool live = row < nrows;
-  int wrow0;
-  const uint8_t *vx = (const uint8_t *)stacked(vx0, vx1, vx2, row1, row2, live ? row : 0, &wrow0);
-  const uint8_t *wrow = vx + (size_t)(live ? row - wrow0 : 0) * nsb * bytes;
+  const uint8_t *wrow = weight_row<bytes>(vx0, vx1, vx2, row1, row2, row, live, nsb);
   Units batch;
   if (live) batch.load(wrow, lane, 32, units);
   pdl_enter();  // the first weights were loaded while the previous kernel finished (pdl.cuh)
-  const int nblk = ncols_x / 32;
-  stage_rows<NR>(vy, nblk, stride_col_y, n, staged);
   StagedRow act[NR];
-#pragma unroll
-  for (int c = 0; c < NR; ++c) act[c] = StagedRow{staged + 3 * c * nblk};
+  stage_act<NR>(vy, ncols_x, stride_col_y, n, act);
   float acc[NR];
 #pragma unroll
   for (int c = 0; c < NR; ++c) acc[c] = 0.0f;

@@ -48,12 +48,16 @@ pub fn span(label: &'static str, device: &Device) -> Option<Span> {
 impl Drop for Span {
     fn drop(&mut self) {
         let _ = self.device.synchronize();
-        let took = self.start.elapsed();
-        if let Ok(mut t) = TOTALS.lock() {
-            let e = t.entry(self.label).or_insert((0, Duration::ZERO));
-            e.0 += 1;
-            e.1 += took;
-        }
+        record(self.label, self.start.elapsed());
+    }
+}
+
+/// One call of `label` that took `took`, into the totals.
+fn record(label: &'static str, took: Duration) {
+    if let Ok(mut t) = TOTALS.lock() {
+        let e = t.entry(label).or_insert((0, Duration::ZERO));
+        e.0 += 1;
+        e.1 += took;
     }
 }
 
@@ -76,11 +80,7 @@ pub fn add(label: &str, took: Duration) {
             n
         }
     };
-    if let Ok(mut t) = TOTALS.lock() {
-        let e = t.entry(name).or_insert((0, Duration::ZERO));
-        e.0 += 1;
-        e.1 += took;
-    }
+    record(name, took);
 }
 
 /// The totals so far, one line per label (calls, total ms, ms a call), or an empty string when

@@ -171,11 +171,7 @@ pub(super) fn launch_mmtc(
         }
     };
     let shared = warps * (tiles * 8 * 16 * 4) as u32;
-    if shared > 48 * 1024 {
-        // Past the default limit on dynamic shared memory (the H200 allows 227 KiB a block).
-        let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-        f.set_attribute(attr, shared as i32).map_err(driver)?;
-    }
+    allow_shared(f, shared as usize, 0)?;
     let mut b = Launch::new(f);
     let (cols_i, sy, sd, n_i) = (cols as i32, yq as i32, dst_stride as i32, n as i32);
     stack.args(&mut b);
@@ -244,11 +240,9 @@ fn launch_mmtc_warp(
         )));
     }
     let per_block = if stack.rows >= 4096 { 8 } else { 4 };
-    let shared = (nr * stack.cols / 32 * 48) as u32;
-    if shared > 48 * 1024 {
-        let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-        f.set_attribute(attr, shared as i32).map_err(driver)?;
-    }
+    let shared = staged_bytes(nr, stack.cols);
+    allow_shared(f, shared, 0)?;
+    let shared = shared as u32;
     let cfg = LaunchConfig {
         grid_dim: (stack.rows.div_ceil(per_block) as u32, 1, 1),
         block_dim: (32, per_block as u32, 1),
@@ -307,12 +301,10 @@ pub(super) fn launch_mmtc_rows(
     let per_block = (rows / 256)
         .max(64usize.div_ceil(warps as usize))
         .min((256 / warps) as usize) as u32;
-    let shared = (nr * cols / 32 * 48) as u32;
-    // Past the default 48 KiB of a block with the kernel's 1 KiB a row of static shared memory.
-    if dp4a_rows_shared(nr, cols) > 48 * 1024 {
-        let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-        f.set_attribute(attr, shared as i32).map_err(driver)?;
-    }
+    let shared = staged_bytes(nr, cols);
+    // The kernel's static shared memory: 1 KiB a row for the reduction.
+    allow_shared(f, shared, dp4a_rows_shared(nr, cols) - shared)?;
+    let shared = shared as u32;
     let cfg = LaunchConfig {
         grid_dim: (rows.div_ceil(per_block as usize) as u32, 1, 1),
         block_dim: (warps, per_block, 1),
@@ -636,7 +628,29 @@ const MMTC_DP4A_SHARED: usize = 96 * 1024;
 
 /// Shared memory the dp4a kernel of `rows` activation rows takes a block for rows of `cols` values.
 fn dp4a_rows_shared(rows: usize, cols: usize) -> usize {
-    rows * (cols / 32 * 48 + 1024)
+    staged_bytes(rows, cols) + rows * 1024
+}
+
+/// Bytes of `rows` activation rows of `cols` values staged in a block's shared memory by the
+/// dp4a kernels of `kernels/mmtc.cu` (48 a Q8_1 block).
+fn staged_bytes(rows: usize, cols: usize) -> usize {
+    rows * (cols / 32 * 48)
+}
+
+/// Let `f` take `dynamic` bytes of dynamic shared memory a block where, with its `fixed` bytes of
+/// static shared memory, that passes the default 48 KiB (the H200 allows 227 KiB a block).
+fn allow_shared(f: &CudaFunction, dynamic: usize, fixed: usize) -> Result<()> {
+    if dynamic + fixed > 48 * 1024 {
+        let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        f.set_attribute(attr, dynamic as i32).map_err(driver)?;
+    }
+    Ok(())
+}
+
+/// Whether a lane of the one-row dp4a kernels of rows of `cols` values takes more than one batch
+/// of four 64-value units (`mmtc_<tag>_row_long`, `_rows<N>_long`).
+pub(super) fn long_rows(cols: usize) -> bool {
+    cols / 64 > 4 * mmtc_warps(cols) as usize
 }
 
 /// The kernel for `n` activation rows of a weight of `rows` rows of `cols` values: dp4a up to
@@ -644,7 +658,7 @@ fn dp4a_rows_shared(rows: usize, cols: usize) -> usize {
 /// [`MMTC_DP4A_SHARED`], tensor cores beyond: the staged kernel from [`staged_from`] rows where
 /// it fills the GPU ([`staged_fills`]), else the tile kernels.
 pub(super) fn mmtc_kernel(n: usize, rows: usize, cols: usize) -> Mmtc {
-    let long = cols / 64 > 4 * mmtc_warps(cols) as usize;
+    let long = long_rows(cols);
     let held = n.max(1).next_power_of_two();
     let dp4a = n <= 1
         || (n <= MMTC_DP4A_ROWS

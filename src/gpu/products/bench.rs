@@ -66,7 +66,7 @@ pub fn bench_products(dev: &candle_core::CudaDevice) -> Result<String> {
             let other = match (n, picked_tc) {
                 (_, Mmtc::Warp { rows, .. }) => Mmtc::Rows {
                     rows,
-                    long: cols / 64 > 4 * mmtc_warps(cols) as usize,
+                    long: long_rows(cols),
                 },
                 (..=8, _) => Mmtc::Tiles(1),
                 (_, Mmtc::Staged) => Mmtc::Tiles(n.div_ceil(8).next_power_of_two().min(8)),

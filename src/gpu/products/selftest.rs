@@ -60,7 +60,7 @@ pub(crate) fn selftest_products(
         let mut worst = 0f32;
         // One row through a tile kernel as well as through the one-row kernel, and the tile
         // and staged kernels at row counts the runtime gives the other.
-        let long = cols / 64 > 4 * mmtc_warps(cols) as usize;
+        let long = long_rows(cols);
         let mut launches = vec![
             (1usize, Mmtc::Tiles(1)),
             (1, Mmtc::Rows { rows: 1, long }),

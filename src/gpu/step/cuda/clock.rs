@@ -57,4 +57,12 @@ impl GpuStep {
             _ => Ok(()),
         }
     }
+
+    /// The pass of `n` rows ended: its stages' times into the totals, where the clock runs.
+    pub(super) fn clock_pass(&self, n: usize) -> Result<()> {
+        match &self.clock {
+            Some(c) if !self.graphs_on => c.finish(&self.stream, n),
+            _ => Ok(()),
+        }
+    }
 }

@@ -371,10 +371,7 @@ impl GpuStep {
                 m,
             )?;
         }
-        match &self.clock {
-            Some(c) if !self.graphs_on => c.finish(&self.stream, n),
-            _ => Ok(()),
-        }
+        self.clock_pass(n)
     }
 
     /// Device addresses of the per-pass values of a metadata block laid out as `meta`,
