@@ -265,6 +265,18 @@ pub fn drafter_in_cache(dir: &std::path::Path, target: &LoadedModel) -> Option<s
     })
 }
 
+/// The target's own MTP head beside a drafter that is not one, so that `mtp` runs with it; where
+/// it does not load, the drafter drafts alone and `notes` says why.
+fn own_head(
+    target: &LoadedModel,
+    opts: &LoadOptions,
+    notes: &mut Vec<String>,
+) -> Option<Box<dyn Drafter>> {
+    load_drafter(MTP_DRAFTER, target, opts)
+        .map_err(|e| notes.push(format!("`mtp` is off: the target's MTP head: {e}")))
+        .ok()
+}
+
 /// Load the target (and the drafter and an MTP head beside it, when given) into an engine; the
 /// engine takes the decoders, the tokenizer and template are returned beside it. With
 /// [`DrafterChoice::Auto`], [`auto_drafter`] picks from the models cache; its note, if any, is
@@ -305,7 +317,13 @@ pub fn build_engine(
     // A drafter that is an MTP head drafts `mtp` itself: the shipped head is not added beside it.
     let drafts_mtp = drafter.as_ref().is_some_and(|d| d.kind() == MTP_KIND);
     let head = head.filter(|h| !(drafts_mtp && fetch::is_shipped_head(h)));
-    let head = head.map(|h| load_drafter(h, &t, opts)).transpose()?;
+    let head = match head {
+        Some(h) => Some(load_drafter(h, &t, opts)?),
+        None if drafter.is_some() && !drafts_mtp && t.decoder.config().mtp_heads > 0 => {
+            own_head(&t, opts, &mut notes)
+        }
+        None => None,
+    };
     let start = Settings {
         mode: Mode::Ar,
         ..settings

@@ -287,6 +287,53 @@ fn a_gguf_nextn_layer_is_the_mtp_drafter() {
     }
 }
 
+/// With a drafter named beside a target that has its own `nextn` head, the drafter drafts
+/// `linear` and `tree` and the target's head drafts `mtp`; every greedy mode emits exactly the
+/// `ar` tokens.
+#[test]
+fn a_named_drafter_leaves_mtp_to_the_targets_own_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let shape = common::TinyShape {
+        hidden: 64,
+        ffn: 128,
+        dtype: candle_core::quantized::GgmlDType::Q8_0,
+        nextn: 1,
+    };
+    let target = common::write_tiny_gguf_shaped(dir.path(), "qwen2", 4, &[], shape);
+    let sub = dir.path().join("drafter");
+    std::fs::create_dir_all(&sub).unwrap();
+    let drafter = common::write_tiny_gguf(&sub, "qwen2", 5);
+    let opts = treespec::model::LoadOptions {
+        context: 128,
+        ..Default::default()
+    };
+    let (mut e, text) = treespec::load::build_engine(
+        &target.display().to_string(),
+        DrafterChoice::Named(&drafter.display().to_string()),
+        None,
+        settings(Mode::Ar, 1, 1, 1),
+        0,
+        &opts,
+    )
+    .unwrap();
+    assert!(text.notes.is_empty(), "{:?}", text.notes);
+    assert_eq!(e.drafter().unwrap().kind(), "causal LM");
+    assert_eq!(e.drafter_for(Mode::Mtp).unwrap().kind(), "MTP head");
+    assert_eq!(e.mode_unavailable(Mode::Mtp), None);
+    let prompt = [10u32, 20, 30, 40, 50];
+    let ar = e.generate(&prompt, 24, |_| true).unwrap().tokens;
+    for s in [
+        settings(Mode::Mtp, 1, 1, 3),
+        settings(Mode::Linear, 4, 4, 1),
+        settings(Mode::Tree, 8, 4, 1),
+    ] {
+        e.set_settings(s).unwrap();
+        e.reset();
+        let got = e.generate(&prompt, 24, |_| true).unwrap().tokens;
+        assert_eq!(got, ar, "{s:?}");
+    }
+}
+
 #[test]
 fn deepseek_and_qwen3_next_heads_are_refused_by_name() {
     use treespec::model::config::ModelConfig;
