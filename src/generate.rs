@@ -25,7 +25,7 @@ impl GenerateStats {
              {:.2} tokens per target pass",
             a.prompt_tokens,
             self.prefill.as_secs_f64() * 1e3,
-            a.prompt_tokens as f64 / self.prefill.as_secs_f64().max(1e-9),
+            a.read_tokens() as f64 / self.prefill.as_secs_f64().max(1e-9),
             a.tokens,
             a.tokens_per_sec(),
             a.tau()

@@ -381,3 +381,37 @@ fn drafting_ahead_changes_no_proposal_and_no_token() {
         );
     }
 }
+
+/// The next turn keeps the cached rows of the conversation so far: a prompt that continues the
+/// last one (its answer and a new message after it) reads only the new rows, one that differs
+/// part way (a template that leaves the last answer's reasoning out of the history) reads from
+/// where it differs; either way the answer is the one a fresh engine gives the whole prompt.
+#[test]
+fn the_next_turn_reads_only_what_the_cache_does_not_hold() {
+    for mode in [Mode::Ar, Mode::Tree] {
+        let s = settings(mode, 8, 4, 1);
+        let mut e = engine(Family::Qwen2, 61, 9, &[], s);
+        let first = prompt(2, 61);
+        let answer = e.generate(&first, 12, |_| true).unwrap().tokens;
+        let mut next = [first.clone(), answer.clone(), vec![7, 8, 9]].concat();
+        let begun = e.begin(&next).unwrap();
+        // The answer's last token was emitted but never read back in: it is not cached.
+        assert_eq!(begun.cached, first.len() + answer.len() - 1, "{mode:?}");
+        let mut fresh = engine(Family::Qwen2, 61, 9, &[], s);
+        let want = fresh.generate(&next, 12, |_| true).unwrap().tokens;
+        e.reset();
+        let reused = {
+            e.generate(&[first.clone(), answer.clone()].concat(), 1, |_| true)
+                .unwrap();
+            let o = e.generate(&next, 12, |_| true).unwrap();
+            assert!(o.stats.cached_tokens > first.len(), "{mode:?}");
+            o.tokens
+        };
+        assert_eq!(reused, want, "{mode:?}");
+        // Differing at `cut`: rows from there are read again.
+        let cut = first.len() + 2;
+        next[cut] = (next[cut] + 1) % 61;
+        let begun = e.begin(&next).unwrap();
+        assert_eq!(begun.cached, cut, "{mode:?}");
+    }
+}

@@ -400,4 +400,16 @@ fn an_answer_shows_its_prompt_speed_and_time_to_first_token() {
     let stats = app.transcript.turns[0].stats;
     assert!(!stats.first_token.is_zero() && stats.first_token <= std::time::Duration::from_secs(5));
     assert_eq!(stats.prefill, Duration::from_millis(5));
+    // The next turn: the first message is still cached, so only the rest counts as read.
+    type_text(&mut app, "ok");
+    app.on_key(key(KeyCode::Enter));
+    finish(&mut app);
+    let stats = app.transcript.turns[1].stats;
+    assert_eq!(stats.cached_tokens, 2);
+    let line = format!(
+        "prompt {} tok (2 cached) at {:.0} tok/s",
+        stats.prompt_tokens,
+        (stats.prompt_tokens - 2) as f64 / 0.005
+    );
+    assert!(find(&render(&mut app, 160, 30), &line).is_some(), "{line}");
 }

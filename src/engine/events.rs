@@ -127,6 +127,16 @@ impl StepEvent {
     }
 }
 
+/// What [`Engine::begin`] did with a prompt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Prefill {
+    /// Time to read the rows that were not cached.
+    pub time: Duration,
+    /// Leading prompt tokens whose rows the caches kept from the previous answer (not read
+    /// again): the conversation so far, up to where the new prompt differs from it.
+    pub cached: usize,
+}
+
 /// The result of [`Engine::generate`].
 #[derive(Debug, Clone)]
 pub struct Outcome {

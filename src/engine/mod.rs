@@ -18,7 +18,7 @@ pub use crate::settings::{
     Mode, Settings, BUDGET_STEPS, DEFAULT_BUDGET, DEFAULT_DEPTH, DEFAULT_EXPAND, DEFAULT_GAMMA,
     DEFAULT_MIN_CHAIN_PROB, DEFAULT_MTP_K, MAX_BUDGET, MAX_DEPTH, MAX_EXPAND,
 };
-pub use events::{Outcome, StageTimes, StepEvent, StopReason};
+pub use events::{Outcome, Prefill, StageTimes, StepEvent, StopReason};
 pub use stats::AnswerStats;
 
 use logits::NodeLogits;
@@ -35,7 +35,7 @@ use candle_core::Tensor;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// A loaded target, its drafters, and the state of the current answer.
 pub struct Engine {
@@ -316,8 +316,8 @@ impl Engine {
 
     /// Start an answer to `prompt` (the whole rendered conversation). Cached rows shared with the
     /// previous sequence are kept; the rest is read in chunks, by the target and (for a mode that
-    /// drafts) by the drafter. Returns the time it took.
-    pub fn begin(&mut self, prompt: &[u32]) -> Result<Duration> {
+    /// drafts) by the drafter. Returns the time it took and the rows it kept.
+    pub fn begin(&mut self, prompt: &[u32]) -> Result<Prefill> {
         if prompt.is_empty() {
             return Err(Error::InvalidArgument("empty prompt".into()));
         }
@@ -378,7 +378,10 @@ impl Engine {
         if let Some(p) = &mut self.planner {
             p.begin_answer();
         }
-        Ok(t0.elapsed())
+        Ok(Prefill {
+            time: t0.elapsed(),
+            cached: keep,
+        })
     }
 
     /// Run one step, emitting at most `remaining` tokens: draft, build, verify, walk, commit. In
@@ -698,10 +701,12 @@ impl Engine {
         max_tokens: usize,
         mut on_step: impl FnMut(&StepEvent) -> bool,
     ) -> Result<Outcome> {
-        let prefill = self.begin(prompt)?;
+        let begun = self.begin(prompt)?;
+        let prefill = begun.time;
         let t0 = Instant::now();
         let mut stats = AnswerStats {
             prompt_tokens: prompt.len(),
+            cached_tokens: begun.cached,
             ..AnswerStats::default()
         };
         let mut stop = StopReason::MaxTokens;

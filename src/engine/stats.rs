@@ -12,6 +12,10 @@ pub struct AnswerStats {
     /// Prompt tokens read before the answer.
     #[serde(default)]
     pub prompt_tokens: usize,
+    /// Of those, the leading ones whose cached rows were kept from the previous answer: not
+    /// read again, so not counted in the prompt's speed.
+    #[serde(default)]
+    pub cached_tokens: usize,
     /// Tokens emitted (a stop token is not counted).
     pub tokens: usize,
     /// Target passes.
@@ -51,6 +55,7 @@ impl AnswerStats {
     /// Add another answer's counts.
     pub fn add(&mut self, o: &AnswerStats) {
         self.prompt_tokens += o.prompt_tokens;
+        self.cached_tokens += o.cached_tokens;
         self.tokens += o.tokens;
         self.steps += o.steps;
         self.offered += o.offered;
@@ -61,9 +66,15 @@ impl AnswerStats {
         self.first_token += o.first_token;
     }
 
-    /// Prompt tokens read per second (0 where the prompt's time was not measured).
+    /// Prompt tokens read per second, the cached ones left out (0 where the prompt's time was
+    /// not measured).
     pub fn prompt_tokens_per_sec(&self) -> f64 {
-        per_sec(self.prompt_tokens, self.prefill)
+        per_sec(self.read_tokens(), self.prefill)
+    }
+
+    /// Prompt tokens read (not kept from the cache).
+    pub fn read_tokens(&self) -> usize {
+        self.prompt_tokens.saturating_sub(self.cached_tokens)
     }
 
     /// Tokens per second of decoding (0 before any time has passed).

@@ -29,7 +29,9 @@ pub enum Command {
 pub struct Started {
     /// Prompt length in tokens.
     pub prompt_tokens: usize,
-    /// Time to read it.
+    /// Of those, the leading tokens whose rows were kept in the caches (not read again).
+    pub cached_tokens: usize,
+    /// Time to read the rest.
     pub prefill: Duration,
 }
 
@@ -123,8 +125,8 @@ fn run(engine: &mut Engine, rx: Receiver<Command>, out: Sender<Event>) {
             Command::Stop => {}
             Command::Settings(s) => apply(engine, s, &out),
             Command::Generate { prompt, max_tokens } => {
-                let prefill = match engine.begin(&prompt) {
-                    Ok(d) => d,
+                let begun = match engine.begin(&prompt) {
+                    Ok(b) => b,
                     Err(e) => {
                         let _ = out.send(Event::Error(e.to_string()));
                         continue;
@@ -132,7 +134,8 @@ fn run(engine: &mut Engine, rx: Receiver<Command>, out: Sender<Event>) {
                 };
                 let _ = out.send(Event::Started(Started {
                     prompt_tokens: prompt.len(),
-                    prefill,
+                    cached_tokens: begun.cached,
+                    prefill: begun.time,
                 }));
                 let t0 = Instant::now();
                 let mut steps = 0;

@@ -26,6 +26,7 @@ impl App {
         match e {
             ChatEvent::Started(s) => {
                 self.stats.prompt_tokens = s.prompt_tokens;
+                self.stats.cached_tokens = s.cached_tokens;
                 self.stats.prefill = s.prefill;
                 // Decode speed counts from the end of the prompt.
                 self.started = Some(Instant::now());

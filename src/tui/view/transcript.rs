@@ -95,8 +95,12 @@ pub fn transcript_lines(app: &App, width: usize) -> Vec<Line<'static>> {
             let prompt = match st.prefill.is_zero() {
                 true => String::new(),
                 false => format!(
-                    " · prompt {} tok at {:.0} tok/s",
+                    " · prompt {} tok{} at {:.0} tok/s",
                     st.prompt_tokens,
+                    match st.cached_tokens {
+                        0 => String::new(),
+                        c => format!(" ({c} cached)"),
+                    },
                     st.prompt_tokens_per_sec()
                 ),
             };
