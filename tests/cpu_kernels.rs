@@ -2,7 +2,8 @@
 //! `quant::with_path` in-process) gives logits within a stated tolerance of the same weights
 //! dequantised to f32, bit-identical logits to every other path, and SmolLM2's greedy answer
 //! "Paris" with its default system prompt (the near-tie that 8-bit activations flipped into a
-//! French answer on CPUs without AVX-512).
+//! French answer on CPUs without AVX-512); and greedy speculation on K-quant weights, through the
+//! batch-invariant attention kernel real models' heads take, equal to `ar` on every path.
 
 mod common;
 
@@ -173,4 +174,85 @@ fn an_unknown_kernel_path_is_refused_with_one_line() {
     assert!(!out.status.success());
     assert!(err.contains("avx9000") && err.contains("portable"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+/// Greedy speculation on K-quant weights through the attention path real models take (heads of
+/// 64: the listed, batch-invariant kernel, not the dense mask the tiny fixtures' heads of 16
+/// take): `linear`, `tree` and a grown tree emit exactly `ar`'s tokens on every kernel path.
+#[test]
+fn k_quant_speculation_on_the_listed_attention_path_equals_ar() {
+    use treespec::engine::{Mode, Settings};
+    use treespec::load::{build_engine, DrafterChoice};
+    // The same random weights quantised two ways, each drafting for the other: drafts that
+    // are mostly right and sometimes not.
+    let dir = tempfile::tempdir().unwrap();
+    let file = |dtype, name: &str| {
+        let sub = dir.path().join(name);
+        std::fs::create_dir_all(&sub).unwrap();
+        let shape = common::TinyShape {
+            hidden: 256,
+            ffn: 512,
+            dtype,
+            nextn: 0,
+        };
+        let p = common::write_tiny_gguf_shaped(&sub, "qwen2", 6, &[], shape);
+        p.display().to_string()
+    };
+    let (q4k, q6k) = (file(GgmlDType::Q4K, "q4k"), file(GgmlDType::Q6K, "q6k"));
+    let prompt: Vec<u32> = (0..9).map(|i| (i * 53 + 7) % 256).collect();
+    let settings = |mode, budget, depth, gamma, expand| Settings {
+        mode,
+        budget,
+        depth,
+        gamma,
+        expand,
+        min_chain_prob: 0.0,
+        ..Settings::default()
+    };
+    let modes = [
+        settings(Mode::Linear, 1, 1, 4, 0),
+        settings(Mode::Tree, 12, 5, 1, 0),
+        settings(Mode::Tree, 12, 5, 1, 3),
+    ];
+    let mut accepted = 0;
+    for (target, drafter) in [(&q4k, &q6k), (&q6k, &q4k)] {
+        let opts = LoadOptions {
+            context: 256,
+            ..LoadOptions::default()
+        };
+        for kernel in paths() {
+            quant::with_path(kernel, || {
+                let (mut e, _) = build_engine(
+                    target,
+                    DrafterChoice::Named(drafter),
+                    None,
+                    settings(Mode::Ar, 1, 1, 1, 0),
+                    0,
+                    &opts,
+                )
+                .unwrap();
+                let cfg = e.target().config().clone();
+                assert!(treespec::gpu::attention::supports(
+                    cfg.n_heads,
+                    cfg.n_kv_heads,
+                    cfg.head_dim,
+                    &candle_core::Device::Cpu
+                ));
+                let ar = e.generate(&prompt, 40, |_| true).unwrap().tokens;
+                for s in modes {
+                    e.set_settings(s).unwrap();
+                    e.reset();
+                    let got = e.generate(&prompt, 40, |_| true).unwrap();
+                    let label = format!("{target} on {}, {s:?}", kernel.name());
+                    assert_eq!(got.tokens, ar, "{label}");
+                    accepted += got.stats.accepted;
+                }
+            });
+        }
+    }
+    eprintln!("drafted tokens accepted: {accepted}");
+    assert!(
+        accepted > 0,
+        "no draft was ever accepted: the test shows nothing"
+    );
 }
