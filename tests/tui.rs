@@ -8,6 +8,7 @@ use common::tui::*;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::style::Modifier;
 use std::time::Duration;
+use treespec::chat::scripted::ScriptedAnswer;
 use treespec::chat::{ChatEvent, StepView, TreeView};
 use treespec::engine::{Mode, StageTimes};
 use treespec::tui::theme::StyleKey;
@@ -44,6 +45,52 @@ fn accepted_tokens_are_coloured_by_depth_and_the_target_token_is_marked() {
     assert_eq!(buf[(x, y)].fg, theme.style(StyleKey::Plain).fg.unwrap());
     let (x, y) = find(&buf, "friend").unwrap();
     assert!(!buf[(x, y)].modifier.contains(Modifier::UNDERLINED));
+}
+
+/// Markdown in an answer: a heading in bold, code (a fenced block, a code span) on the code
+/// background with each token still in its origin's colour, and the marks dimmed, all on screen
+/// as written.
+#[test]
+fn markdown_is_laid_over_the_token_colours() {
+    let dir = tempfile::tempdir().unwrap();
+    let md = ScriptedAnswer::from_steps(
+        Mode::Tree,
+        &[
+            (&["## Plan", "\n"], "Use "),
+            (&["`grep`", " **now**"], ":\n"),
+            (&["```sh\n", "ls -l"], "\n```\n"),
+        ],
+    );
+    let (mut app, _) = app_with(vec![md], dir.path());
+    type_text(&mut app, "hi");
+    app.on_key(key(KeyCode::Enter));
+    finish(&mut app);
+    // (80 columns: no tree panel beside the chat, whose nodes show the same text.)
+    let buf = render(&mut app, 80, 30);
+    let theme = app.theme().clone();
+    let code_bg = theme.style(StyleKey::Code).bg.unwrap();
+    let markup_fg = theme.style(StyleKey::Markup).fg.unwrap();
+    let (x, y) = find(&buf, "## Plan").expect("heading on screen");
+    assert_eq!(buf[(x, y)].fg, markup_fg);
+    assert!(buf[(x + 3, y)].modifier.contains(Modifier::BOLD));
+    assert_eq!(buf[(x + 3, y)].fg, theme.drafted(1).fg.unwrap());
+    // The code span: backticks dimmed, its text drafted at depth 1, on the code background.
+    let (x, y) = find(&buf, "`grep`").unwrap();
+    assert_eq!((buf[(x, y)].fg, buf[(x, y)].bg), (markup_fg, code_bg));
+    assert_eq!(buf[(x + 1, y)].fg, theme.drafted(1).fg.unwrap());
+    assert_eq!(buf[(x + 1, y)].bg, code_bg);
+    // Strong at depth 2; the plain text around it keeps the base background.
+    let (x, y) = find(&buf, "now").unwrap();
+    assert!(buf[(x, y)].modifier.contains(Modifier::BOLD));
+    assert_eq!(buf[(x, y)].fg, theme.drafted(2).fg.unwrap());
+    let (x, y) = find(&buf, "Use").unwrap();
+    assert_ne!(buf[(x, y)].bg, code_bg);
+    // The fenced block: fences dimmed, the code on the code background.
+    let (x, y) = find(&buf, "```sh").unwrap();
+    assert_eq!(buf[(x, y)].fg, markup_fg);
+    let (x, y) = find(&buf, "ls -l").unwrap();
+    assert_eq!(buf[(x, y)].bg, code_bg);
+    assert_eq!(buf[(x, y)].fg, theme.drafted(2).fg.unwrap());
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! Copying text to the user's clipboard through the terminal: the OSC 52 escape sequence, which
 //! most terminals (and tmux with `set-clipboard on`) pass to the system clipboard, also over SSH.
-//! And what `/copy` copies: the last answer, or the last code block of it.
+//! (`/copy code` finds the last code block with [`crate::tui::markdown::code_blocks`].)
 
 /// The OSC 52 sequence that puts `text` on the clipboard.
 pub fn osc52(text: &str) -> String {
@@ -29,27 +29,6 @@ pub fn base64(bytes: &[u8]) -> String {
     out
 }
 
-/// The last fenced code block (```` ``` ````) of `text`, without its fences and language tag; an
-/// unclosed last block (an answer cut short) counts up to the end.
-pub fn last_code_block(text: &str) -> Option<String> {
-    let mut blocks = vec![];
-    let mut current: Option<Vec<&str>> = None;
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            match current.take() {
-                Some(lines) => blocks.push(lines.join("\n")),
-                None => current = Some(vec![]),
-            }
-        } else if let Some(lines) = current.as_mut() {
-            lines.push(line);
-        }
-    }
-    if let Some(lines) = current {
-        blocks.push(lines.join("\n"));
-    }
-    blocks.pop()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,14 +41,5 @@ mod tests {
         assert_eq!(base64(b"foo"), "Zm9v");
         assert_eq!(base64(b"foobar"), "Zm9vYmFy");
         assert_eq!(osc52("hi"), "\x1b]52;c;aGk=\x07");
-    }
-
-    #[test]
-    fn the_last_code_block_is_found_without_its_fences() {
-        let text =
-            "Try:\n```python\nprint(1)\n```\nor\n```rust\nfn main() {}\nlet x = 1;\n```\nDone.";
-        assert_eq!(last_code_block(text).unwrap(), "fn main() {}\nlet x = 1;");
-        assert_eq!(last_code_block("cut short:\n```\nshort").unwrap(), "short");
-        assert_eq!(last_code_block("no code"), None);
     }
 }

@@ -8,6 +8,7 @@ pub mod clipboard;
 pub mod commands;
 pub mod input;
 pub mod keymap;
+pub mod markdown;
 pub mod theme;
 pub mod tree_panel;
 pub mod view;

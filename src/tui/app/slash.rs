@@ -159,7 +159,7 @@ impl App {
         let answer = turn.answer();
         let text = match arg {
             "" => Some(answer),
-            "code" => crate::tui::clipboard::last_code_block(&answer),
+            "code" => crate::tui::markdown::code_blocks(&answer).pop(),
             _ => {
                 self.fail(format!("usage: {}", command.usage()));
                 return;

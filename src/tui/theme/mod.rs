@@ -64,6 +64,11 @@ pub enum StyleKey {
     Placeholder,
     /// A thinking model's reasoning, and its folded line.
     Reasoning,
+    /// Code in an answer (fenced blocks and code spans), laid over the tokens' colours: set a
+    /// background here, not a foreground, so that their origins stay visible.
+    Code,
+    /// Markdown's marks in an answer (fences, `#`, `**`, backticks, `>`), dimmed.
+    Markup,
     /// The root of the draft tree.
     TreeRoot,
     /// Drafted nodes the target did not accept.
@@ -84,7 +89,7 @@ pub enum StyleKey {
 
 impl StyleKey {
     /// Every style key, in the order theme files list them.
-    pub const ALL: [StyleKey; 26] = [
+    pub const ALL: [StyleKey; 28] = [
         StyleKey::Base,
         StyleKey::Border,
         StyleKey::BorderFocus,
@@ -103,6 +108,8 @@ impl StyleKey {
         StyleKey::Input,
         StyleKey::Placeholder,
         StyleKey::Reasoning,
+        StyleKey::Code,
+        StyleKey::Markup,
         StyleKey::TreeRoot,
         StyleKey::TreeNode,
         StyleKey::TreeAccepted,
@@ -134,6 +141,8 @@ impl StyleKey {
             StyleKey::Input => "input",
             StyleKey::Placeholder => "placeholder",
             StyleKey::Reasoning => "reasoning",
+            StyleKey::Code => "code",
+            StyleKey::Markup => "markup",
             StyleKey::TreeRoot => "tree_root",
             StyleKey::TreeNode => "tree_node",
             StyleKey::TreeAccepted => "tree_accepted",
@@ -235,6 +244,7 @@ impl Theme {
             (K::TreeNext, bold.fg(Color::Yellow)),
             (K::Error, bold.fg(Color::Red)),
             (K::Disabled, plain.add_modifier(Modifier::DIM)),
+            (K::Markup, plain.add_modifier(Modifier::DIM)),
         ] {
             theme.styles[k.index()] = s;
         }

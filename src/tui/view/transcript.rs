@@ -4,10 +4,11 @@ use crate::chat::Origin;
 use crate::transcript::Turn;
 use crate::tui::app::App;
 use crate::tui::keymap::Action;
+use crate::tui::markdown;
 use crate::tui::theme::StyleKey;
 use crate::tui::wrap::wrap;
 use ratatui::layout::Rect;
-use ratatui::style::Style;
+use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Paragraph};
 use ratatui::Frame;
@@ -22,6 +23,40 @@ fn origin_style(app: &App, o: Origin) -> Style {
         Origin::Drafted { depth } => t.drafted(depth),
         Origin::Target => t.style(StyleKey::Target),
     }
+}
+
+/// A turn's answer (its reasoning left out) as runs of one style: each token in its origin's
+/// colour, with Markdown's looks laid over them ([`markdown::looks`]).
+fn answer_pieces(app: &App, turn: &Turn) -> Vec<(String, Style)> {
+    let t = app.theme();
+    let tokens: Vec<_> = turn.tokens.iter().filter(|p| !p.reasoning).collect();
+    let text: String = tokens.iter().map(|p| p.text.as_str()).collect();
+    let mut looks = markdown::looks(&text).into_iter();
+    let mut out: Vec<(String, Style)> = vec![];
+    for p in tokens {
+        let origin = origin_style(app, p.origin);
+        for c in p.text.chars() {
+            let look = looks.next().unwrap_or_default();
+            let mut style = origin;
+            if look.code {
+                style = style.patch(t.style(StyleKey::Code));
+            }
+            if look.markup {
+                style = style.patch(t.style(StyleKey::Markup));
+            }
+            if look.heading || look.strong {
+                style = style.add_modifier(Modifier::BOLD);
+            }
+            if look.emphasis {
+                style = style.add_modifier(Modifier::ITALIC);
+            }
+            match out.last_mut() {
+                Some((s, st)) if *st == style => s.push(c),
+                _ => out.push((c.to_string(), style)),
+            }
+        }
+    }
+    out
 }
 
 /// The transcript as wrapped lines for a view `width` cells wide.
@@ -69,12 +104,8 @@ pub fn transcript_lines(app: &App, width: usize) -> Vec<Line<'static>> {
         )));
         let in_progress = i + 1 == turns.len() && app.current.is_some();
         lines.extend(reasoning_lines(app, turn, in_progress, width));
-        let pieces: Vec<(&str, Style)> = turn
-            .tokens
-            .iter()
-            .filter(|p| !p.reasoning)
-            .map(|p| (p.text.as_str(), origin_style(app, p.origin)))
-            .collect();
+        let styled = answer_pieces(app, turn);
+        let pieces: Vec<(&str, Style)> = styled.iter().map(|(s, st)| (s.as_str(), *st)).collect();
         if pieces.is_empty() && in_progress && turn.reasoning_tokens() == 0 {
             lines.push(Line::from(Span::styled(
                 "  …",
