@@ -93,6 +93,46 @@ fn markdown_is_laid_over_the_token_colours() {
     assert_eq!(buf[(x, y)].fg, theme.drafted(2).fg.unwrap());
 }
 
+/// A mouse drag selects text in the conversation alone, though the tree panel sits beside it
+/// on the same rows; letting go copies it (OSC 52) and the selection shows reversed. The wheel
+/// scrolls the conversation, not the input history.
+#[test]
+fn a_drag_selects_the_conversation_and_not_the_tree_panel() {
+    use crossterm::event::{MouseButton, MouseEvent, MouseEventKind};
+    let mouse = |kind, column, row| MouseEvent {
+        kind,
+        column,
+        row,
+        modifiers: KeyModifiers::NONE,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (mut app, _) = app_with(vec![answer()], dir.path());
+    type_text(&mut app, "hi");
+    app.on_key(key(KeyCode::Enter));
+    finish(&mut app);
+    let buf = render(&mut app, 140, 30);
+    let (x, y) = find(&buf, "Hello there").unwrap();
+    app.on_mouse(mouse(MouseEventKind::Down(MouseButton::Left), x, y));
+    // Dragged across the tree panel to the screen's right edge.
+    app.on_mouse(mouse(MouseEventKind::Drag(MouseButton::Left), 139, y));
+    app.on_mouse(mouse(MouseEventKind::Up(MouseButton::Left), 139, y));
+    assert_eq!(app.clipboard.as_deref(), Some("Hello there friend!"));
+    let buf = render(&mut app, 140, 30);
+    assert!(buf[(x, y)].modifier.contains(Modifier::REVERSED));
+    assert!(!buf[(x, y + 1)].modifier.contains(Modifier::REVERSED));
+    // Over two rows: to the end of the first, from the start of the second.
+    let (ux, uy) = find(&buf, "hi").unwrap();
+    app.on_mouse(mouse(MouseEventKind::Down(MouseButton::Left), ux, uy));
+    app.on_mouse(mouse(MouseEventKind::Drag(MouseButton::Left), x + 4, y));
+    app.on_mouse(mouse(MouseEventKind::Up(MouseButton::Left), x + 4, y));
+    assert_eq!(app.clipboard.as_deref(), Some("hi\n\nAssistant\n  Hello"));
+    // A key ends the selection; the wheel scrolls the conversation.
+    app.on_key(key(KeyCode::Char('a')));
+    assert_eq!(app.selection, None);
+    app.on_mouse(mouse(MouseEventKind::ScrollUp, x, y));
+    assert_eq!((app.scroll, app.input.text()), (3, "a"));
+}
+
 #[test]
 fn tree_panel_highlights_the_accepted_branch() {
     let dir = tempfile::tempdir().unwrap();

@@ -15,7 +15,10 @@ pub mod view;
 pub mod wrap;
 
 use app::App;
-use crossterm::event::{self, DisableBracketedPaste, EnableBracketedPaste, Event};
+use crossterm::event::{
+    self, DisableBracketedPaste, DisableMouseCapture, EnableBracketedPaste, EnableMouseCapture,
+    Event,
+};
 use crossterm::terminal::{
     disable_raw_mode, enable_raw_mode, EnterAlternateScreen, LeaveAlternateScreen,
 };
@@ -35,6 +38,7 @@ fn restore_terminal() {
     let _ = execute!(
         stdout(),
         DisableBracketedPaste,
+        DisableMouseCapture,
         LeaveAlternateScreen,
         cursor::Show
     );
@@ -52,7 +56,12 @@ impl TerminalGuard {
         }));
         enable_raw_mode()?;
         let guard = TerminalGuard;
-        execute!(stdout(), EnterAlternateScreen, EnableBracketedPaste)?;
+        execute!(
+            stdout(),
+            EnterAlternateScreen,
+            EnableBracketedPaste,
+            EnableMouseCapture
+        )?;
         Ok(guard)
     }
 }
@@ -136,6 +145,7 @@ pub fn run(app: &mut App) -> crate::Result<()> {
                 match event::read()? {
                     Event::Key(k) => app.on_key(k),
                     Event::Paste(s) => app.on_paste(&s),
+                    Event::Mouse(m) => app.on_mouse(m),
                     _ => {}
                 }
                 dirty = true;

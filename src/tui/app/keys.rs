@@ -11,6 +11,7 @@ impl App {
         if ev.kind == KeyEventKind::Release {
             return;
         }
+        self.selection = None;
         let is_ctrl_c =
             ev.code == KeyCode::Char('c') && ev.modifiers.contains(KeyModifiers::CONTROL);
         if !is_ctrl_c {

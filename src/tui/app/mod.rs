@@ -3,13 +3,16 @@
 //! fake key events and a scripted engine.
 //!
 //! This file holds the state and the conversation (send, regenerate, new chat); `keys` handles
-//! key presses, `settings` the decoding settings, `slash` the slash commands, and
-//! `engine_events` what the engine reports.
+//! key presses, `mouse` the wheel and selections, `settings` the decoding settings, `slash` the
+//! slash commands, and `engine_events` what the engine reports.
 
 mod engine_events;
 mod keys;
+mod mouse;
 mod settings;
 mod slash;
+
+pub use mouse::{ChatView, Selection};
 
 use super::input::{History, InputBox};
 use super::keymap::Keymap;
@@ -90,6 +93,10 @@ pub struct App {
     pub show_help: bool,
     /// Lines scrolled up from the bottom (0: follow new output).
     pub scroll: usize,
+    /// The conversation as last drawn (what a mouse selection reads).
+    pub chat_view: ChatView,
+    /// Text selected with the mouse in the conversation.
+    pub selection: Option<Selection>,
     /// Height of the transcript view at the last draw (for page scrolling).
     pub page: usize,
     /// The last step, drawn in the tree panel.
@@ -145,6 +152,8 @@ impl App {
             clipboard: None,
             show_help: false,
             scroll: 0,
+            chat_view: ChatView::default(),
+            selection: None,
             page: 10,
             last_step: None,
             stats: AnswerStats::default(),

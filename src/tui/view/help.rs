@@ -24,7 +24,12 @@ pub fn help_lines(app: &App) -> Vec<Line<'static>> {
         .max()
         .unwrap_or(0)
         .min(28);
-    for (keys, what) in help {
+    let mouse = (
+        "mouse".to_string(),
+        "wheel scrolls; a drag selects in the conversation and copies it; Shift+drag: the \
+         terminal's own selection",
+    );
+    for (keys, what) in help.into_iter().chain([mouse]) {
         lines.push(Line::from(vec![
             Span::styled(
                 format!("  {:<kw$}  ", truncate(&keys, kw)),

@@ -2,12 +2,12 @@
 
 use crate::chat::Origin;
 use crate::transcript::Turn;
-use crate::tui::app::App;
+use crate::tui::app::{App, ChatView};
 use crate::tui::keymap::Action;
 use crate::tui::markdown;
 use crate::tui::theme::StyleKey;
 use crate::tui::wrap::wrap;
-use ratatui::layout::Rect;
+use ratatui::layout::{Position, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Paragraph};
@@ -204,6 +204,13 @@ pub(super) fn draw(f: &mut Frame, app: &mut App, area: Rect) {
     app.page = inner_h.saturating_sub(1).max(1);
     let start = total.saturating_sub(inner_h + app.scroll);
     let visible: Vec<Line> = lines.into_iter().skip(start).take(inner_h).collect();
+    app.chat_view = ChatView {
+        area: Rect::new(area.x + 1, area.y + 1, inner_w as u16, inner_h as u16),
+        rows: visible
+            .iter()
+            .map(|l| l.spans.iter().map(|s| s.content.as_ref()).collect())
+            .collect(),
+    };
     let mut title = vec![Span::styled(" treespec ", t.style(StyleKey::Title))];
     if app.scroll > 0 {
         title.push(Span::styled(
@@ -215,4 +222,15 @@ pub(super) fn draw(f: &mut Frame, app: &mut App, area: Rect) {
         .title(Line::from(title))
         .border_style(t.style(StyleKey::Border));
     f.render_widget(Paragraph::new(visible).block(block), area);
+    if let Some(sel) = app.selection {
+        let text = app.chat_view.area;
+        let buf = f.buffer_mut();
+        for y in text.top()..text.bottom() {
+            for x in text.left()..text.right() {
+                if sel.contains(Position::new(x, y)) {
+                    buf[(x, y)].modifier.insert(Modifier::REVERSED);
+                }
+            }
+        }
+    }
 }
