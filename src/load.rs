@@ -290,6 +290,11 @@ pub fn build_engine(
     opts: &LoadOptions,
 ) -> Result<(Engine, TextSide)> {
     let t = load_model(target, opts)?;
+    // The drafter and the heads hold as many positions as the target's cache.
+    let opts = &LoadOptions {
+        context: t.decoder.context(),
+        ..opts.clone()
+    };
     let mut notes = vec![];
     let (spec, auto) = match drafter {
         DrafterChoice::None => (None, false),

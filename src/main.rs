@@ -450,7 +450,8 @@ struct ChatArgs {
     /// Where a causal-LM drafter runs (default: the target's device; on a GPU its own stream).
     #[arg(long)]
     drafter_device: Option<String>,
-    /// KV cache capacity in tokens.
+    /// KV cache capacity in tokens (default: the model's own context, as much of it as half the
+    /// memory beside the weights holds, at least 4096).
     #[arg(long)]
     context: Option<usize>,
     /// Dequantise every weight to f32.

@@ -303,8 +303,9 @@ fn a_named_drafter_leaves_mtp_to_the_targets_own_head() {
     let sub = dir.path().join("drafter");
     std::fs::create_dir_all(&sub).unwrap();
     let drafter = common::write_tiny_gguf(&sub, "qwen2", 5);
+    // No context named: the target's own (256 tokens), which the drafter follows.
     let opts = treespec::model::LoadOptions {
-        context: 128,
+        context: treespec::model::context::AUTO,
         ..Default::default()
     };
     let (mut e, text) = treespec::load::build_engine(
@@ -318,6 +319,8 @@ fn a_named_drafter_leaves_mtp_to_the_targets_own_head() {
     .unwrap();
     assert!(text.notes.is_empty(), "{:?}", text.notes);
     assert_eq!(e.drafter().unwrap().kind(), "causal LM");
+    assert_eq!(e.target().context(), 256);
+    assert_eq!(e.drafter().unwrap().decoder().unwrap().context(), 256);
     assert_eq!(e.drafter_for(Mode::Mtp).unwrap().kind(), "MTP head");
     assert_eq!(e.mode_unavailable(Mode::Mtp), None);
     let prompt = [10u32, 20, 30, 40, 50];

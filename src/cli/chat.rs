@@ -100,7 +100,10 @@ fn plan(a: &ChatArgs, cfg: &Config) -> anyhow::Result<ChatPlan> {
     let runtime = RuntimeArgs {
         device: pick(&a.device, &cfg.device, "cpu"),
         drafter_device: a.drafter_device.clone(),
-        context: a.context.or(cfg.context).unwrap_or(4096),
+        context: a
+            .context
+            .or(cfg.context)
+            .unwrap_or(treespec::model::context::AUTO),
         exact: a.exact,
         wide_verify: a.wide_verify,
     };

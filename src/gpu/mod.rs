@@ -30,6 +30,19 @@ pub use topk::{row_argmax, row_top_k, TOP_K_MAX};
 
 use crate::error::Result;
 
+/// Free memory on `device`'s GPU, in bytes (`None` for the CPU, a build without CUDA, or where
+/// the driver does not say).
+pub fn free_memory(device: &candle_core::Device) -> Option<u64> {
+    #[cfg(feature = "cuda")]
+    if let candle_core::Device::Cuda(dev) = device {
+        dev.cuda_stream().context().bind_to_thread().ok()?;
+        let (free, _) = cudarc::driver::result::mem_get_info().ok()?;
+        return Some(free as u64);
+    }
+    let _ = device;
+    None
+}
+
 /// Check every kernel on `device` against its CPU reference, on random inputs of awkward
 /// shapes; returns one line per check, or an error naming the first mismatch.
 pub fn selftest(device: &candle_core::Device) -> Result<Vec<String>> {

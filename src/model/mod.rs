@@ -4,6 +4,7 @@
 pub mod batch;
 pub mod chat_template;
 pub mod config;
+pub mod context;
 pub mod decoder;
 pub mod draft_vocab;
 pub mod gated_delta;
@@ -34,7 +35,8 @@ pub struct LoadOptions {
     pub device: Device,
     /// Dequantise every weight to f32 (bit-exact comparisons between decoding modes).
     pub exact: bool,
-    /// KV cache capacity in tokens (clamped to the model's trained context).
+    /// KV cache capacity in tokens (clamped to the model's trained context); [`context::AUTO`]:
+    /// the model's own, as much of it as memory holds ([`context::auto`]).
     pub context: usize,
     /// Where a causal-LM drafter runs (default: a stream of its own on `device`'s GPU, so that
     /// it drafts while the target verifies; `device` itself on the CPU).
@@ -119,7 +121,8 @@ fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
         .cloned()
         .unwrap_or_else(|| CHATML.to_string());
     let template = ChatTemplate::new(&template_src, tokenizer.bos_text(), tokenizer.eos_text())?;
-    let context = opts.context.min(cfg.max_position).max(1);
+    let weight_bytes = std::fs::metadata(path).map_or(0, |m| m.len());
+    let context = context_for(&cfg, opts, weight_bytes);
     let mut store = WeightStore::gguf(&weights_path, content, &opts.device, opts.exact)?;
     let mut decoder = Decoder::load(&mut store, cfg, context)?;
     decoder.set_tensor_cores(opts.tensor_cores);
@@ -141,8 +144,12 @@ fn load_checkpoint(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     let template_src = read_template(dir).unwrap_or_else(|| CHATML.to_string());
     let template = ChatTemplate::new(&template_src, tokenizer.bos_text(), tokenizer.eos_text())?;
     let files = source::safetensors_files(dir)?;
+    let weight_bytes = files
+        .iter()
+        .map(|f| std::fs::metadata(f).map_or(0, |m| m.len()))
+        .sum();
+    let context = context_for(&cfg, opts, weight_bytes);
     let mut store = WeightStore::safetensors(&files, &opts.device)?;
-    let context = opts.context.min(cfg.max_position).max(1);
     let mut decoder = Decoder::load(&mut store, cfg, context)?;
     decoder.set_tensor_cores(opts.tensor_cores);
     decoder.set_wide_verify(opts.wide_verify);
@@ -153,6 +160,16 @@ fn load_checkpoint(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
         tokenizer,
         template,
     })
+}
+
+/// The cache's capacity for a model shaped as `cfg` with weights of `weight_bytes`: the one asked
+/// for, within the model's trained context, or with [`context::AUTO`] as much of that as memory
+/// holds.
+fn context_for(cfg: &ModelConfig, opts: &LoadOptions, weight_bytes: u64) -> usize {
+    match opts.context {
+        context::AUTO => context::auto(cfg, &opts.device, weight_bytes),
+        n => n.min(cfg.max_position).max(1),
+    }
 }
 
 /// A checkpoint's configuration (its `config.json`).
