@@ -3,6 +3,7 @@
 //! the DDTree builder and walk, lossless verification, the decode engine, benchmarking and model
 //! fetching. The binary (`src/main.rs`) is a thin CLI over it.
 
+pub mod arch;
 pub mod bench;
 pub mod chat;
 pub mod config;

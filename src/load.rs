@@ -1,6 +1,7 @@
 //! Loading what the engine runs: models by name, path or hub id (known models fetched on first
 //! use), a drafter of whichever kind the files hold, and the engine over both.
 
+use crate::arch::weights::read_gguf_header;
 use crate::draft::mtp::KIND as MTP_KIND;
 use crate::draft::{check_same_vocabulary, CausalDrafter, DFlashDrafter, Drafter, MtpDrafter};
 use crate::engine::{Engine, Mode, Settings};
@@ -9,7 +10,6 @@ use crate::fetch;
 use crate::model::chat_template::ChatTemplate;
 use crate::model::source::{self, ModelFiles};
 use crate::model::tokenizer::TextTokenizer;
-use crate::model::weights::read_gguf_header;
 use crate::model::{self, mtp_gguf, LoadOptions, LoadedModel};
 
 /// Resolve a model argument to something [`model::load`] takes, fetching a known model

@@ -7,8 +7,8 @@
 //! are for timing (`treespec bench --costs`), never for text (with no merges every byte of a
 //! prompt is a token, about four times the real tokenizer's count).
 
+use crate::arch::config::Family;
 use crate::error::{Error, Result};
-use crate::model::config::Family;
 use candle_core::quantized::{ggml_file, gguf_file, GgmlDType, QTensor};
 use candle_core::Device;
 use std::path::Path;
@@ -363,7 +363,7 @@ pub fn write(
     let mut rng = Rng(seed | 1);
     let tensors = Layout::of(shape).random(&mut rng)?;
     let md = metadata(shape, tokenizer);
-    crate::model::weights::write_gguf(path, &md, &tensors)
+    crate::arch::weights::write_gguf(path, &md, &tensors)
 }
 
 /// The tensors of a synthetic model before their bytes, in the order the bytes are drawn.

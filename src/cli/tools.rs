@@ -96,7 +96,7 @@ pub(crate) fn run_selftest(a: SelftestArgs) -> anyhow::Result<()> {
         anyhow::bail!("--head is checked over a target: give one with -m");
     }
     let dev = device::parse_device(&a.device)?;
-    for line in treespec::gpu::selftest(&dev)? {
+    for line in treespec::model::step_check::selftest(&dev)? {
         println!("{line}");
     }
     for spec in &a.models {
@@ -107,7 +107,9 @@ pub(crate) fn run_selftest(a: SelftestArgs) -> anyhow::Result<()> {
         let mut m = load::load_model(spec, &opts)?;
         let mut cpu = load::load_model(spec, &LoadOptions::default())?;
         let ids = m.tokenizer.encode(SELFTEST_TEXT, false)?;
-        for line in treespec::gpu::step::check_model(&mut m.decoder, &mut cpu.decoder, &ids)? {
+        for line in
+            treespec::model::step_check::check_model(&mut m.decoder, &mut cpu.decoder, &ids)?
+        {
             println!("{}: {line}", m.name);
         }
         if let (Some(path), true) = (&a.head, Some(spec) == a.models.first()) {

@@ -17,13 +17,13 @@
 //! the features of newly committed positions, which wait in a pending buffer until the next pass.
 
 use super::{Committed, DraftRequest, Drafter, Proposal};
+use crate::arch::config::ModelConfig;
+use crate::arch::kv_cache::KvCache;
+use crate::arch::weights::{Linear, WeightStore};
 use crate::error::{Error, Result};
 use crate::gpu::row_top_k;
-use crate::model::config::ModelConfig;
 use crate::model::decoder::{rope_tables, Decoder, MASKED};
-use crate::model::kv_cache::KvCache;
 use crate::model::layer::DecoderLayer;
-use crate::model::weights::{Linear, WeightStore};
 use crate::settings::Mode;
 use crate::tree::DraftTree;
 use crate::verify::SampledDraft;

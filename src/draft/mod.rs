@@ -22,8 +22,8 @@ pub use dflash::{DFlashConfig, DFlashDrafter};
 pub use expand::GrownTree;
 pub use mtp::MtpDrafter;
 
+use crate::arch::config::ModelConfig;
 use crate::error::{Error, Result};
-use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
 use crate::model::tokenizer::TextTokenizer;
 use crate::settings::{Mode, Settings};

@@ -13,9 +13,9 @@
 use super::causal::{Among, Chain, ChainPick};
 use super::expand::grow;
 use super::{Committed, DraftRequest, Drafter, Proposal};
+use crate::arch::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::gpu::step::ChainStart;
-use crate::model::config::ModelConfig;
 use crate::model::decoder::PastMask;
 use crate::model::mtp::MtpHead;
 use crate::settings::Mode;

@@ -8,8 +8,8 @@
 //! made a verify pass and a one-token step differ in the last bits and a near tie flip);
 //! [`reference`] is the definition both are tested against.
 
+use crate::arch::visible::VisibleKeys;
 use crate::error::{Error, Result};
-use crate::model::visibility::VisibleKeys;
 use candle_core::{DType, Device, Tensor};
 
 /// Ranks per chunk at most, and the cache rows of each of the wide kernel's chunks: `ATT_CHUNK`
@@ -491,7 +491,7 @@ mod cuda;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::decoder::BlockMask;
+    use crate::arch::batch::BlockMask;
     use crate::model::layer::grouped_attention;
 
     /// The reference agrees with candle's dense path under the equivalent additive mask, and the

@@ -4,8 +4,8 @@
 //! crossover instead of one constant: on the H200 the quantised kernels won up to 16 rows on the
 //! 1.5B and cuBLAS from 8 on a Qwen3-8B shape (BENCHMARKS.md, sections 27 and 29).
 
+use crate::arch::config::ModelConfig;
 use crate::error::{Error, Result};
-use crate::model::config::ModelConfig;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;

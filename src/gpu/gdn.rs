@@ -5,8 +5,8 @@
 //! The CPU reference is the host recurrence in [`crate::model::gated_delta`], which also holds
 //! the bookkeeping (pending blocks, kept paths) both share; its `selftest` compares the two.
 
+use crate::arch::config::LinearAttention;
 use crate::error::{Error, Result};
-use crate::model::config::LinearAttention;
 use candle_core::{DType, Device, Tensor};
 
 /// Widest key head the kernel holds (its state column's entries live in registers).
@@ -274,7 +274,7 @@ mod cuda {
             // below its row or u32::MAX, as the kernel takes them.
             unsafe { lb.launch(cfg) }.map_err(driver)?;
         }
-        let chain = crate::model::batch::is_chain(parents);
+        let chain = crate::arch::batch::is_chain(parents);
         let out = tensor_from_slice(dev, alloc(dev, n * hv * vd)?, (n, hv * vd));
         let s_last = match last && chain {
             true => Some(tensor_from_slice(

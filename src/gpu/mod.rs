@@ -72,7 +72,6 @@ pub fn selftest(device: &candle_core::Device) -> Result<Vec<String>> {
             mmq::selftest_stacked(dev, &mut rng, &mut report)?;
         }
         wide::selftest(dev, &mut rng, &mut report)?;
-        crate::model::gated_delta::selftest::selftest(device, &mut rng, &mut report)?;
     }
     Ok(report)
 }

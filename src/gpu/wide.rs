@@ -74,7 +74,7 @@ impl std::fmt::Display for WideSource {
 /// [`WIDE_ROWS_DEFAULT`]. `None`: never.
 pub fn wide_rows_for(
     gpu: &str,
-    cfg: &crate::model::config::ModelConfig,
+    cfg: &crate::arch::config::ModelConfig,
 ) -> (Option<usize>, WideSource) {
     if let Some(rows) = env_rows() {
         return (rows, WideSource::Env);

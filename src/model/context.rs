@@ -91,7 +91,7 @@ mod tests {
     #[test]
     fn a_hybrid_counts_only_its_attention_layers() {
         let mut cfg = ModelConfig::new(
-            crate::model::config::Family::Qwen2,
+            crate::arch::config::Family::Qwen2,
             8,
             256,
             512,
@@ -103,7 +103,7 @@ mod tests {
         let dense = bytes_per_token(&cfg, false);
         assert_eq!(dense, 8 * 2 * 2 * 64 * 4);
         assert_eq!(bytes_per_token(&cfg, true), dense / 4 * 6);
-        cfg.linear = Some(crate::model::config::LinearAttention {
+        cfg.linear = Some(crate::arch::config::LinearAttention {
             layers: (0..8).map(|i| (i + 1) % 4 != 0).collect(),
             k_heads: 1,
             v_heads: 1,

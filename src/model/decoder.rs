@@ -20,18 +20,18 @@
 //! for the rows asked for, can return hidden states of chosen layers, and keeps a preallocated KV
 //! cache that can be truncated and compacted ([`Decoder::truncate`], [`Decoder::keep`]).
 
+use crate::arch::config::{ModelConfig, RopeStyle};
+use crate::arch::kv_cache::KvCache;
+use crate::arch::weights::{Embedding, Linear, WeightStore};
 use crate::error::{Error, Result};
 use crate::gpu::step::{GdnPass, GpuStep, StepInput, StepWeights};
-use crate::model::config::{ModelConfig, RopeStyle};
 use crate::model::gated_delta::{BlockLedger, Fold, RecurrentCache};
-use crate::model::kv_cache::KvCache;
 use crate::model::layer::{DecoderLayer, Mixer};
 use crate::model::visibility::{Visibility, VisibleKeys};
-use crate::model::weights::{Embedding, Linear, WeightStore};
 use candle_core::{DType, Device, Tensor};
 
-use crate::model::batch::block_parents;
-pub use crate::model::batch::{Batch, BlockMask, ForwardOutput, PastMask, MASKED};
+use crate::arch::batch::block_parents;
+pub use crate::arch::batch::{Batch, BlockMask, ForwardOutput, PastMask, MASKED};
 
 /// What runs a decoder whose GPU step is `step`, after setting its products ([`GpuStep::
 /// set_tensor_cores`]) and giving it the GPU's highest stream priority when `high_priority` (a

@@ -27,10 +27,11 @@
 //! its `a`, `b` projections), and committing a path replays those rows from the committed state
 //! with the same arithmetic, so the committed state is bit for bit what a one-row step reaches.
 
+pub use crate::arch::batch::Fold;
+use crate::arch::config::{LinearAttention, ModelConfig};
+use crate::arch::weights::{Linear, WeightStore};
 use crate::error::{Error, Result};
 use crate::gpu::gdn;
-use crate::model::config::{LinearAttention, ModelConfig};
-use crate::model::weights::{Linear, WeightStore};
 use candle_core::{DType, Device, Tensor};
 
 /// The recurrent state of one Gated DeltaNet layer for a sequence.
@@ -381,7 +382,7 @@ impl GatedDeltaNet {
                 states[i] = Some(st);
             }
         }
-        let chain = crate::model::batch::is_chain(parents);
+        let chain = crate::arch::batch::is_chain(parents);
         let last = if chain { states[n - 1].take() } else { None };
         let gated = Tensor::from_vec(gated, (n, hv * vd), &device)?;
         Ok((self.out.forward(&gated)?, inputs, last))
@@ -435,28 +436,6 @@ impl PendingBlock {
     /// The block row of pending row `i`.
     fn block_row(&self, i: usize) -> usize {
         self.path.as_ref().map_or(i, |p| p[i])
-    }
-}
-
-/// What to fold into a recurrent layer's state before its next block ([`BlockLedger::take_fold`]).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Fold {
-    /// Start from the empty state (the sequence was dropped).
-    pub restart: bool,
-    /// Rows of the last block, in order (its block rows): every row where `whole`.
-    pub path: Vec<usize>,
-    /// The whole block as it ran, no path of it kept.
-    pub whole: bool,
-    /// `path` is a chain from a root (each row the previous one's child): a path the kernels fold.
-    pub chain: bool,
-    /// The rows' inputs were kept (they can be replayed).
-    pub replayable: bool,
-}
-
-impl Fold {
-    /// Whether the kernels can fold it: nothing, or a chain from a root whose inputs were kept.
-    pub fn foldable(&self) -> bool {
-        self.path.is_empty() || (self.chain && self.replayable)
     }
 }
 

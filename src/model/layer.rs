@@ -4,15 +4,15 @@
 //! rows by a Gated DeltaNet instead ([`Mixer`], [`super::gated_delta`]); its attention layers
 //! gate their output and rotate part of each head (Qwen3.5).
 
+use crate::arch::config::{ModelConfig, RopeStyle};
+use crate::arch::kv_cache::KvCache;
+use crate::arch::weights::{Linear, WeightStore};
 use crate::error::Error;
 use crate::error::Result;
 use crate::gpu::attention::KeyTable;
-use crate::model::config::{ModelConfig, RopeStyle};
 use crate::model::decoder::apply_rope;
 use crate::model::gated_delta::GatedDeltaNet;
-use crate::model::kv_cache::KvCache;
 use crate::model::visibility::Visibility;
-use crate::model::weights::{Linear, WeightStore};
 use candle_core::Tensor;
 
 /// Projections that read the same input: one fused matrix where the weights can be joined

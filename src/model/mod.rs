@@ -1,22 +1,20 @@
 //! The model runtime: weights, the decoder with its KV cache, the tokenizer and chat template,
 //! and loading all of it from a `--model` argument.
 
-pub mod batch;
+pub use crate::arch::{batch, config, kv_cache, weights};
 pub mod chat_template;
-pub mod config;
 pub mod context;
 pub mod decoder;
 pub mod draft_vocab;
 pub mod gated_delta;
-pub mod kv_cache;
 pub mod layer;
 pub mod mtp;
 pub mod mtp_gguf;
 pub mod recommended;
 pub mod source;
+pub mod step_check;
 pub mod tokenizer;
 pub mod visibility;
-pub mod weights;
 
 use crate::error::{Error, Result};
 use candle_core::Device;

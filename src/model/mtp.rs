@@ -24,15 +24,15 @@
 //! the target's hidden state *after* its final norm (what its LM head reads), and the embedding is
 //! not zeroed at position 0. The block is a gated full-attention Qwen3.5 layer.
 
+use crate::arch::config::{Family, ModelConfig};
+use crate::arch::kv_cache::KvCache;
+use crate::arch::weights::{Linear, WeightStore};
 use crate::error::{Error, Result};
 use crate::gpu::step::{ChainStart, GpuStep, HeadStage, StepInput, StepWeights};
-use crate::model::config::{Family, ModelConfig};
 use crate::model::decoder::{rope_tables, BlockMask, Decoder, PastMask};
 use crate::model::draft_vocab::tokens_of;
-use crate::model::kv_cache::KvCache;
 use crate::model::layer::{norm_weight, DecoderLayer};
 use crate::model::visibility::{Visibility, VisibleKeys};
-use crate::model::weights::{Linear, WeightStore};
 use candle_core::{DType, Tensor};
 
 /// Where a checkpoint keeps its MTP head (names as the weight store reads them: GGUF-style, which
@@ -225,8 +225,8 @@ impl MtpHead {
     ) -> Result<Self> {
         if !store.contains(&names.input_proj) {
             let missing = match layout {
-                MtpLayout::MiMo => crate::model::weights::hf_name(&names.input_proj, "model."),
-                MtpLayout::Qwen35 => crate::model::weights::hf_name(&names.input_proj, "mtp."),
+                MtpLayout::MiMo => crate::arch::weights::hf_name(&names.input_proj, "model."),
+                MtpLayout::Qwen35 => crate::arch::weights::hf_name(&names.input_proj, "mtp."),
                 MtpLayout::GgufNextn => names.input_proj.clone(),
             };
             return Err(Error::Config(format!(

@@ -5,10 +5,10 @@
 //! shape of the target it was made for in its metadata; and loaded back as a drafter, refused
 //! for a target of another shape.
 
+use crate::arch::config::{gguf_usize, ModelConfig};
+use crate::arch::weights::{gguf_layer_name, write_gguf, WeightStore};
 use crate::error::{candle_message, Error, Result};
-use crate::model::config::{gguf_usize, ModelConfig};
 use crate::model::mtp::{MtpHead, MtpLayout};
-use crate::model::weights::{gguf_layer_name, write_gguf, WeightStore};
 use crate::model::LoadOptions;
 use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};

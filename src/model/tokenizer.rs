@@ -1,8 +1,8 @@
 //! Text <-> token ids: a `tokenizers::Tokenizer` from `tokenizer.json` or rebuilt from GGUF
 //! metadata, the stop tokens, and an incremental decoder for streaming.
 
+use crate::arch::config::gguf_usize;
 use crate::error::{Error, Result};
-use crate::model::config::gguf_usize;
 use candle_core::quantized::gguf_file;
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -6,10 +6,10 @@
 //! context rows 0..=p of step 1 and its own row p of steps 2..=j, as a chain drafted from
 //! position p does.
 
+use crate::arch::config::{ModelConfig, RopeStyle};
+use crate::arch::weights::hf_name;
 use crate::error::Result;
-use crate::model::config::{ModelConfig, RopeStyle};
 use crate::model::decoder::MASKED;
-use crate::model::weights::hf_name;
 use candle_core::{DType, Device, Tensor, D};
 use candle_nn::{Init, VarMap};
 

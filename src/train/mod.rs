@@ -444,7 +444,7 @@ fn side_by_side(
     mut pick: impl FnMut(&Tensor) -> Result<Vec<u32>>,
     mut progress: impl FnMut(usize),
 ) -> Result<Vec<Vec<u32>>> {
-    use crate::model::decoder::{BlockMask, PastMask};
+    use crate::arch::batch::{BlockMask, PastMask};
     /// One sequence of a group: its tokens, its cache rows, and the answer tokens it may still add.
     struct Seq {
         tokens: Vec<u32>,

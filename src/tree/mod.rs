@@ -12,7 +12,7 @@ pub mod walk;
 pub use builder::{build_ddtree, top_k_indices, top_k_log_probs, top_k_rows, DepthTopK};
 pub use walk::walk;
 
-use crate::model::decoder::BlockMask;
+use crate::arch::batch::BlockMask;
 
 /// A draft tree. Node 0 is the root: the last committed token, which the target still has to
 /// read; nodes 1.. are drafted tokens, numbered so that a parent always comes before its children.

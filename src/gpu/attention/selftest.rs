@@ -25,7 +25,7 @@ pub(crate) fn selftest(
     rng: &mut crate::gpu::Uniform,
     report: &mut Vec<String>,
 ) -> Result<()> {
-    use crate::model::decoder::BlockMask;
+    use crate::arch::batch::BlockMask;
     // On a GPU, chunks of 128 for every row, by each row's count, of 32 and of 64 for every row;
     // the host has none.
     let ways: &[usize] = if device.is_cuda() {
@@ -134,7 +134,7 @@ fn selftest_wide(
     rng: &mut crate::gpu::Uniform,
     report: &mut Vec<String>,
 ) -> Result<()> {
-    use crate::model::decoder::{BlockMask, PastMask};
+    use crate::arch::batch::{BlockMask, PastMask};
     let device = Device::Cuda(dev.clone());
     let mut worst = 0f32;
     let mut cases = 0;

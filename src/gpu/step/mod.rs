@@ -39,9 +39,9 @@
 //! reads and heads the attention kernel takes ([`GpuStep::new`] says why not otherwise;
 //! `TREESPEC_GPU_STEP=0` turns it off); every other decoder runs candle's ops.
 
+use crate::arch::config::ModelConfig;
+use crate::arch::visible::VisibleKeys;
 use crate::error::{Error, Result};
-use crate::model::config::ModelConfig;
-use crate::model::visibility::VisibleKeys;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use std::sync::Arc;
@@ -51,13 +51,13 @@ pub struct StepWeights<'a> {
     /// The model's shape.
     pub cfg: &'a ModelConfig,
     /// Token embedding table.
-    pub embed: &'a crate::model::weights::Embedding,
+    pub embed: &'a crate::arch::weights::Embedding,
     /// Per layer.
     pub layers: Vec<LayerWeights<'a>>,
     /// Final norm weight.
     pub norm: &'a Tensor,
     /// LM head.
-    pub lm_head: &'a crate::model::weights::Linear,
+    pub lm_head: &'a crate::arch::weights::Linear,
     /// RoPE tables `[context, head_dim / 2]`.
     pub cos: &'a Tensor,
     /// See `cos`.
@@ -72,21 +72,21 @@ pub struct LayerWeights<'a> {
     pub attn_norm: &'a Tensor,
     /// The projections of the normed input: q, k, v (one fused linear or three); a Gated
     /// DeltaNet's convolution input, output gate, beta and alpha, in that order.
-    pub qkv: Vec<&'a crate::model::weights::Linear>,
+    pub qkv: Vec<&'a crate::arch::weights::Linear>,
     /// Qwen3's per-head norms.
     pub q_norm: Option<&'a Tensor>,
     /// See `q_norm`.
     pub k_norm: Option<&'a Tensor>,
     /// Output projection (a Gated DeltaNet's out projection).
-    pub o: &'a crate::model::weights::Linear,
+    pub o: &'a crate::arch::weights::Linear,
     /// What mixes the rows: attention (Qwen3.5's with its output gate) or a Gated DeltaNet.
     pub mixer: MixerKind<'a>,
     /// MLP norm.
     pub ffn_norm: &'a Tensor,
     /// gate and up projections: one fused linear or two.
-    pub gate_up: Vec<&'a crate::model::weights::Linear>,
+    pub gate_up: Vec<&'a crate::arch::weights::Linear>,
     /// Down projection.
-    pub down: &'a crate::model::weights::Linear,
+    pub down: &'a crate::arch::weights::Linear,
 }
 
 impl LayerWeights<'_> {
@@ -121,7 +121,7 @@ pub const GDN_STASH_ROWS: usize = 64;
 /// (folded as it runs past [`GDN_STASH_ROWS`]), or a tree of at most that many rows.
 pub fn gdn_block_fits(parents: &[Option<usize>]) -> Result<()> {
     let n = parents.len();
-    if n > GDN_STASH_ROWS && !crate::model::batch::is_chain(parents) {
+    if n > GDN_STASH_ROWS && !crate::arch::batch::is_chain(parents) {
         return Err(Error::InvalidArgument(format!(
             "a draft tree of {n} rows over a hybrid model's GPU step (at most {GDN_STASH_ROWS})"
         )));
@@ -134,7 +134,7 @@ pub struct GdnPass<'a> {
     /// Each row's parent in the block (`None`: it follows the committed rows).
     pub parents: &'a [Option<usize>],
     /// What to fold into the committed state first: the last block's kept path.
-    pub fold: &'a crate::model::gated_delta::Fold,
+    pub fold: &'a crate::arch::batch::Fold,
 }
 
 /// Whether the step is wanted at all (`TREESPEC_GPU_STEP=0` turns it off).
@@ -195,12 +195,12 @@ pub struct HeadStage<'a> {
     /// Norm of the token's embedding.
     pub token_norm: &'a Tensor,
     /// `[hidden, 2 * hidden]` over the two normed halves.
-    pub input_proj: &'a crate::model::weights::Linear,
+    pub input_proj: &'a crate::arch::weights::Linear,
     /// The concatenation's order: hidden state first (MiMo) or embedding first.
     pub hidden_first: bool,
     /// The LM head rows the head drafts among (the target's LM head, or its rows of a reduced
     /// vocabulary).
-    pub lm_head: &'a crate::model::weights::Linear,
+    pub lm_head: &'a crate::arch::weights::Linear,
     /// The target's token id of each row of `lm_head` (u32 on the step's GPU), when reduced.
     pub vocab: Option<&'a Tensor>,
 }
@@ -370,7 +370,7 @@ pub(super) struct Mat {
 
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 fn mat(
-    l: &crate::model::weights::Linear,
+    l: &crate::arch::weights::Linear,
     what: &str,
 ) -> std::result::Result<(Mat, Option<Tensor>), String> {
     let (q, bias) = l
@@ -393,6 +393,3 @@ fn mat(
 
 #[cfg(feature = "cuda")]
 mod cuda;
-
-mod check;
-pub use check::check_model;

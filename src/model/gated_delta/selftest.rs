@@ -60,7 +60,7 @@ fn random_pair(
     device: &Device,
     rng: &mut crate::gpu::Uniform,
 ) -> Result<(GatedDeltaNet, GatedDeltaNet)> {
-    use crate::model::weights::Weight;
+    use crate::arch::weights::Weight;
     let mut uniform = |n: usize, lo: f32, hi: f32| -> Vec<f32> {
         (0..n).map(|_| lo + (hi - lo) * rng.next()).collect()
     };

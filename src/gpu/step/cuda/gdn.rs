@@ -279,12 +279,12 @@ impl GpuStep {
 }
 
 /// Threads of the recurrence and fold kernels: four lanes a value column, whole warps.
-fn gdn_threads(l: &crate::model::config::LinearAttention) -> u32 {
+fn gdn_threads(l: &crate::arch::config::LinearAttention) -> u32 {
     (4 * l.v_dim).next_multiple_of(32) as u32
 }
 
 /// The shape arguments the kernels take: (C, taps, key heads, value heads, dk, dv, tiled).
-fn shape_args(l: &crate::model::config::LinearAttention) -> (i32, i32, i32, i32, i32, i32, i32) {
+fn shape_args(l: &crate::arch::config::LinearAttention) -> (i32, i32, i32, i32, i32, i32, i32) {
     (
         l.conv_channels() as i32,
         l.conv as i32,

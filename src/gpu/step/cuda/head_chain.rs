@@ -20,9 +20,9 @@
 //! past them and are not counted, so the next catch-up pass writes over them.
 
 use super::*;
+use crate::arch::visible::VisibleKeys;
 use crate::gpu::step::ChainStart;
 use crate::gpu::topk::{depths, launch_top_k, TopKFuncs, TopKScratch};
-use crate::model::visibility::VisibleKeys;
 use crate::tree::DepthTopK;
 
 /// The head's weights and kernels beyond the block's, and the chain's buffers.

@@ -17,9 +17,9 @@ enum TcKernel {
     Mmtc(Mmtc),
     Mmq(Mmq),
 }
+use crate::arch::config::RopeStyle;
+use crate::arch::weights::Embedding;
 use crate::gpu::wide::{Out, WideProducts};
-use crate::model::config::RopeStyle;
-use crate::model::weights::Embedding;
 use candle_core::Storage;
 use cudarc::driver::{
     result, sys, CudaEvent, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr,
@@ -284,7 +284,7 @@ pub struct GpuStep {
     /// Dimensions RoPE turns of a head (all, or Qwen3.5's first quarter).
     rot: i32,
     /// The Gated DeltaNet layers' shape and their norm's epsilon, where the model has them.
-    linear: Option<(crate::model::config::LinearAttention, f32)>,
+    linear: Option<(crate::arch::config::LinearAttention, f32)>,
     /// Their stash, grown to the largest block kept.
     stash: Option<GdnStash>,
     bufs: Option<Buffers>,

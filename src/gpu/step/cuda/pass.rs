@@ -500,7 +500,7 @@ impl GpuStep {
     /// moved to `base, base + 1, ...`: K and V of every layer and their f16 shadows, in one
     /// launch (`kv_keep`) on candle's stream. The caller sets the caches' lengths.
     pub fn keep(&mut self, base: usize, rows: &[usize]) -> Result<()> {
-        if crate::model::kv_cache::KvCache::in_place(rows) {
+        if crate::arch::kv_cache::KvCache::in_place(rows) {
             return Ok(());
         }
         if rows.windows(2).any(|w| w[0] >= w[1]) {

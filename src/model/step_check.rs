@@ -1,7 +1,26 @@
-//! The step checked on a real model (`treespec selftest -m MODEL`).
+//! `treespec selftest` from the model's side: every GPU kernel against its CPU reference
+//! ([`selftest`]: the GPU runtime's own checks, then the Gated DeltaNet kernels against the host
+//! recurrence), and the GPU step on a real model against the CPU decoder ([`check_model`],
+//! `treespec selftest -m MODEL`).
 
-use super::*;
+use crate::arch::batch::BlockMask;
+use crate::error::{Error, Result};
 use crate::model::decoder::{argmax_rows, Batch, Decoder};
+use candle_core::{Device, Tensor};
+
+/// Every kernel on `device` against its CPU reference ([`crate::gpu::selftest`]), and on a GPU
+/// the Gated DeltaNet kernels against the host recurrence; one line a check, or an error naming
+/// the first mismatch.
+pub fn selftest(device: &Device) -> Result<Vec<String>> {
+    #[allow(unused_mut)]
+    let mut report = crate::gpu::selftest(device)?;
+    #[cfg(feature = "cuda")]
+    if device.is_cuda() {
+        let mut rng = crate::gpu::Uniform(0x2545_F491_4F6C_DD1D);
+        super::gated_delta::selftest::selftest(device, &mut rng, &mut report)?;
+    }
+    Ok(report)
+}
 
 /// Check the step on a real model against the CPU decoder (treespec's reference kernels), against
 /// candle's GPU ops, and against itself: the logits of a prompt through each (the largest and the
@@ -160,7 +179,7 @@ fn compaction_block(tokens: &[u32], split: usize, hybrid: bool) -> Result<Batch>
     }
     let positions = depth.iter().map(|d| split + d).collect();
     Ok(batch
-        .with_mask(crate::model::decoder::BlockMask::from_parents(&parents)?)
+        .with_mask(BlockMask::from_parents(&parents)?)
         .with_positions(positions))
 }
 

@@ -1,7 +1,8 @@
 //! What a forward pass takes and gives: the new tokens of a block with their positions, what
 //! each may see (a draft tree's mask over the block, over earlier passes' rows), which rows'
 //! logits and which layers' hidden states to return ([`Batch`], [`ForwardOutput`]); and the
-//! block's tree as a hybrid model's recurrent layers read it ([`block_parents`]).
+//! block's tree as a hybrid model's recurrent layers read it ([`block_parents`]), and what of the
+//! last block such a layer folds into its state ([`Fold`]).
 
 use crate::error::{Error, Result};
 use candle_core::Tensor;
@@ -219,4 +220,26 @@ pub(crate) fn block_parents(batch: &Batch) -> Result<Vec<Option<usize>>> {
         parents.push(parent);
     }
     Ok(parents)
+}
+
+/// What to fold into a recurrent layer's state before its next block (`model::gated_delta::BlockLedger::take_fold`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Fold {
+    /// Start from the empty state (the sequence was dropped).
+    pub restart: bool,
+    /// Rows of the last block, in order (its block rows): every row where `whole`.
+    pub path: Vec<usize>,
+    /// The whole block as it ran, no path of it kept.
+    pub whole: bool,
+    /// `path` is a chain from a root (each row the previous one's child): a path the kernels fold.
+    pub chain: bool,
+    /// The rows' inputs were kept (they can be replayed).
+    pub replayable: bool,
+}
+
+impl Fold {
+    /// Whether the kernels can fold it: nothing, or a chain from a root whose inputs were kept.
+    pub fn foldable(&self) -> bool {
+        self.path.is_empty() || (self.chain && self.replayable)
+    }
 }
