@@ -183,6 +183,7 @@ fn an_unknown_kernel_path_is_refused_with_one_line() {
 fn k_quant_speculation_on_the_listed_attention_path_equals_ar() {
     use treespec::engine::{Mode, Settings};
     use treespec::load::{build_engine, DrafterChoice};
+    use treespec::verify::Verification;
     // The same random weights quantised two ways, each drafting for the other: drafts that
     // are mostly right and sometimes not.
     let dir = tempfile::tempdir().unwrap();
@@ -247,6 +248,15 @@ fn k_quant_speculation_on_the_listed_attention_path_equals_ar() {
                     assert_eq!(got.tokens, ar, "{label}");
                     accepted += got.stats.accepted;
                 }
+                // The control: a verifier that takes the drafter's first child unasked is caught.
+                e.set_settings(Settings {
+                    verification: Verification::LossyUncheckedFirstChild,
+                    ..modes[1]
+                })
+                .unwrap();
+                e.reset();
+                let lossy = e.generate(&prompt, 40, |_| true).unwrap().tokens;
+                assert_ne!(lossy, ar, "the lossy control went unnoticed");
             });
         }
     }
