@@ -58,8 +58,9 @@ impl Selection {
                     .rows
                     .get(y.saturating_sub(view.area.y) as usize)
                     .map_or("", String::as_str);
-                let from = if y == a.y { a.x } else { left } - left;
-                let to = if y == b.y { b.x + 1 } else { right } - left;
+                // (Saturating: the view may have moved since the drag began.)
+                let from = if y == a.y { a.x } else { left }.saturating_sub(left);
+                let to = if y == b.y { b.x + 1 } else { right }.saturating_sub(left);
                 columns(row, from as usize, to as usize)
                     .trim_end()
                     .to_string()
@@ -85,8 +86,8 @@ fn columns(row: &str, from: usize, to: usize) -> String {
 /// `p` moved into `area` (a drag past the conversation's edge selects to its edge).
 fn clamp(p: Position, area: Rect) -> Position {
     Position {
-        x: p.x.clamp(area.x, area.right().saturating_sub(1)),
-        y: p.y.clamp(area.y, area.bottom().saturating_sub(1)),
+        x: p.x.min(area.right().saturating_sub(1)).max(area.x),
+        y: p.y.min(area.bottom().saturating_sub(1)).max(area.y),
     }
 }
 
@@ -165,5 +166,15 @@ mod tests {
         assert_eq!(sel(9, 2, 9, 2).text(&v), "x");
         assert!(sel(2, 1, 3, 2).contains(Position::new(9, 1)));
         assert!(!sel(2, 1, 3, 2).contains(Position::new(4, 2)));
+        // The view moved right of where the drag began (a resize): no underflow.
+        let moved = ChatView {
+            area: Rect::new(5, 1, 10, 3),
+            ..v
+        };
+        assert_eq!(sel(2, 1, 6, 1).text(&moved), "he");
+        assert_eq!(
+            clamp(Position::new(0, 9), Rect::new(5, 1, 0, 0)),
+            Position::new(5, 1)
+        );
     }
 }
