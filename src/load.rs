@@ -140,7 +140,8 @@ pub struct TextSide {
 pub const NO_HEAD: &str = "none";
 
 /// The MTP head to load beside the drafter of `target`: `head` as given ([`NO_HEAD`]: none),
-/// else the head shipped for a known target (copied into the cache the first time), else none.
+/// else the head shipped for a known target (copied into the cache the first time), else none
+/// (and [`build_engine`] then takes the target's own, where it has one).
 /// A shipped head that cannot be found leaves `mtp` unavailable, with a line on stderr.
 pub fn head_for(target: &str, head: Option<&str>) -> Option<String> {
     match head {
@@ -278,6 +279,8 @@ fn own_head(
 }
 
 /// Load the target (and the drafter and an MTP head beside it, when given) into an engine; the
+/// head is a file, [`MTP_DRAFTER`], [`NO_HEAD`] (none), or unsaid (`None`: the target's own
+/// where it has one and a drafter that is not a head is loaded, so that `mtp` can run); the
 /// engine takes the decoders, the tokenizer and template are returned beside it. With
 /// [`DrafterChoice::Auto`], [`auto_drafter`] picks from the models cache; its note, if any, is
 /// in [`TextSide::notes`].
@@ -290,9 +293,10 @@ pub fn build_engine(
     opts: &LoadOptions,
 ) -> Result<(Engine, TextSide)> {
     let t = load_model(target, opts)?;
-    // The drafter and the heads hold as many positions as the target's cache.
+    // The drafter holds at most as many positions as the target's cache (fewer where its own
+    // trained context or, unsaid, the memory left holds fewer: it then stops drafting there).
     let opts = &LoadOptions {
-        context: t.decoder.context(),
+        context_limit: t.decoder.context(),
         ..opts.clone()
     };
     let mut notes = vec![];
@@ -321,8 +325,9 @@ pub fn build_engine(
     };
     // A drafter that is an MTP head drafts `mtp` itself: the shipped head is not added beside it.
     let drafts_mtp = drafter.as_ref().is_some_and(|d| d.kind() == MTP_KIND);
-    let head = head.filter(|h| !(drafts_mtp && fetch::is_shipped_head(h)));
     let head = match head {
+        Some(NO_HEAD) => None,
+        Some(h) if drafts_mtp && fetch::is_shipped_head(h) => None,
         Some(h) => Some(load_drafter(h, &t, opts)?),
         None if drafter.is_some() && !drafts_mtp && t.decoder.config().mtp_heads > 0 => {
             own_head(&t, opts, &mut notes)

@@ -335,6 +335,17 @@ fn a_named_drafter_leaves_mtp_to_the_targets_own_head() {
         let got = e.generate(&prompt, 24, |_| true).unwrap().tokens;
         assert_eq!(got, ar, "{s:?}");
     }
+    // `--head none` (or a command whose mode never drafts with a head) loads none.
+    let (e, _) = treespec::load::build_engine(
+        &target.display().to_string(),
+        DrafterChoice::Named(&drafter.display().to_string()),
+        Some(treespec::load::NO_HEAD),
+        settings(Mode::Ar, 1, 1, 1),
+        0,
+        &opts,
+    )
+    .unwrap();
+    assert!(e.head().is_none() && e.mode_unavailable(Mode::Mtp).is_some());
 }
 
 #[test]

@@ -225,6 +225,9 @@ impl ChatEngine for ScriptedEngine {
                     .map(|(m, _)| m.content.len())
                     .sum()
             });
+        let prompt_tokens: usize = messages.iter().map(|m| m.content.len()).sum();
+        // (The last prompt token is read by the first step, never cached.)
+        let cached = cached.min(prompt_tokens.saturating_sub(1));
         self.record(|l| l.requests.push(messages.to_vec()));
         self.delivered = (0, 0);
         let answer = self
@@ -232,7 +235,7 @@ impl ChatEngine for ScriptedEngine {
             .pop_front()
             .unwrap_or_else(|| ScriptedAnswer::from_steps(self.settings.mode, &[(&["OK"], ".")]));
         self.pending.push_back(ChatEvent::Started(Started {
-            prompt_tokens: messages.iter().map(|m| m.content.len()).sum(),
+            prompt_tokens,
             cached_tokens: cached,
             prefill: Duration::from_millis(5),
         }));

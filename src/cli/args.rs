@@ -239,6 +239,7 @@ pub(crate) struct DecodeArgs {
 }
 
 impl DecodeArgs {
+    /// The decoding settings these arguments give for `mode` (checked against their limits).
     pub(crate) fn settings(&self, mode: Mode) -> anyhow::Result<Settings> {
         let s = Settings {
             mode,
@@ -453,6 +454,7 @@ pub(crate) struct FetchArgs {
 }
 
 impl RuntimeArgs {
+    /// How to load models: device, context, exactness and the wide verify passes.
     pub(crate) fn load_options(&self) -> anyhow::Result<LoadOptions> {
         let drafter_device = self
             .drafter_device
@@ -488,6 +490,7 @@ pub(crate) fn build_engine(
     )?)
 }
 
+/// A mode's name (ar, linear, tree, mtp, auto), or an error naming the choices.
 pub(crate) fn parse_mode(s: &str) -> anyhow::Result<Mode> {
     Mode::parse(s).ok_or_else(|| anyhow::anyhow!("unknown mode `{s}` (ar, linear, tree, mtp)"))
 }

@@ -199,7 +199,7 @@ pub(crate) fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
         .any(|v| matches!(v.settings.mode, Mode::Mtp | Mode::Auto));
     let head = match wants_mtp {
         true => load::head_for(&a.target, a.head.head.as_deref()),
-        false => None,
+        false => Some(load::NO_HEAD.to_string()),
     };
     let (mut engine, m) = build_engine(
         &a.target,

@@ -90,10 +90,16 @@ fn pick(flag: &Option<String>, conf: &Option<String>, default: &str) -> String {
 /// What the chat runs, from the arguments `a` over the config file `cfg`.
 fn plan(a: &ChatArgs, cfg: &Config) -> anyhow::Result<ChatPlan> {
     let target = pick(&a.target, &cfg.target, "target");
-    let head = load::head_for(&target, a.head.head.as_deref().or(cfg.head.as_deref()));
+    let asked = a.head.head.as_deref().or(cfg.head.as_deref());
+    // `--head none` is kept as said, so that loading takes no head at all.
+    let head = match asked {
+        Some(load::NO_HEAD) => Some(load::NO_HEAD.to_string()),
+        _ => load::head_for(&target, asked),
+    };
     // With an MTP head the chat starts in `mtp`, the fastest mode on every prompt set where the
     // default pair has its head (BENCHMARKS.md section 26); otherwise in `tree`.
-    let starting = if head.is_some() { "mtp" } else { "tree" };
+    let has_head = head.as_deref().is_some_and(|h| h != load::NO_HEAD);
+    let starting = if has_head { "mtp" } else { "tree" };
     let mode = parse_mode(&pick(&a.mode, &cfg.mode, starting))?;
     let recommended = recommended_sampling(a, cfg, &target)?;
     let decode = decode_args(a, cfg, &recommended);

@@ -8,12 +8,14 @@ pub(crate) fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
     // The head only where it drafts: `mtp`, and `auto` among its arms.
     let head = match mode {
         Mode::Mtp | Mode::Auto => load::head_for(&a.model, a.head.head.as_deref()),
-        _ => None,
+        _ => Some(load::NO_HEAD.to_string()),
     };
     let drafter = match (&a.drafter, mode) {
         (Some(d), _) => DrafterChoice::Named(d),
         // `mtp` with a head needs no other drafter.
-        (None, Mode::Mtp) if head.is_some() => DrafterChoice::None,
+        (None, Mode::Mtp) if head.as_deref().is_some_and(|h| h != load::NO_HEAD) => {
+            DrafterChoice::None
+        }
         (None, Mode::Mtp) => anyhow::bail!(
             "--mode mtp needs an MTP head: --head FILE, or --drafter mtp for the target's own"
         ),

@@ -72,9 +72,10 @@ impl AnswerStats {
         per_sec(self.read_tokens(), self.prefill)
     }
 
-    /// Prompt tokens read (not kept from the cache).
+    /// Prompt tokens read before the first step: neither kept from the cache nor the last one,
+    /// which the first step reads.
     pub fn read_tokens(&self) -> usize {
-        self.prompt_tokens.saturating_sub(self.cached_tokens)
+        self.prompt_tokens.saturating_sub(self.cached_tokens + 1)
     }
 
     /// Tokens per second of decoding (0 before any time has passed).

@@ -36,6 +36,8 @@ pub struct LoadOptions {
     /// KV cache capacity in tokens (clamped to the model's trained context); [`context::AUTO`]:
     /// the model's own, as much of it as memory holds ([`context::auto`]).
     pub context: usize,
+    /// At most this many positions, whatever `context` says (a drafter: its target's context).
+    pub context_limit: usize,
     /// Where a causal-LM drafter runs (default: a stream of its own on `device`'s GPU, so that
     /// it drafts while the target verifies; `device` itself on the CPU).
     pub drafter_device: Option<Device>,
@@ -54,6 +56,7 @@ impl Default for LoadOptions {
             device: Device::Cpu,
             exact: false,
             context: 4096,
+            context_limit: usize::MAX,
             drafter_device: None,
             tensor_cores: crate::gpu::step::tensor_cores_for(false),
             wide_verify: false,
@@ -164,10 +167,11 @@ fn load_checkpoint(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
 /// for, within the model's trained context, or with [`context::AUTO`] as much of that as memory
 /// holds.
 fn context_for(cfg: &ModelConfig, opts: &LoadOptions, weight_bytes: u64) -> usize {
-    match opts.context {
+    let n = match opts.context {
         context::AUTO => context::auto(cfg, &opts.device, weight_bytes),
-        n => n.min(cfg.max_position).max(1),
-    }
+        n => n.min(cfg.max_position),
+    };
+    n.min(opts.context_limit).max(1)
 }
 
 /// A checkpoint's configuration (its `config.json`).

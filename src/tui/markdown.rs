@@ -154,6 +154,8 @@ fn inline_marks(c: &[char], looks: &mut [Look], from: usize, to: usize) {
                 }
                 i = j + n;
             }
+            // (`__` inside a word is no mark: snake__case.)
+            '_' if i > 0 && c[i - 1].is_alphanumeric() => i += 1,
             x @ ('*' | '_') if i + 1 < to && c[i + 1] == x => {
                 match closing(c, i + 2, to, &[x, x]) {
                     Some(j) => {
@@ -249,6 +251,7 @@ mod tests {
         for text in [
             "2 * 3 * 4",
             "snake_case_name",
+            "foo__bar__baz",
             "* a list item",
             "an ` unclosed span",
             "**unclosed strong",

@@ -142,13 +142,20 @@ pub fn run(app: &mut App) -> crate::Result<()> {
         if event::poll(wait)? {
             // Take every event that is waiting before the next frame.
             loop {
-                match event::read()? {
-                    Event::Key(k) => app.on_key(k),
-                    Event::Paste(s) => app.on_paste(&s),
+                // (A mouse that only moves changes nothing: no frame for it.)
+                let changed = match event::read()? {
+                    Event::Key(k) => {
+                        app.on_key(k);
+                        true
+                    }
+                    Event::Paste(s) => {
+                        app.on_paste(&s);
+                        true
+                    }
                     Event::Mouse(m) => app.on_mouse(m),
-                    _ => {}
-                }
-                dirty = true;
+                    _ => true,
+                };
+                dirty |= changed;
                 if app.quit || !event::poll(Duration::ZERO)? {
                     break;
                 }

@@ -18,6 +18,9 @@ pub struct ChatView {
     pub area: Rect,
     /// The text of each visible row, top first.
     pub rows: Vec<String>,
+    /// Which line of the whole conversation the top row shows (when it changes, the text has
+    /// moved under any selection, which then ends).
+    pub first: usize,
 }
 
 /// A selection in the conversation, in screen cells: where the drag began and where it is.
@@ -92,8 +95,12 @@ fn clamp(p: Position, area: Rect) -> Position {
 }
 
 impl App {
-    /// Take in one mouse event.
-    pub fn on_mouse(&mut self, m: MouseEvent) {
+    /// Take in one mouse event; returns whether it changed anything on screen. Under the help
+    /// the mouse does nothing (the conversation is hidden).
+    pub fn on_mouse(&mut self, m: MouseEvent) -> bool {
+        if self.show_help {
+            return false;
+        }
         let at = Position::new(m.column, m.row);
         let area = self.chat_view.area;
         match m.kind {
@@ -112,19 +119,18 @@ impl App {
                     head: at,
                 });
             }
-            MouseEventKind::Drag(MouseButton::Left) => {
-                if let Some(s) = &mut self.selection {
-                    s.head = clamp(at, area);
-                }
-            }
+            MouseEventKind::Drag(MouseButton::Left) => match &mut self.selection {
+                Some(s) => s.head = clamp(at, area),
+                None => return false,
+            },
             MouseEventKind::Up(MouseButton::Left) => {
                 let Some(s) = self.selection else {
-                    return;
+                    return false;
                 };
                 if s.anchor == s.head {
                     // A click, not a drag: nothing to copy.
                     self.selection = None;
-                    return;
+                    return true;
                 }
                 let text = s.text(&self.chat_view);
                 if !text.is_empty() {
@@ -132,8 +138,9 @@ impl App {
                     self.clipboard = Some(text);
                 }
             }
-            _ => {}
+            _ => return false,
         }
+        true
     }
 }
 
@@ -145,6 +152,7 @@ mod tests {
         ChatView {
             area: Rect::new(1, 1, 10, 3),
             rows: vec!["hello  ".into(), "wörld 字x".into(), "end".into()],
+            first: 0,
         }
     }
 

@@ -40,6 +40,9 @@ pub fn draw(f: &mut Frame, app: &mut App) {
             0,
         );
         f.render_widget(Paragraph::new(lines), area);
+        // No conversation on screen: nothing for the mouse to select.
+        app.chat_view = Default::default();
+        app.selection = None;
         return;
     }
     let input_rows = (app.input.lines().clamp(1, 6) + 2) as u16;

@@ -126,13 +126,16 @@ pub fn transcript_lines(app: &App, width: usize) -> Vec<Line<'static>> {
             let prompt = match st.prefill.is_zero() {
                 true => String::new(),
                 false => format!(
-                    " · prompt {} tok{} at {:.0} tok/s",
+                    " · prompt {} tok{}{}",
                     st.prompt_tokens,
                     match st.cached_tokens {
                         0 => String::new(),
                         c => format!(" ({c} cached)"),
                     },
-                    st.prompt_tokens_per_sec()
+                    match st.read_tokens() {
+                        0 => String::new(),
+                        _ => format!(" at {:.0} tok/s", st.prompt_tokens_per_sec()),
+                    }
                 ),
             };
             let first = match st.first_token.is_zero() {
@@ -204,13 +207,18 @@ pub(super) fn draw(f: &mut Frame, app: &mut App, area: Rect) {
     app.page = inner_h.saturating_sub(1).max(1);
     let start = total.saturating_sub(inner_h + app.scroll);
     let visible: Vec<Line> = lines.into_iter().skip(start).take(inner_h).collect();
-    app.chat_view = ChatView {
+    let view = ChatView {
         area: Rect::new(area.x + 1, area.y + 1, inner_w as u16, inner_h as u16),
         rows: visible
             .iter()
             .map(|l| l.spans.iter().map(|s| s.content.as_ref()).collect())
             .collect(),
+        first: start,
     };
+    if view.first != app.chat_view.first || view.area != app.chat_view.area {
+        app.selection = None;
+    }
+    app.chat_view = view;
     let mut title = vec![Span::styled(" treespec ", t.style(StyleKey::Title))];
     if app.scroll > 0 {
         title.push(Span::styled(
