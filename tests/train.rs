@@ -822,4 +822,14 @@ fn self_written_prompts_are_written_once_and_trained_on() {
         .map(|e| e.to_string())
         .unwrap_or_default();
     assert!(refused.contains("--self-prompts N"), "{refused}");
+    // No prompts named and none to write: refused, never the bundled (benchmark) prompts.
+    steered.self_prompt_systems.clear();
+    let refused = run(&steered)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        refused.contains("nothing to train on") && refused.contains("--data FILE"),
+        "{refused}"
+    );
 }

@@ -24,7 +24,7 @@ pub struct PromptSet {
 
 /// The prompt sets that ship with treespec (`benchmarks/prompts/`), used when `bench` is given
 /// no `--prompts`: name and JSON lines.
-pub const BUNDLED: [(&str, &str); 3] = [
+pub const BUNDLED: [(&str, &str); 4] = [
     (
         "humaneval",
         include_str!("../../benchmarks/prompts/humaneval.jsonl"),
@@ -34,6 +34,10 @@ pub const BUNDLED: [(&str, &str); 3] = [
         include_str!("../../benchmarks/prompts/gsm8k.jsonl"),
     ),
     ("chat", include_str!("../../benchmarks/prompts/chat.jsonl")),
+    (
+        "heldout",
+        include_str!("../../benchmarks/prompts/heldout.jsonl"),
+    ),
 ];
 
 /// The bundled prompt sets, each cut to `limit` prompts.

@@ -118,13 +118,14 @@ pub(crate) struct TrainArgs {
     /// the held-out ones.
     #[arg(long, num_args = 1.., value_name = "FILE")]
     pub(crate) extra_data: Vec<PathBuf>,
-    /// Prompts the target writes itself first (Magpie-style), trained on with its answers; with
-    /// them the bundled sets (the benchmark's prompts) are left out unless given with --data.
+    /// Prompts the target writes itself first (Magpie-style), trained on with its answers (the
+    /// bundled sets are the benchmarks' prompts and are never trained on: name prompt files
+    /// with --data, or ask for these).
     #[arg(long, default_value_t = 0)]
     pub(crate) self_prompts: usize,
     /// A system prompt that steers the self-written prompts (as Magpie steers its queries);
-    /// repeat it for several, which share the prompts out evenly. Default: four built-in ones
-    /// (code, maths, everyday help and writing, knowledge).
+    /// repeat it for several, which share the prompts out evenly. Default: eight built-in ones
+    /// (writing, role-play, reasoning, maths, code, extraction, STEM, humanities).
     #[arg(long, value_name = "TEXT")]
     pub(crate) self_prompt_system: Vec<String>,
     /// Measure the head as it trains on prompt sets it never trains on (JSON lines; the first 16

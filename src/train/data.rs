@@ -1,5 +1,5 @@
 //! The data a `treespec train-drafter` run trains on ([`super::run`]): the target's own answers
-//! to the run's prompts (named prompt files or the bundled sets, and prompts the target writes
+//! to the run's prompts (named prompt files, and prompts the target writes
 //! itself), generated once and kept beside the head (`HEAD.safetensors.data.json`); earlier runs'
 //! answers trained on ahead of them; and the target's answers to the evaluation sets' prompts
 //! (`HEAD.safetensors.eval.json`).
@@ -70,17 +70,26 @@ pub fn trained_answers(path: &Path) -> Result<Vec<Vec<u32>>> {
 /// Longest self-written prompt, in tokens.
 const SELF_PROMPT_TOKENS: usize = 96;
 
-/// System prompts that steer the target's self-written prompts to the domains a user asks about
-/// (as Magpie steers its queries): code, math, open chat and writing, knowledge and reasoning.
+/// System prompts that steer the target's self-written prompts to the kinds of request a chat
+/// user makes (as Magpie steers its queries): the eight categories of the bundled chat and
+/// held-out sets (writing, role-play, reasoning, maths, code, extraction, STEM, humanities).
 /// They only open the turn the prompt is written in; the answers are written to the prompt alone,
 /// under the template's own system prompt, as a user would ask it.
-pub const SELF_PROMPT_DOMAINS: [&str; 4] = [
-    "You are a programming assistant. Users ask you to write, explain, fix or complete code.",
+pub const SELF_PROMPT_DOMAINS: [&str; 8] = [
+    "You are a writing assistant. Users ask you for letters, emails, stories, poems, speeches \
+     and descriptions.",
+    "You are an improvising actor. Users ask you to play a character or a professional and to \
+     speak as them.",
+    "You are a helpful assistant. Users ask you logic puzzles and questions that need careful \
+     step-by-step reasoning.",
     "You are a math tutor. Users ask you to solve math word problems and exercises step by step.",
-    "You are a helpful assistant. Users ask you for advice, ideas, stories, letters, summaries \
-     and everyday help.",
-    "You are a knowledgeable assistant. Users ask you questions about science, history, \
-     geography and logic puzzles.",
+    "You are a programming assistant. Users ask you to write, explain, fix or complete code.",
+    "You are a data assistant. Users paste text and ask you to extract, list, classify or \
+     summarise what is in it.",
+    "You are a science teacher. Users ask you questions about physics, chemistry, biology, \
+     medicine and technology.",
+    "You are a knowledgeable assistant. Users ask you about history, philosophy, literature, \
+     geography and society.",
 ];
 
 /// A user message text no template changes, to find where the user turn opens.
@@ -275,24 +284,22 @@ fn earlier_data<'a>(
     Ok(extra)
 }
 
-/// Whether a run of `cfg` trains on the bundled sets: only when no prompts are named and none
-/// are to be self-written.
-fn bundled(cfg: &RunConfig) -> bool {
-    cfg.data.is_empty() && cfg.self_prompts == 0
-}
-
-/// The prompts of `cfg.data` (or the bundled sets, [`bundled`]) as the target `t` reads them:
-/// the chat template around each, as token ids. An error where they and the prompts to be
-/// self-written are fewer than two.
+/// The prompts of `cfg.data` as the target `t` reads them: the chat template around each, as
+/// token ids. An error where no prompts are named and none are to be self-written (the bundled
+/// sets are the benchmarks' and the evaluation's prompts: never trained on), or where they are
+/// fewer than two.
 fn templated_prompts(cfg: &RunConfig, t: &LoadedModel) -> Result<Vec<Vec<u32>>> {
-    let sets: Vec<PromptSet> = if bundled(cfg) {
-        bundled_prompts(None)?
-    } else {
-        cfg.data
-            .iter()
-            .map(|p| load_prompts(p, None))
-            .collect::<Result<_>>()?
-    };
+    if cfg.data.is_empty() && cfg.self_prompts == 0 {
+        return Err(Error::InvalidArgument(
+            "nothing to train on: name prompt files with --data FILE, or let the target write              its own with --self-prompts N (the bundled prompt sets are benchmarks, never              trained on)"
+                .into(),
+        ));
+    }
+    let sets: Vec<PromptSet> = cfg
+        .data
+        .iter()
+        .map(|p| load_prompts(p, None))
+        .collect::<Result<_>>()?;
     // A user message as the target reads it: the chat template around it, as token ids.
     let mut prompts = vec![];
     for p in sets.iter().flat_map(|s| &s.prompts) {
@@ -458,14 +465,9 @@ fn with_earlier<'a>(
 }
 
 /// What a run trains on, as its record says it (a resumed run must train on the same): the
-/// prompt files or "bundled", the self-written prompts and what steered them, and the earlier
-/// runs' answers.
+/// prompt files, the self-written prompts and what steered them, and the earlier runs' answers.
 pub(super) fn data_lines(cfg: &RunConfig, earlier: &[(&PathBuf, usize)]) -> Vec<String> {
-    let mut d: Vec<String> = if bundled(cfg) {
-        vec!["bundled".into()]
-    } else {
-        cfg.data.iter().map(|p| p.display().to_string()).collect()
-    };
+    let mut d: Vec<String> = cfg.data.iter().map(|p| p.display().to_string()).collect();
     if cfg.self_prompts > 0 {
         d.push(format!("self-written: {}", cfg.self_prompts));
     }

@@ -31,8 +31,8 @@ pub struct RunConfig {
     pub steps: usize,
     /// Unrolled steps, learning rate, longest sequence.
     pub opts: TrainOptions,
-    /// Prompt files (JSON lines with a `prompt` field); empty and no self-written prompts: the
-    /// bundled sets.
+    /// Prompt files (JSON lines with a `prompt` field). Never the bundled sets, which are the
+    /// benchmarks' prompts: with none named, the target's self-written prompts only.
     pub data: Vec<PathBuf>,
     /// Data files of earlier runs (`HEAD.safetensors.data.json`, the target's answers to other
     /// prompts) trained on too, ahead of this run's own: the held-out sequences stay the last of
@@ -46,7 +46,7 @@ pub struct RunConfig {
     /// Prompts the target writes itself before answering them (Magpie-style; 0: none).
     pub self_prompts: usize,
     /// System prompts that steer the self-written prompts, shared out evenly among them (empty:
-    /// the four built-in domains, [`SELF_PROMPT_DOMAINS`]).
+    /// the eight built-in ones, [`SELF_PROMPT_DOMAINS`]).
     pub self_prompt_systems: Vec<String>,
     /// Prompt sets never trained on, to measure the head on as it trains (the first
     /// [`EVAL_PROMPTS`] of each; empty: none). `Some(vec![])`: the bundled sets.
