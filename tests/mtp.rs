@@ -245,19 +245,24 @@ fn a_checkpoint_without_the_head_it_declares_is_refused() {
     );
 }
 
-/// A GGUF whose metadata declares a `nextn` layer: the decoder loads without it, the head loads
-/// from it (by default, with no drafter named), and greedy `mtp` on the quantised weights emits
-/// exactly the `ar` tokens.
-#[test]
-fn a_gguf_nextn_layer_is_the_mtp_drafter() {
-    let dir = tempfile::tempdir().unwrap();
+/// A tiny Q8_0 qwen2 GGUF in `dir` with one `nextn` (MTP) layer after its two decoder layers.
+fn nextn_gguf(dir: &std::path::Path) -> std::path::PathBuf {
     let shape = common::TinyShape {
         hidden: 64,
         ffn: 128,
         dtype: candle_core::quantized::GgmlDType::Q8_0,
         nextn: 1,
     };
-    let path = common::write_tiny_gguf_shaped(dir.path(), "qwen2", 4, &[], shape);
+    common::write_tiny_gguf_shaped(dir, "qwen2", 4, &[], shape)
+}
+
+/// A GGUF whose metadata declares a `nextn` layer: the decoder loads without it, the head loads
+/// from it (by default, with no drafter named), and greedy `mtp` on the quantised weights emits
+/// exactly the `ar` tokens.
+#[test]
+fn a_gguf_nextn_layer_is_the_mtp_drafter() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = nextn_gguf(dir.path());
     let opts = treespec::model::LoadOptions {
         context: 128,
         ..Default::default()
@@ -293,13 +298,7 @@ fn a_gguf_nextn_layer_is_the_mtp_drafter() {
 #[test]
 fn a_named_drafter_leaves_mtp_to_the_targets_own_head() {
     let dir = tempfile::tempdir().unwrap();
-    let shape = common::TinyShape {
-        hidden: 64,
-        ffn: 128,
-        dtype: candle_core::quantized::GgmlDType::Q8_0,
-        nextn: 1,
-    };
-    let target = common::write_tiny_gguf_shaped(dir.path(), "qwen2", 4, &[], shape);
+    let target = nextn_gguf(dir.path());
     let sub = dir.path().join("drafter");
     std::fs::create_dir_all(&sub).unwrap();
     let drafter = common::write_tiny_gguf(&sub, "qwen2", 5);

@@ -4,12 +4,8 @@
 # a dense 0.5B-shaped file; then on the 27B-shaped hybrid: every mode (the target's own MTP head
 # now drafting `mtp` beside a named drafter) against `ar` with --require-identical, and the verify
 # passes of the default products beside the K-quant family (TREESPEC_MMQ=1).
-S=/root/stage; mkdir -p $S
-export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/local/nvidia/lib64
-export TREESPEC_CACHE=$S/cache
-xz -dc .stage/bin/treespec.xz > $S/treespec && chmod +x $S/treespec
-xz -dc .stage/tok/tokenizer.gguf.xz > $S/tok.gguf
-B=$S/treespec; T=$S/q27.gguf; D=$S/q08.gguf
+source benchmarks/gpu/lib.sh
+T=$S/q27.gguf; D=$S/q08.gguf
 nvidia-smi --query-gpu=name --format=csv,noheader
 $B synth --shape qwen3.6-27b --tokenizer-from $S/tok.gguf --out $T > /dev/null 2>&1 &
 $B synth --shape qwen3.5-0.8b --tokenizer-from $S/tok.gguf --out $D > /dev/null 2>&1

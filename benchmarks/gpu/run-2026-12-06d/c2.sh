@@ -2,7 +2,7 @@
 # Session 26, call 2 (same machine as c1.sh): the 8B-shaped exact verify passes (issue 36) with
 # the default products (kernels/mmtc.cu, warp-a-row one-row kernels since session 25) beside the
 # K-quant family (TREESPEC_MMQ=1), interleaved, after 256 tokens of context.
-S=/root/stage; export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/local/nvidia/lib64; export TREESPEC_CACHE=$S/cache; B=$S/treespec
+source benchmarks/gpu/lib.sh
 [ -f $S/q8b.gguf ] || $B synth --shape qwen3-8b --tokenizer-from $S/tok.gguf --out $S/q8b.gguf > /dev/null 2>&1
 [ -f $S/q05t.gguf ] || $B synth --shape qwen2.5-0.5b --tokenizer-from $S/tok.gguf --out $S/q05t.gguf > /dev/null 2>&1
 echo "synth at ${SECONDS}s"
