@@ -16,6 +16,8 @@
 //   its row, then the row's output and the gated RMSNorm. The state after `state_row` is written
 //   to `s_out` (the new committed state). A row's arithmetic is the same whichever launch walks
 //   it, so a tree node, the same row in a chain and a one-row step agree bit for bit.
+//   `gdn_recur_staged` (opt-in, `TREESPEC_GDN_STAGED=1`) walks the same rows with the same
+//   arithmetic, eight rows' inputs at a time staged in shared memory and no barrier between rows.
 // - `gdn_window`: the convolution window after `row` (its last K-1 inputs along its path).
 //
 // The decoder step (src/gpu/step/) runs a layer's rows with `gdn_conv` over its projection rows
@@ -152,6 +154,36 @@ __device__ __forceinline__ void gdn_gates(float bv, float av, float a_neg, float
   decay = expf(__fmul_rn(a_neg, softplus));
 }
 
+// Rows `gdn_recur_staged` stages at a time: their q, k, v and gates are loaded into shared memory
+// together (one memory latency for all of them), then the block updates its state row after row
+// with no barrier between rows (each lane's state is its own; a row's dot products are sums
+// within a lane group).
+#define GDN_STAGE 8
+
+// The gated RMSNorm of one row's outputs (one lane a value column, `o` the same on every part of
+// the column's lane group) into out: warps' sums in a fixed tree, then in warp order.
+__device__ __forceinline__ void gdn_norm_out(float o, float *red, float *__restrict__ out,
+                                             const float *__restrict__ z,
+                                             const float *__restrict__ norm_w, int row, int h,
+                                             int d, int part, bool col, int v_heads, int v_dim,
+                                             float eps, int z_stride) {
+  float sq = part == 0 ? __fmul_rn(o, o) : 0.f;
+  for (int off = 16; off > 0; off >>= 1) sq = __fadd_rn(sq, __shfl_xor_sync(0xffffffffu, sq, off));
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = sq;
+  __syncthreads();
+  float ms = 0.f;
+  for (int w = 0; w < (int)(blockDim.x + 31) / 32; w++) ms = __fadd_rn(ms, red[w]);
+  __syncthreads();
+  ms = __fdiv_rn(ms, (float)v_dim);
+  const float inv = 1.f / sqrtf(__fadd_rn(ms, eps));
+  if (col && part == 0) {
+    const size_t at = (size_t)row * v_heads * v_dim + (size_t)h * v_dim + d;
+    const float zv = z[(size_t)row * z_stride + (size_t)h * v_dim + d];
+    const float silu = zv / (1.f + expf(-zv));
+    out[at] = __fmul_rn(__fmul_rn(__fmul_rn(o, inv), norm_w[d]), silu);
+  }
+}
+
 // Grid (v_heads, rows or 1 for a chain), block GDN_PARTS * dv rounded up to a warp (dv <= GDN_MAX_DV),
 // dynamic shared memory 4 * (rows + 1) bytes (a row's path). u: [n, C] from gdn_conv; a, b:
 // [n, hv] gate projections; z: [n, hv * dv] (with `out`); s0: [hv, dk, dv] committed; out:
@@ -216,23 +248,105 @@ extern "C" __global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
       for (int j = 0; j < GDN_CHUNK; j++)
         if (base + j < k_dim) s_out[head + (size_t)(base + j) * v_dim + d] = s[j];
     }
-    if (out != nullptr && (chain || row == target)) {
-      // The gated RMSNorm over the head's dv outputs (one lane a column): warps' sums in a
-      // fixed tree, then in warp order.
-      float sq = part == 0 ? __fmul_rn(o, o) : 0.f;
-      for (int off = 16; off > 0; off >>= 1) sq = __fadd_rn(sq, __shfl_xor_sync(0xffffffffu, sq, off));
-      if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = sq;
-      __syncthreads();
-      float ms = 0.f;
-      for (int w = 0; w < (int)(blockDim.x + 31) / 32; w++) ms = __fadd_rn(ms, red[w]);
-      __syncthreads();
-      ms = __fdiv_rn(ms, (float)v_dim);
-      const float inv = 1.f / sqrtf(__fadd_rn(ms, eps));
-      if (col && part == 0) {
-        const size_t at = (size_t)row * v_heads * v_dim + (size_t)h * v_dim + d;
-        const float zv = z[(size_t)row * z_stride + (size_t)h * v_dim + d];
-        const float silu = zv / (1.f + expf(-zv));
-        out[at] = __fmul_rn(__fmul_rn(__fmul_rn(o, inv), norm_w[d]), silu);
+    if (out != nullptr && (chain || row == target))
+      gdn_norm_out(o, red, out, z, norm_w, row, h, d, part, col, v_heads, v_dim, eps, z_stride);
+  }
+}
+
+// Grid (v_heads, rows or 1 for a chain), block GDN_PARTS * dv rounded up to a warp (dv <= GDN_MAX_DV),
+// dynamic shared memory 4 * (rows + 1) bytes (a row's path). u: [n, C] from gdn_conv; a, b:
+// [n, hv] gate projections; z: [n, hv * dv] (with `out`); s0: [hv, dk, dv] committed; out:
+// [n, hv * dv] gated outputs or null; s_out: [hv, dk, dv] or null. `first`: the row of the
+// launch's first block (per-row grids). As `gdn_recur`, the rows walked GDN_STAGE at a time
+// (`TREESPEC_GDN_STAGED=1`, src/gpu/gdn.rs `recur_kernel`): a row's arithmetic (gdn_gates,
+// gdn_update, the norm) is gdn_recur's, so every output and state is bit for bit the same.
+extern "C" __global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
+    gdn_recur_staged(const float *__restrict__ u, const float *__restrict__ a, const float *__restrict__ b,
+              const float *__restrict__ z, const float *__restrict__ a_neg,
+              const float *__restrict__ dt_bias, const float *__restrict__ norm_w,
+              const float *s0, const unsigned *__restrict__ parents, float *__restrict__ out,
+              float *s_out, int chain, int n, int first, int state_row, int k_heads, int v_heads,
+              int k_dim, int v_dim, int v_tiled, float eps, int ab_stride, int z_stride) {
+  extern __shared__ int path[];
+  __shared__ float qk[GDN_STAGE][2 * GDN_MAX_DK];
+  __shared__ float vs[GDN_STAGE][GDN_MAX_DV];
+  __shared__ float gate[GDN_STAGE][2];  // beta, decay
+  __shared__ float red[32];
+  pdl_enter();
+  const int h = blockIdx.x;
+  const int d = threadIdx.x / GDN_PARTS, part = threadIdx.x % GDN_PARTS;
+  const int base = part * GDN_CHUNK;
+  const bool col = d < v_dim;
+  const int hk = v_tiled ? h % k_heads : h / (v_heads / k_heads);
+  const int C = 2 * k_heads * k_dim + v_heads * v_dim;
+  const size_t head = (size_t)h * k_dim * v_dim;
+  float s[GDN_CHUNK];
+#pragma unroll
+  for (int j = 0; j < GDN_CHUNK; j++)
+    s[j] = (col && base + j < k_dim) ? s0[head + (size_t)(base + j) * v_dim + d] : 0.f;
+  // The rows this block walks, root first.
+  int len;
+  int target = first + blockIdx.y;
+  if (chain) {
+    len = n;
+    target = -1;
+  } else {
+    if (threadIdx.x == 0) {
+      int depth = 0;
+      for (int r = target; r >= 0; r = parents[r] == GDN_ROOT ? -1 : (int)parents[r]) depth++;
+      int at = depth;
+      for (int r = target; r >= 0; r = parents[r] == GDN_ROOT ? -1 : (int)parents[r]) path[--at] = r;
+      path[n] = depth;
+    }
+    __syncthreads();
+    len = path[n];
+  }
+  for (int at = 0; at < len; at += GDN_STAGE) {
+    const int m = min(GDN_STAGE, len - at);
+    // Stage m rows: q and k of the key head, v of the value head, the gates.
+    __syncthreads();
+    for (int i = threadIdx.x; i < m * k_dim; i += blockDim.x) {
+      const int r = i / k_dim, e = i % k_dim;
+      const float *ur = u + (size_t)(chain ? at + r : path[at + r]) * C;
+      qk[r][e] = ur[(size_t)hk * k_dim + e];
+      qk[r][GDN_MAX_DK + e] = ur[(size_t)(k_heads + hk) * k_dim + e];
+    }
+    for (int i = threadIdx.x; i < m * v_dim; i += blockDim.x) {
+      const int r = i / v_dim, e = i % v_dim;
+      const float *ur = u + (size_t)(chain ? at + r : path[at + r]) * C;
+      vs[r][e] = ur[(size_t)2 * k_heads * k_dim + (size_t)h * v_dim + e];
+    }
+    if ((int)threadIdx.x < m) {
+      const int row = chain ? at + threadIdx.x : path[at + threadIdx.x];
+      gdn_gates(b[(size_t)row * ab_stride + h], a[(size_t)row * ab_stride + h], a_neg[h],
+                dt_bias[h], gate[threadIdx.x][0], gate[threadIdx.x][1]);
+    }
+    __syncthreads();
+    // The rows' updates, with no barrier between them; the outputs kept for the norms.
+    float o[GDN_STAGE];
+#pragma unroll
+    for (int r = 0; r < GDN_STAGE; r++) {
+      o[r] = 0.f;
+      if (r < m) {
+        const int row = chain ? at + r : path[at + r];
+        const float v = col ? vs[r][d] : 0.f;
+        o[r] = gdn_update(s, qk[r], qk[r] + GDN_MAX_DK, v, gate[r][1], gate[r][0], base, k_dim);
+        if (!col) o[r] = 0.f;
+        if (row == state_row && s_out != nullptr && col) {
+#pragma unroll
+          for (int j = 0; j < GDN_CHUNK; j++)
+            if (base + j < k_dim) s_out[head + (size_t)(base + j) * v_dim + d] = s[j];
+        }
+      }
+    }
+    if (out != nullptr) {
+#pragma unroll
+      for (int r = 0; r < GDN_STAGE; r++) {
+        if (r >= m) break;
+        const int row = chain ? at + r : path[at + r];
+        if (chain || row == target)
+          gdn_norm_out(o[r], red, out, z, norm_w, row, h, d, part, col, v_heads, v_dim, eps,
+                       z_stride);
       }
     }
   }

@@ -19,6 +19,16 @@ pub const MAX_TAPS: usize = 8;
 /// Threads of a `gdn_conv` block (`GDN_CONV_THREADS`): a channel each.
 pub const CONV_THREADS: u32 = 128;
 
+/// The recurrence kernel the runtime launches: `gdn_recur`, or with `TREESPEC_GDN_STAGED=1`
+/// `gdn_recur_staged` (the same per-row arithmetic, a block's rows staged in shared memory
+/// eight at a time and updated with no barrier between them; not yet run on a GPU, so opt-in).
+pub fn recur_kernel() -> &'static str {
+    match std::env::var("TREESPEC_GDN_STAGED").as_deref() {
+        Ok("1") => "gdn_recur_staged",
+        _ => "gdn_recur",
+    }
+}
+
 /// `gdn_conv`'s grid for `rows` rows of a layer of `shape` (blocks of [`CONV_THREADS`]): a block
 /// a (row, q or k head, span of value channels).
 pub fn conv_grid(rows: usize, shape: &LinearAttention) -> (u32, u32, u32) {
@@ -359,7 +369,7 @@ mod cuda {
             )));
         }
         let stream = dev.cuda_stream();
-        let f = func(dev, Module::Gdn, "gdn_recur")?;
+        let f = func(dev, Module::Gdn, super::recur_kernel())?;
         let null = 0u64;
         let opt = |t: Option<&Tensor>| t.map_or(Ok(null), |t| ptr(t, dev));
         let pp = tensor_ptr::<u32>(&block.parents, &stream).map_err(Error::Device)?;

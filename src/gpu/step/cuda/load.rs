@@ -380,7 +380,7 @@ pub(super) fn load_funcs(
                 let g = |name: &str| crate::gpu::modules::func(dev, Module::Gdn, name);
                 Some(GdnFuncs {
                     conv: g("gdn_conv")?,
-                    recur: g("gdn_recur")?,
+                    recur: g(crate::gpu::gdn::recur_kernel())?,
                     window: g("gdn_window")?,
                     commit: g("gdn_commit")?,
                 })
