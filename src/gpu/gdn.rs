@@ -23,10 +23,28 @@ pub const CONV_THREADS: u32 = 128;
 /// `gdn_recur_staged` (the same per-row arithmetic, a block's rows staged in shared memory
 /// eight at a time and updated with no barrier between them; not yet run on a GPU, so opt-in).
 pub fn recur_kernel() -> &'static str {
-    match std::env::var("TREESPEC_GDN_STAGED").as_deref() {
-        Ok("1") => "gdn_recur_staged",
-        _ => "gdn_recur",
+    let staged = match RECUR_OVERRIDE.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => std::env::var("TREESPEC_GDN_STAGED").as_deref() == Ok("1"),
+    };
+    match staged {
+        true => "gdn_recur_staged",
+        false => "gdn_recur",
     }
+}
+
+/// The selftest's choice of recurrence kernel over the switch: 0 none, 1 `gdn_recur`, 2
+/// `gdn_recur_staged`.
+static RECUR_OVERRIDE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Run `f` with the recurrence kernel `staged` picks (the selftest compares the two bit for bit).
+pub(crate) fn with_recur_kernel<T>(staged: bool, f: impl FnOnce() -> T) -> T {
+    use std::sync::atomic::Ordering::Relaxed;
+    let before = RECUR_OVERRIDE.swap(1 + staged as u8, Relaxed);
+    let out = f();
+    RECUR_OVERRIDE.store(before, Relaxed);
+    out
 }
 
 /// `gdn_conv`'s grid for `rows` rows of a layer of `shape` (blocks of [`CONV_THREADS`]): a block

@@ -187,9 +187,10 @@ fn layer_check(
     Ok(())
 }
 
-/// The kernels against themselves: a chain of 5 rows in one block, as 5 one-row blocks
-/// (committed alternately through the kept state and through a commit launch), and as a branch
-/// of a tree, bit for bit.
+/// The kernels against themselves: a chain of 19 rows in one block (over two of the staged
+/// kernel's stages and a short third), the same with the other recurrence kernel, as 19 one-row
+/// blocks (committed alternately through the kept state and through a commit launch), and its
+/// first rows as a branch of a tree, bit for bit.
 fn invariance_check(
     layer: &GatedDeltaNet,
     device: &Device,
@@ -198,7 +199,7 @@ fn invariance_check(
     let g = layer.gpu.as_ref().ok_or_else(no_kernels)?;
     let l = &layer.shape;
     let (ch, hv, vd) = (l.conv_channels(), l.v_heads, l.v_dim);
-    let n = 5;
+    let n = 19;
     let mut random = |rows: usize, width: usize| -> Result<Tensor> {
         let v: Vec<f32> = (0..rows * width).map(|_| rng.next() * 2.0 - 1.0).collect();
         Ok(Tensor::from_vec(v, (rows, width), device)?)
@@ -222,9 +223,22 @@ fn invariance_check(
     let (whole, _, last) = g.block((&c, &z, &a, &b), &chain, &zero, true)?;
     let last = last.ok_or_else(|| Error::Device("a chain without its last state".into()))?;
     let want = bits(&whole)?;
+    // The other recurrence kernel (`gdn_recur` / `gdn_recur_staged`): the same bits.
+    let other = crate::gpu::gdn::recur_kernel() == "gdn_recur";
+    let (o_whole, _, o_last) = crate::gpu::gdn::with_recur_kernel(other, || {
+        g.block((&c, &z, &a, &b), &chain, &zero, true)
+    })?;
+    let o_last = o_last.ok_or_else(|| Error::Device("a chain without its last state".into()))?;
+    if bits(&o_whole)? != want || o_last.to_host()? != last.to_host()? {
+        return Err(Error::Device(
+            "Gated DeltaNet kernels: gdn_recur and gdn_recur_staged differ on a chain".into(),
+        ));
+    }
     // One-row steps.
     let mut state = zero.clone();
     let mut steps = vec![];
+    // The state after the chain's first five rows (the tree's branch below ends there).
+    let mut after_five = None;
     for i in 0..n {
         let row = |t: &Tensor| t.narrow(0, i, 1);
         let (out, block, kept) = g.block(
@@ -238,6 +252,9 @@ fn invariance_check(
             (0, Some(k)) => k,
             _ => g.commit(&state, &block, 0)?,
         };
+        if i == 4 {
+            after_five = Some(state.to_host()?);
+        }
     }
     if steps != want || state.to_host()? != last.to_host()? {
         return Err(Error::Device(
@@ -276,7 +293,7 @@ fn invariance_check(
         .iter()
         .all(|&(t, ch_row)| row_bits(t, &tree_bits) == row_bits(ch_row, &want));
     let committed = g.commit(&zero, &block, 6)?;
-    if !same || none.is_some() || committed.to_host()? != last.to_host()? {
+    if !same || none.is_some() || Some(committed.to_host()?) != after_five {
         return Err(Error::Device(
             "Gated DeltaNet kernels: a path inside a tree differs from the same chain".into(),
         ));
