@@ -39,6 +39,7 @@ pub fn recur_kernel() -> &'static str {
 static RECUR_OVERRIDE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
 /// Run `f` with the recurrence kernel `staged` picks (the selftest compares the two bit for bit).
+#[cfg(feature = "cuda")]
 pub(crate) fn with_recur_kernel<T>(staged: bool, f: impl FnOnce() -> T) -> T {
     use std::sync::atomic::Ordering::Relaxed;
     let before = RECUR_OVERRIDE.swap(1 + staged as u8, Relaxed);
