@@ -19,11 +19,11 @@ use std::process::Command;
 const KERNELS: &[&str] = &[
     "topk",
     "attention",
-    "step",
+    "rows",
     "mmvq",
     "mmtc",
     "mmq",
-    "wide",
+    "convert",
     "gdn",
 ];
 /// Headers the kernels include.

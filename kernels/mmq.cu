@@ -6,7 +6,7 @@
 // summation contract:
 //
 //   1. The activations are quantised with one scale per super-block of 256 values: the eight
-//      Q8_1 blocks of a super-block share `d` (the quantisers of kernels/step.cu and
+//      Q8_1 blocks of a super-block share `d` (the quantisers of kernels/rows.cu and
 //      kernels/attention.cu write them so for these products; `act_group` in src/gpu/mmq.rs).
 //   2. A super-block's dot product is integers only: Q4_K `isum = sum_j sc_j * (q . a)_j` and
 //      `msum = sum_j m_j * (sum a)_j` over its eight 32-value sub-blocks (6-bit scales and mins),

@@ -22,12 +22,12 @@ pub(crate) enum Module {
     Mmtc,
     /// `mmvq.cu`: the dp4a quantised products.
     Mmvq,
-    /// `step.cu`: the decoder step's fused kernels.
-    Step,
+    /// `rows.cu`: the decoder step's fused row kernels (norms, RoPE, SwiGLU, quantisation).
+    Rows,
     /// `topk.cu`: per-row argmax, top-k and select.
     Topk,
-    /// `wide.cu`: conversions for the wide passes.
-    Wide,
+    /// `convert.cu`: Q8_1 rows to f16 for the wide passes.
+    Convert,
 }
 
 impl Module {
@@ -44,9 +44,9 @@ impl Module {
             Module::Mmq => fatbin!("mmq"),
             Module::Mmtc => fatbin!("mmtc"),
             Module::Mmvq => fatbin!("mmvq"),
-            Module::Step => fatbin!("step"),
+            Module::Rows => fatbin!("rows"),
             Module::Topk => fatbin!("topk"),
-            Module::Wide => fatbin!("wide"),
+            Module::Convert => fatbin!("convert"),
         }
     }
 }

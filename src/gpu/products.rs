@@ -314,7 +314,7 @@ pub(super) fn launch_mmtc_rows(
 }
 
 /// `n` random activation rows of `cols` values quantised to Q8_1 as the kernels of
-/// `kernels/step.cu` do (d = amax / 127, half d, half sum, 32 int8), rows `yq` blocks apart
+/// `kernels/rows.cu` do (d = amax / 127, half d, half sum, 32 int8), rows `yq` blocks apart
 /// (the blocks past `cols / 32` zero): the bytes, and the values they stand for (`q * d`).
 pub(crate) fn random_q8_1(
     rng: &mut crate::gpu::Uniform,

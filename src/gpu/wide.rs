@@ -7,7 +7,7 @@
 //! DDTree-scale trees (issue 13).
 //!
 //! The activations stay what the step's fused kernels write: Q8_1 rows, turned into f16 rows
-//! (`kernels/wide.cu`, each value `d * q` rounded to f16) just before the GEMM. The GEMM's sums
+//! (`kernels/convert.cu`, each value `d * q` rounded to f16) just before the GEMM. The GEMM's sums
 //! run in cuBLAS's order, not the quantised kernels', so a row of a wide pass is not bit for bit
 //! a one-row step's (its logits differ by about f16's rounding of the weights). Which passes
 //! take it ([`takes_pass`]): by default those that read at most one row's logits (a prompt's
@@ -309,7 +309,7 @@ mod cuda {
     }
 
     fn convert_func(dev: &candle_core::CudaDevice) -> Result<CudaFunction> {
-        crate::gpu::modules::func(dev, crate::gpu::modules::Module::Wide, "q8_1_to_f16")
+        crate::gpu::modules::func(dev, crate::gpu::modules::Module::Convert, "q8_1_to_f16")
     }
 
     /// `n` rows of `cols` values from Q8_1 blocks at `y` (rows `yq` blocks apart) to f16 rows

@@ -5,7 +5,7 @@ use super::*;
 
 /// The tensor-core product against a CPU reference on random Q4_K and Q6_K weights (the
 /// weights dequantised by candle, the activations quantised to Q8_1 here as the kernels of
-/// `kernels/step.cu` do), for row counts across the tile sizes, and batch invariance: every
+/// `kernels/rows.cu` do), for row counts across the tile sizes, and batch invariance: every
 /// row of every launch bit for bit the same as that row launched alone.
 pub(crate) fn selftest_products(
     dev: &candle_core::CudaDevice,

@@ -5,7 +5,7 @@
 //! quantise and the down product (9 to 13 launches a layer, against ~30 through candle, each
 //! without candle's allocation and layout work).
 //!
-//! Every kernel of the default path is batch-invariant (`kernels/step.cu`, `kernels/mmvq.cu`,
+//! Every kernel of the default path is batch-invariant (`kernels/rows.cu`, `kernels/mmvq.cu`,
 //! `kernels/mmtc.cu`, `kernels/mmq.cu`, `kernels/attention.cu`; not the wide passes' cuBLAS products and
 //! tensor-core attention over the caches' f16 shadows, [`crate::gpu::wide`], which take a
 //! prompt's passes of many rows, and verify passes only with `--wide-verify`): a row's values

@@ -108,7 +108,7 @@ impl GpuStep {
         };
         let dev = &self.dev;
         let step = |name: &str| -> std::result::Result<CudaFunction, String> {
-            crate::gpu::modules::func(dev, crate::gpu::modules::Module::Step, name)
+            crate::gpu::modules::func(dev, crate::gpu::modules::Module::Rows, name)
                 .map_err(|e| e.to_string())
         };
         let (norm2_q8, next_token) = (step("norm2_q8")?, step("next_token")?);

@@ -157,7 +157,7 @@ impl GpuStep {
             .arg(&gu16)
             .arg(&group);
         let cfg = LaunchConfig {
-            // 8 warps of SILU_BLOCKS (8) Q8_1 blocks each (`kernels/step.cu`).
+            // 8 warps of SILU_BLOCKS (8) Q8_1 blocks each (`kernels/rows.cu`).
             grid_dim: (n as u32, qb.div_ceil(8 * 8) as u32, 1),
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,

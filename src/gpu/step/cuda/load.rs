@@ -304,7 +304,7 @@ pub(super) fn load_funcs(
     (head_dim, group): (usize, usize),
 ) -> Result<Funcs> {
     let step =
-        |name: &str| -> Result<CudaFunction> { crate::gpu::modules::func(dev, Module::Step, name) };
+        |name: &str| -> Result<CudaFunction> { crate::gpu::modules::func(dev, Module::Rows, name) };
     // The dp4a kernels (single or stacked) for the formats of `mats`.
     let dp4a = |mats: &mut dyn Iterator<Item = &Mat>, stacked: bool| -> Result<_> {
         let mut funcs = HashMap::new();

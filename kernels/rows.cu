@@ -1,4 +1,4 @@
-// The fused pieces of treespec's GPU decoder step (src/gpu/step.rs): every kernel here works row
+// The fused pieces of treespec's GPU decoder step (src/gpu/step/): every kernel here works row
 // by row with a fixed summation order, so a row's result never depends on how many rows the
 // launch holds (batch invariance: a verify pass gives each row exactly a one-row step's values).
 // Row counts, positions, cache slots and token ids are read from device memory, so a captured CUDA
@@ -19,7 +19,7 @@
 // - norm2_q8: an MTP head's final norm then hidden-state norm of one row, quantised.
 // - quant_rows: f32 rows to Q8_1 (and f16).
 // - next_token: the token a greedy chain step took, written where the next step reads its id.
-// CPU references: src/gpu/step.rs (`reference`), checked by `treespec selftest --device cuda`.
+// CPU references: src/gpu/step/ (`reference`), checked by `treespec selftest --device cuda`.
 
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -388,7 +388,7 @@ extern "C" __global__ void quant_rows(const float *__restrict__ x, int stride, i
   if (f16 != nullptr && i < width) f16[(size_t)r * width + i] = __float2half_rn(v);
 }
 
-// K/V compaction after a tree's accepted path, every layer in one launch (src/gpu/step.rs,
+// K/V compaction after a tree's accepted path, every layer in one launch (src/gpu/step/,
 // `keep`). Grid: (layers, 2 (K, V), kv heads); block hd threads. caches: per layer the f32 K and V
 // caches and their f16 shadows (null where there are none), [layers][4] addresses. rows: `count`
 // offsets from `base`, ascending: row base + rows[i] moves to base + i. Each thread moves its own
