@@ -154,6 +154,25 @@ __device__ __forceinline__ void gdn_gates(float bv, float av, float a_neg, float
   decay = expf(__fmul_rn(a_neg, softplus));
 }
 
+// The rows a `gdn_recur*` block walks, root first: a chain's n rows in order (`target` set to -1),
+// or the path from the block's root to `target` into path[0 .. len) (path[n] = len). Returns len.
+__device__ __forceinline__ int gdn_walk(const unsigned *__restrict__ parents, int *path, int chain,
+                                       int n, int &target) {
+  if (chain) {
+    target = -1;
+    return n;
+  }
+  if (threadIdx.x == 0) {
+    int depth = 0;
+    for (int r = target; r >= 0; r = parents[r] == GDN_ROOT ? -1 : (int)parents[r]) depth++;
+    int at = depth;
+    for (int r = target; r >= 0; r = parents[r] == GDN_ROOT ? -1 : (int)parents[r]) path[--at] = r;
+    path[n] = depth;
+  }
+  __syncthreads();
+  return path[n];
+}
+
 // Rows `gdn_recur_staged` stages at a time: their q, k, v and gates are loaded into shared memory
 // together (one memory latency for all of them), then the block updates its state row after row
 // with no barrier between rows (each lane's state is its own; a row's dot products are sums
@@ -211,23 +230,8 @@ extern "C" __global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
 #pragma unroll
   for (int j = 0; j < GDN_CHUNK; j++)
     s[j] = (col && base + j < k_dim) ? s0[head + (size_t)(base + j) * v_dim + d] : 0.f;
-  // The rows this block walks, root first.
-  int len;
   int target = first + blockIdx.y;
-  if (chain) {
-    len = n;
-    target = -1;
-  } else {
-    if (threadIdx.x == 0) {
-      int depth = 0;
-      for (int r = target; r >= 0; r = parents[r] == GDN_ROOT ? -1 : (int)parents[r]) depth++;
-      int at = depth;
-      for (int r = target; r >= 0; r = parents[r] == GDN_ROOT ? -1 : (int)parents[r]) path[--at] = r;
-      path[n] = depth;
-    }
-    __syncthreads();
-    len = path[n];
-  }
+  const int len = gdn_walk(parents, path, chain, n, target);
   for (int step = 0; step < len; step++) {
     const int row = chain ? step : path[step];
     const float *ur = u + (size_t)row * C;
@@ -284,23 +288,8 @@ extern "C" __global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
 #pragma unroll
   for (int j = 0; j < GDN_CHUNK; j++)
     s[j] = (col && base + j < k_dim) ? s0[head + (size_t)(base + j) * v_dim + d] : 0.f;
-  // The rows this block walks, root first.
-  int len;
   int target = first + blockIdx.y;
-  if (chain) {
-    len = n;
-    target = -1;
-  } else {
-    if (threadIdx.x == 0) {
-      int depth = 0;
-      for (int r = target; r >= 0; r = parents[r] == GDN_ROOT ? -1 : (int)parents[r]) depth++;
-      int at = depth;
-      for (int r = target; r >= 0; r = parents[r] == GDN_ROOT ? -1 : (int)parents[r]) path[--at] = r;
-      path[n] = depth;
-    }
-    __syncthreads();
-    len = path[n];
-  }
+  const int len = gdn_walk(parents, path, chain, n, target);
   for (int at = 0; at < len; at += GDN_STAGE) {
     const int m = min(GDN_STAGE, len - at);
     // Stage m rows: q and k of the key head, v of the value head, the gates.
