@@ -1,0 +1,197 @@
+// The K-quant family's tile kernels (kernels/mmq.cu) timed alone on random Q4_K / Q6_K weights
+// and Q8_1 activation rows (one scale a super-block, as the runtime's quantisers write them), for
+// the developers: every kernel that can take a pass of n rows, each output compared bit for bit
+// with the first kernel's (the contract says they must agree), timed with events over two copies
+// of the weights (so a matrix under the L2's size is not read from the cache), median of reps.
+//
+//   nvcc -arch=sm_90 -O3 -I kernels -o lab benchmarks/gpu/mmq-lab/lab.cu -lcuda
+//   ./lab ROWS COLS FMT(q4_k|q6_k) N [N ...]
+//
+// The split over chunks (grid z) follows src/gpu/mmq.rs (`split_chunks`, `chunk_size`).
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+#include <algorithm>
+#include <string>
+#include <cmath>
+
+#include "mmq.cu"
+
+// The family's tile template with eight warps a block (128 weight rows): the activations staged
+// and their sums made once for twice the weight rows. Same arithmetic, so the same bits.
+#define LAB_TILE(tag, Frag, bytes, NT)                                                          \
+  extern "C" __global__ void __launch_bounds__(256) lab_##tag##_t##NT##_w8(                     \
+      const void *__restrict__ vx0, const void *__restrict__ vx1,                               \
+      const void *__restrict__ vx2, const int row1, const int row2,                             \
+      const void *__restrict__ vy, float *__restrict__ dst, const int ncols, const int nrows,   \
+      const int stride_y, const int stride_dst, const int n, const int cs,                      \
+      float *__restrict__ work, unsigned int *__restrict__ counters) {                          \
+    mmq_tile<NT, Frag, bytes>(vx0, vx1, vx2, row1, row2, (const uint8_t *)vy, dst, ncols, nrows, \
+                              stride_y, stride_dst, n, cs, work, counters);                     \
+  }
+LAB_TILE(q4_k, Q4kFrag, 144, 2)
+LAB_TILE(q4_k, Q4kFrag, 144, 4)
+LAB_TILE(q4_k, Q4kFrag, 144, 8)
+LAB_TILE(q6_k, Q6kFrag, 210, 2)
+LAB_TILE(q6_k, Q6kFrag, 210, 4)
+LAB_TILE(q6_k, Q6kFrag, 210, 8)
+
+#include "v2.cuh"
+
+#define CK(x)                                                                               \
+  do {                                                                                      \
+    cudaError_t e = (x);                                                                    \
+    if (e != cudaSuccess) {                                                                 \
+      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e));     \
+      exit(1);                                                                              \
+    }                                                                                       \
+  } while (0)
+
+typedef void (*TileFn)(const void *, const void *, const void *, int, int, const void *, float *,
+                       int, int, int, int, int, int, float *, unsigned int *);
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+static uint32_t next_u32() {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return (uint32_t)(rng >> 16);
+}
+static uint16_t half_bits(float f) {
+  __half h = __float2half(f);
+  return *(uint16_t *)&h;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 5) {
+    fprintf(stderr, "usage: lab ROWS COLS q4_k|q6_k N [N ...]\n");
+    return 2;
+  }
+  const int rows = atoi(argv[1]), cols = atoi(argv[2]);
+  const bool q6 = strcmp(argv[3], "q6_k") == 0;
+  const int bytes = q6 ? 210 : 144, nsb = cols / 256;
+  const size_t wbytes = (size_t)rows * nsb * bytes;
+  // Weights: random bytes, the float fields finite and small.
+  std::vector<uint8_t> w(wbytes);
+  for (size_t i = 0; i < wbytes; ++i) w[i] = (uint8_t)next_u32();
+  for (size_t b = 0; b < (size_t)rows * nsb; ++b) {
+    uint8_t *blk = w.data() + b * bytes;
+    if (q6) {
+      uint16_t d = half_bits(0.001f + 0.002f * (next_u32() % 1000) / 1000.0f);
+      memcpy(blk + 208, &d, 2);
+    } else {
+      uint16_t d = half_bits(0.001f + 0.002f * (next_u32() % 1000) / 1000.0f);
+      uint16_t m = half_bits(0.0005f + 0.001f * (next_u32() % 1000) / 1000.0f);
+      memcpy(blk, &d, 2);
+      memcpy(blk + 2, &m, 2);
+    }
+  }
+  const int max_n = 256;
+  const int yq = (cols + 511) / 512 * 16;  // Q8_1 blocks a row (`qblocks`: padded to 512 values)
+  std::vector<uint8_t> y((size_t)max_n * yq * 36, 0);
+  for (int r = 0; r < max_n; ++r)
+    for (int s = 0; s < yq / 8; ++s) {
+      uint16_t d = half_bits(0.01f + 0.01f * (next_u32() % 1000) / 1000.0f);
+      for (int k = 0; k < 8; ++k) {
+        uint8_t *blk = y.data() + ((size_t)r * yq + 8 * s + k) * 36;
+        memcpy(blk, &d, 2);
+        for (int i = 0; i < 32; ++i) blk[4 + i] = (uint8_t)(next_u32() % 255) - 127 + 256;
+      }
+    }
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  uint8_t *dw[2];
+  for (int c = 0; c < 2; ++c) {
+    CK(cudaMalloc(&dw[c], wbytes));
+    CK(cudaMemcpy(dw[c], w.data(), wbytes, cudaMemcpyHostToDevice));
+  }
+  uint8_t *dy;
+  CK(cudaMalloc(&dy, y.size()));
+  CK(cudaMemcpy(dy, y.data(), y.size(), cudaMemcpyHostToDevice));
+  float *dst, *work;
+  unsigned int *counters;
+  CK(cudaMalloc(&dst, (size_t)max_n * rows * 4));
+  CK(cudaMalloc(&work, (size_t)8 * max_n * rows * 4));
+  CK(cudaMalloc(&counters, 1 << 20));
+  CK(cudaMemset(counters, 0, 1 << 20));
+  const int cs = std::max(1, (nsb + 7) / 8);  // chunk_size
+  const int chunks = (nsb + cs - 1) / cs;
+  struct K {
+    const char *name;
+    int nt;
+    TileFn f;
+    int wmax;    // warps a block along the weight rows, at most
+    int stages;  // 0: the family's kernel (split where it splits); else a lab_tile2 (never split)
+  };
+  std::vector<K> ks =
+      q6 ? std::vector<K>{{"t1", 1, mmq_q6_k_t1, 4},      {"t2", 2, mmq_q6_k_t2, 4},
+                          {"t4", 4, mmq_q6_k_t4, 4},      {"t8", 8, mmq_q6_k_t8, 4},
+                          {"t2w8", 2, lab_q6_k_t2_w8, 8}, {"t4w8", 4, lab_q6_k_t4_w8, 8},
+                          {"t8w8", 8, lab_q6_k_t8_w8, 8}}
+         : std::vector<K>{{"t1", 1, mmq_q4_k_t1, 4},      {"t2", 2, mmq_q4_k_t2, 4},
+                          {"t4", 4, mmq_q4_k_t4, 4},      {"t8", 8, mmq_q4_k_t8, 4},
+                          {"t2w8", 2, lab_q4_k_t2_w8, 8}, {"t4w8", 4, lab_q4_k_t4_w8, 8},
+                          {"t8w8", 8, lab_q4_k_t8_w8, 8},
+                          {"v2t8s3w4", 8, lab2_q4_k_t8_s3_w4, 4, 3},
+                          {"v2t8s3w8", 8, lab2_q4_k_t8_s3_w8, 8, 3},
+                          {"v2t8s4w4", 8, lab2_q4_k_t8_s4_w4, 4, 4},
+                          {"v2t4s3w4", 4, lab2_q4_k_t4_s3_w4, 4, 3},
+                          {"v2t4s3w8", 4, lab2_q4_k_t4_s3_w8, 8, 3},
+                          {"v3t8s3w4", 8, lab3_q4_k_t8_s3_w4, 4, 3},
+                          {"v3t4s3w4", 4, lab3_q4_k_t4_s3_w4, 4, 3}};
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  const int reps = getenv("LAB_REPS") ? atoi(getenv("LAB_REPS")) : 30;
+  const char *only = getenv("LAB_ONLY");  // one kernel by name (for ncu)
+  const int nosplit = getenv("LAB_NOSPLIT") ? 1 : 0;
+  printf("| %s %d x %d | n | kernel | grid | us | weights TB/s | TOPS | = first |\n", argv[3], rows,
+         cols);
+  for (int a = 4; a < argc; ++a) {
+    const int n = atoi(argv[a]);
+    std::vector<float> first;
+    for (const K &k : ks) {
+      if (only && strcmp(only, k.name) != 0) continue;
+      if (8 * k.nt > 4 * n && k.nt > 1) continue;  // tiles mostly empty
+      const int wm = std::min(k.wmax, std::max(1, rows / 16));
+      const int gx = (rows + 16 * wm - 1) / (16 * wm), gy = (n + 8 * k.nt - 1) / (8 * k.nt);
+      int z = (gx * gy < 2 * sms && chunks > 1) ? chunks : 1;
+      if (nosplit || k.stages) z = 1;
+      const int smem = k.stages ? lab_tile2_smem(k.nt, k.stages, wm) : 8 * k.nt * (2 * 304 + 32);
+      CK(cudaFuncSetAttribute(k.f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      dim3 grid(gx, gy, z), block(32, wm);
+      std::vector<float> times;
+      CK(cudaMemset(dst, 0xFF, (size_t)n * rows * 4));  // poison
+      for (int r = 0; r < reps + 3; ++r) {
+        CK(cudaEventRecord(e0));
+        k.f<<<grid, block, smem>>>(dw[r & 1], dw[r & 1], dw[r & 1], rows, rows, dy, dst, cols,
+                                  rows, yq, rows, n, cs, work, counters);
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaGetLastError());
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (r >= 3) times.push_back(ms * 1000.0f);
+      }
+      std::sort(times.begin(), times.end());
+      const float us = times[times.size() / 2];
+      std::vector<float> out((size_t)n * rows);
+      CK(cudaMemcpy(out.data(), dst, out.size() * 4, cudaMemcpyDeviceToHost));
+      bool same = true;
+      if (first.empty())
+        first = out;
+      else
+        same = memcmp(first.data(), out.data(), out.size() * 4) == 0;
+      bool finite = true;
+      for (float v : out) finite &= std::isfinite(v);
+      printf("| | %d | %s | %dx%dx%d | %.1f | %.2f | %.0f | %s%s |\n", n, k.name, gx, gy, z, us,
+             wbytes / us / 1e6, 2.0 * rows * cols * n / us / 1e6, same ? "yes" : "NO",
+             finite ? "" : " (non-finite)");
+    }
+  }
+  return 0;
+}
