@@ -345,16 +345,19 @@ TREESPEC_MMQ_ROWS(q6_k, Q6kUnit, 210, rows4, 4)
 
 // ---- Many activation rows: int8 tensor cores ----
 //
-// Block (32, WM): warp wm takes weight rows 16 wm .. 16 wm + 15 of the block's 16 WM, by the
-// block's 8 NT activation rows (NT tiles of 8). The activations of a super-block (8 NT rows x 288
-// bytes) are copied to shared memory by cp.async, two super-blocks ahead of the one summed (two
-// buffers), and each row's sub-block sums (exact) and d are worked out there once for the
-// block's warps. A warp's weights come straight from global memory in MMA fragment order, the next
-// super-block's loaded while this one is summed. Per super-block and 16 x 8 tile (`tile_super`):
-// sixteen chained m16n8k32 MMAs for Q4_K (its scales folded into the weights), sixteen
-// m16n8k16 for Q6_K's groups, each scaled by its integer scale into `isum`; Q4_K's min term
-// `msum` by two m16n8k16 MMAs of the eight mins with the low and the high bytes of the eight
-// sub-block sums. Then the term and the fold (rule 4).
+// Block (32, WM): warp wm takes weight rows 16 wm .. 16 wm + 15 of the block's 16 WM (WM up to
+// 8), by the block's 8 NT activation rows (NT tiles of 8). Each super-block's weights (the
+// block's rows) and activations (8 NT rows x 288 bytes) are copied to shared memory by cp.async,
+// TILE_STAGES - 1 super-blocks ahead of the one summed (TILE_STAGES buffers, so a buffer is
+// refilled right after the barrier that ends its last use: two barriers a super-block), and each
+// activation row's sub-block sums (exact) and d are worked out there once for the block's warps.
+// A warp reads its weights from shared memory in MMA fragment order. Per super-block and 16 x 8
+// tile (`tile_super`): eight m16n8k32 MMAs for Q4_K's sub-blocks, sixteen m16n8k16 for Q6_K's
+// groups, each scaled by its integer scale into `isum`; Q4_K's min term `msum` by two m16n8k16
+// MMAs of the eight mins with the low and the high bytes of the eight sub-block sums. Then the
+// term and the fold (rule 4). (BENCHMARKS.md section 41: weights through shared memory, eight
+// warps a block and one MMA a sub-block made the 64-row pass of the 8B shape's gate+up 1.4x
+// faster than weights loaded by each warp into registers.)
 //
 // Grid (ceil(rows / (16 WM)), ceil(n / (8 NT)), Z): with Z = 1 a block sums every chunk of the row
 // in order; with Z = chunks (a pass whose tiles alone would not fill the GPU) block z sums chunk
@@ -362,6 +365,7 @@ TREESPEC_MMQ_ROWS(q6_k, Q6kUnit, 210, rows4, 4)
 // tile, reset by it for the next launch) adds the Z chunk sums in order.
 
 #define TILE_RAW 304  // bytes a staged activation row takes (288 and 16 of padding: no bank conflicts)
+#define TILE_STAGES 3  // super-blocks of weights and activations in shared memory at once
 
 static __device__ __forceinline__ void mma_k16(int c[4], const int a[2], const int b) {
   asm volatile(
@@ -444,6 +448,14 @@ static __device__ __forceinline__ void tile_meta(const uint8_t *raw, TileMeta *m
 
 // A warp's Q4_K weights for one super-block: rows g and g + 8 of its 16, in fragment order.
 struct Q4kFrag {
+  // Shared-memory bytes a weight row's super-block takes (`stage`), and where in them it starts.
+  static constexpr int SLOT = 144;
+  static __device__ __forceinline__ int offset(const uint8_t *) { return 0; }
+  // Piece k (of SLOT / 16) of the copy of [src, src + 144) (16-byte aligned) to `slot`.
+  static __device__ __forceinline__ void stage(uint8_t *slot, const uint8_t *src, const uint8_t *,
+                                               int k) {
+    cp_async16(slot + 16 * k, src + 16 * k);
+  }
   int qs[2][4][2];  // [row g / g + 8][pair jj][word t / 4 + t of the pair's 32 bytes]
   int hdr[2][4];    // dm, scales[12]
   __device__ __forceinline__ void load(const uint8_t *const rows[2], int s, int t) {
@@ -465,6 +477,24 @@ struct Q4kFrag {
 };
 
 struct Q6kFrag {
+  // A 210-byte block starts 2-byte aligned: the 16-byte aligned window around it (224 bytes) is
+  // copied, and read from the block's offset in it.
+  static constexpr int SLOT = 224;
+  static __device__ __forceinline__ int offset(const uint8_t *src) {
+    return (int)((uintptr_t)src & 15);
+  }
+  // Piece k (of SLOT / 16) of the copy of the window of [src, src + 210) to `slot`; `end`: the
+  // end of the matrix, past which a piece must not read (there, two bytes at a time up to `end`).
+  static __device__ __forceinline__ void stage(uint8_t *slot, const uint8_t *src,
+                                               const uint8_t *end, int k) {
+    const uint8_t *src0 = src - offset(src), *from = src0 + 16 * k;
+    if (from + 16 <= end) {
+      cp_async16(slot + 16 * k, from);
+    } else {
+      for (const uint8_t *p = from < src ? src : from; p < end && p < from + 16; p += 2)
+        *(uint16_t *)(slot + (p - src0)) = *(const uint16_t *)p;
+    }
+  }
   int ql[2][2][2][2];  // [row][half n][l half][p & 1]
   int qh[2][2][2];     // [row][half n][l half]
   int scw[2][4];       // the 16 scales
@@ -506,10 +536,8 @@ static __device__ __forceinline__ int b_word(const uint8_t *raw, int col, int j,
 // The terms of super-block s for the warp's 16 weight rows and the NT tiles of 8 activation rows,
 // added to `f` (C fragment order: (row g, col 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)).
 //
-// Q4_K: a sub-block's 6-bit scale sc = 8 hi + lo (hi, lo < 8) is folded into two A operands,
-// q * lo and q * hi (at most 105: int8, four values a word multiplied at once with no carry), so
-// that two chained MMAs a sub-block give sum_j lo_j (q . a)_j and sum_j hi_j (q . a)_j over the
-// super-block, and isum = 8 * the second + the first: no integer work a sub-block and tile.
+// Q4_K: an MMA a sub-block and tile on the 4-bit values, its integer result times the row's 6-bit
+// scale into `isum` (rows g and g + 8 have their own scales: c[0..1] and c[2..3]).
 template <int NT>
 static __device__ __forceinline__ void tile_super(const Q4kFrag &a, const uint8_t *raw,
                                                   const TileMeta *meta, Fold (&f)[NT][4]) {
@@ -517,11 +545,11 @@ static __device__ __forceinline__ void tile_super(const Q4kFrag &a, const uint8_
   int sc[2][2], mn[2][2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) q4k_scales(a.hdr[r][1], a.hdr[r][2], a.hdr[r][3], sc[r], mn[r]);
-  int clo[NT][4], chi[NT][4];
+  int isum[NT][4];
 #pragma unroll
   for (int T = 0; T < NT; ++T)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) clo[T][e] = chi[T][e] = 0;
+    for (int e = 0; e < 4; ++e) isum[T][e] = 0;
 #pragma unroll
   for (int jj = 0; jj < 4; ++jj) {
 #pragma unroll
@@ -532,13 +560,15 @@ static __device__ __forceinline__ void tile_super(const Q4kFrag &a, const uint8_
                         (a.qs[1][jj][0] >> (4 * h)) & 0x0F0F0F0F,
                         (a.qs[0][jj][1] >> (4 * h)) & 0x0F0F0F0F,
                         (a.qs[1][jj][1] >> (4 * h)) & 0x0F0F0F0F};
-      const int lo[4] = {v[0] * (s0 & 7), v[1] * (s1 & 7), v[2] * (s0 & 7), v[3] * (s1 & 7)};
-      const int hi[4] = {v[0] * (s0 >> 3), v[1] * (s1 >> 3), v[2] * (s0 >> 3), v[3] * (s1 >> 3)};
 #pragma unroll
       for (int T = 0; T < NT; ++T) {
         const int b[2] = {b_word(raw, 8 * T + g, j, t, 0), b_word(raw, 8 * T + g, j, t, 1)};
-        mma_k32_acc(clo[T], lo, b);
-        mma_k32_acc(chi[T], hi, b);
+        int c[4] = {0, 0, 0, 0};
+        mma_k32_acc(c, v, b);
+        isum[T][0] += s0 * c[0];
+        isum[T][1] += s0 * c[1];
+        isum[T][2] += s1 * c[2];
+        isum[T][3] += s1 * c[3];
       }
     }
   }
@@ -555,8 +585,8 @@ static __device__ __forceinline__ void tile_super(const Q4kFrag &a, const uint8_
     const float da[2] = {meta[8 * T + 2 * t].d, meta[8 * T + 2 * t + 1].d};
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int isum = chi[T][e] * 8 + clo[T][e], msum = mh[e] * 256 + ml[e];
-      f[T][e].add(q4k_term(da[e & 1], as_half2(dm[e >> 1]), isum, msum));
+      const int msum = mh[e] * 256 + ml[e];
+      f[T][e].add(q4k_term(da[e & 1], as_half2(dm[e >> 1]), isum[T][e], msum));
     }
   }
 }
@@ -611,29 +641,51 @@ static __device__ __forceinline__ void mmq_tile(const void *vx0, const void *vx1
                                                 unsigned int *counters) {
   constexpr int ROWS = 8 * NT;
   extern __shared__ __align__(16) uint8_t smem[];
-  // Two buffers of staged activations (by address, not an array a runtime index would put on
-  // the stack).
-  auto raw = [&](int k) { return smem + (k & 1) * ROWS * TILE_RAW; };
-  TileMeta *meta = (TileMeta *)(smem + 2 * ROWS * TILE_RAW);
+  // The block's weight rows (up to 16 * 8): where each starts, where its matrix ends.
+  __shared__ const uint8_t *wrow[128], *wend[128];
   __shared__ unsigned int last;
   const int lane = threadIdx.x, wm = threadIdx.y, g = lane >> 2, t = lane & 3;
-  const int row0 = (blockIdx.x * blockDim.y + wm) * 16, tok0 = blockIdx.y * ROWS;
+  const int WM = blockDim.y, tid = lane + 32 * wm, nthreads = 32 * WM;
+  const int brow0 = blockIdx.x * 16 * WM, row0 = brow0 + 16 * wm, tok0 = blockIdx.y * ROWS;
+  const int brows = min(16 * WM, nrows - brow0);
   const bool live = row0 < nrows;
   const int nsb = ncols / 256;
   const int Z = gridDim.z, z = blockIdx.z;
   const int s_begin = Z == 1 ? 0 : z * cs, s_end = Z == 1 ? nsb : min(nsb, (z + 1) * cs);
-  int wrow0;
-  const uint8_t *vx = (const uint8_t *)stacked(vx0, vx1, vx2, row1, row2, live ? row0 : 0, &wrow0);
-  const int r0 = (live ? row0 : 0) - wrow0;
-  const uint8_t *rows[2] = {vx + (size_t)(r0 + g) * nsb * bytes,
-                            vx + (size_t)(r0 + g + 8) * nsb * bytes};
-  Frag cur, next;
-  if (live) cur.load(rows, s_begin, t);
+  // Buffers by address (a runtime index into an array would put it on the stack): stage k holds
+  // the activations, then the weights, of super-block s_begin + k (mod TILE_STAGES).
+  const int stage_bytes = ROWS * TILE_RAW + 16 * WM * Frag::SLOT;
+  auto raw = [&](int s) { return smem + ((s - s_begin) % TILE_STAGES) * stage_bytes; };
+  auto wsm = [&](int s) { return raw(s) + ROWS * TILE_RAW; };
+  TileMeta *meta = (TileMeta *)(smem + TILE_STAGES * stage_bytes);
+  for (int r = tid; r < brows; r += nthreads) {
+    int m0;
+    const uint8_t *m = (const uint8_t *)stacked(vx0, vx1, vx2, row1, row2, brow0 + r, &m0);
+    const int m1 = brow0 + r >= row2 ? nrows : brow0 + r >= row1 ? row2 : row1;
+    wrow[r] = m + (size_t)(brow0 + r - m0) * nsb * bytes;
+    wend[r] = m + (size_t)(m1 - m0) * nsb * bytes;
+  }
+  __syncthreads();
+  // Super-block s's weights (every thread a share of the rows' copies); nothing past s_end.
+  auto copy_w = [&](int s) {
+    if (s >= s_end) return;
+    uint8_t *w = wsm(s);
+    constexpr int PER = Frag::SLOT / 16;
+    for (int i = tid; i < brows * PER; i += nthreads) {
+      const int r = i / PER, k = i - r * PER;
+      Frag::stage(w + r * Frag::SLOT, wrow[r] + (size_t)s * bytes, wend[r], k);
+    }
+  };
+  auto copy_a = [&](int s) {
+    if (s < s_end) tile_copy(raw(s), vy, s, tok0, ROWS, n, stride_y);
+    cp_async_commit();
+  };
+  // The weights do not depend on the launch before (PDL); the activations do.
+#pragma unroll
+  for (int k = 0; k < TILE_STAGES - 1; ++k) copy_w(s_begin + k);
   pdl_enter();
-  tile_copy(raw(0), vy, s_begin, tok0, ROWS, n, stride_y);
-  cp_async_commit();
-  if (s_begin + 1 < s_end) tile_copy(raw(1), vy, s_begin + 1, tok0, ROWS, n, stride_y);
-  cp_async_commit();
+#pragma unroll
+  for (int k = 0; k < TILE_STAGES - 1; ++k) copy_a(s_begin + k);
   Fold fold[NT][4];
 #pragma unroll
   for (int T = 0; T < NT; ++T)
@@ -641,14 +693,20 @@ static __device__ __forceinline__ void mmq_tile(const void *vx0, const void *vx1
     for (int e = 0; e < 4; ++e) fold[T][e].start();
   int in_chunk = 0;  // super-blocks of the current chunk summed (Z = 1)
   for (int s = s_begin; s < s_end; ++s) {
-    const uint8_t *r = raw(s - s_begin);
-    cp_async_wait<1>();  // super-block s's copies are done (s + 1's may not be)
+    cp_async_wait<TILE_STAGES - 2>();  // super-block s's copies are done ...
+    __syncthreads();                    // ... for every thread, and every warp is done with s - 1
+    copy_w(s + TILE_STAGES - 1);        // into s - 1's buffers
+    copy_a(s + TILE_STAGES - 1);
+    tile_meta(raw(s), meta, ROWS);
     __syncthreads();
-    tile_meta(r, meta, ROWS);
-    __syncthreads();
-    if (live && s + 1 < s_end) next.load(rows, s + 1, t);
     if (live) {
-      tile_super<NT>(cur, r, meta, fold);
+      const uint8_t *w = wsm(s) + (16 * wm + g) * Frag::SLOT;
+      const uint8_t *rows[2] = {w + Frag::offset(wrow[16 * wm + g] + (size_t)s * bytes),
+                                w + 8 * Frag::SLOT +
+                                    Frag::offset(wrow[16 * wm + g + 8] + (size_t)s * bytes)};
+      Frag cur;
+      cur.load(rows, 0, t);
+      tile_super<NT>(cur, raw(s), meta, fold);
     }
     if (Z == 1 && (++in_chunk == cs || s + 1 == nsb)) {
       in_chunk = 0;
@@ -657,10 +715,6 @@ static __device__ __forceinline__ void mmq_tile(const void *vx0, const void *vx1
 #pragma unroll
         for (int e = 0; e < 4; ++e) fold[T][e].end_chunk();
     }
-    __syncthreads();  // every warp is done with this buffer and with meta
-    if (s + 2 < s_end) tile_copy(raw(s - s_begin), vy, s + 2, tok0, ROWS, n, stride_y);
-    cp_async_commit();
-    cur = next;
   }
   // Outputs: (weight row row0 + g (+ 8), activation row tok0 + 8 T + 2 t (+ 1)).
   if (Z == 1) {
@@ -709,11 +763,12 @@ static __device__ __forceinline__ void mmq_tile(const void *vx0, const void *vx1
     }
 }
 
-// Entry points: grid (ceil(rows / (16 WM)), ceil(n / (8 NT)), Z), block (32, WM), dynamic shared
-// memory `mmq_tile_smem(NT)` bytes (src/gpu/mmq.rs). dst[c * stride_dst + r] = W[r] . y[c]; every
+// Entry points: grid (ceil(rows / (16 WM)), ceil(n / (8 NT)), Z), block (32, WM) (WM <= 8), dynamic
+// shared memory `tile_shared` bytes (src/gpu/mmq.rs: TILE_STAGES stages and the sums).
+// dst[c * stride_dst + r] = W[r] . y[c]; every
 // row count of the stack a multiple of 16.
 #define TREESPEC_MMQ_TILE(tag, Frag, bytes, NT)                                                        \
-  extern "C" __global__ void __launch_bounds__(128) mmq_##tag##_t##NT(                         \
+  extern "C" __global__ void __launch_bounds__(256) mmq_##tag##_t##NT(                         \
       const void *__restrict__ vx0, const void *__restrict__ vx1,                              \
       const void *__restrict__ vx2, const int row1, const int row2,                            \
       const void *__restrict__ vy, float *__restrict__ dst, const int ncols, const int nrows,  \

@@ -226,6 +226,12 @@ mod cuda {
     /// per-row sums (`TileMeta`).
     const TILE_RAW: usize = 304;
     const TILE_META: usize = 32;
+    /// Super-blocks of weights and activations a tile block holds in shared memory at once
+    /// (`TILE_STAGES`).
+    const TILE_STAGES: usize = 3;
+    /// A tile block's static shared memory: its weight rows' start and end addresses (128 each)
+    /// and the split's flag.
+    const TILE_STATIC: usize = 2 * 128 * 8 + 16;
     /// Shared memory the one-row kernels may stage activation rows in (48 bytes a Q8_1 block):
     /// within the 99 KiB a block of the workstation Blackwell cards allows.
     const ROWS_SHARED: usize = 96 * 1024;
@@ -278,9 +284,33 @@ mod cuda {
         nr * cols / 32 * 48
     }
 
-    /// Shared memory of the tile kernel of `nt` 8-row tiles.
-    fn tile_shared(nt: usize) -> usize {
-        8 * nt * (2 * TILE_RAW + TILE_META)
+    /// Shared memory of the tile kernel of `nt` 8-row tiles and `wm` warps, for weights whose
+    /// super-block takes `slot` bytes there ([`weight_slot`]).
+    fn tile_shared(nt: usize, wm: usize, slot: usize) -> usize {
+        TILE_STAGES * (8 * nt * TILE_RAW + 16 * wm * slot) + 8 * nt * TILE_META
+    }
+
+    /// Bytes a weight row's super-block takes in a tile block's shared memory (`Frag::SLOT`): a
+    /// Q4_K block, or the 16-byte aligned window around a (2-byte aligned) Q6_K block.
+    fn weight_slot(tag: &str) -> usize {
+        match tag {
+            "q6_k" => 224,
+            _ => 144,
+        }
+    }
+
+    /// Most warps a tile block takes along the weight rows (16 rows a warp): eight for tiles of
+    /// 32 or 64 activation rows (the activations staged and summed once for 128 weight rows),
+    /// four for smaller ones; `TREESPEC_MMQ_WARPS=N` (1 to 8) sets it for every tile.
+    fn tile_warps(nt: usize) -> usize {
+        static WARPS: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+        let set = *WARPS.get_or_init(|| {
+            std::env::var("TREESPEC_MMQ_WARPS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|w| (1..=8).contains(w))
+        });
+        set.unwrap_or(if nt >= 4 { 8 } else { 4 })
     }
 
     /// The kernel for `n` activation rows of a stack of `rows x cols`: the one-row kernel for
@@ -303,7 +333,7 @@ mod cuda {
         Mmq::Tile(match n {
             0..=8 => 1,
             9..=16 => 2,
-            17..=32 => 4,
+            17..=64 => 4,
             _ => 8,
         })
     }
@@ -330,14 +360,21 @@ mod cuda {
         work: CudaSlice<f32>,
         counters: CudaSlice<u32>,
         sms: usize,
+        /// Shared memory a block may take (opted in).
+        smem: usize,
     }
 
     impl MmqScratch {
         /// Room for `work` floats of chunk sums, on the GPU of `stream`.
         pub(crate) fn new(stream: &Arc<CudaStream>, work: usize) -> Result<Self> {
-            let sms = stream
-                .context()
+            let ctx = stream.context();
+            let sms = ctx
                 .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+                .map_err(driver)? as usize;
+            let smem = ctx
+                .attribute(
+                    sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                )
                 .map_err(driver)? as usize;
             Ok(MmqScratch {
                 work: stream.alloc_zeros::<f32>(work.max(1)).map_err(driver)?,
@@ -345,15 +382,18 @@ mod cuda {
                     .alloc_zeros::<u32>(SPLIT_BELOW_WAVES * sms.max(1) * 4)
                     .map_err(driver)?,
                 sms: sms.max(1),
+                smem,
             })
         }
 
-        /// The workspace a split pass of `n` rows over a stack of `rows x cols` takes (0 when it
-        /// does not split), on a GPU of `sms` multiprocessors.
-        pub(crate) fn need(rows: usize, cols: usize, n: usize, sms: usize) -> usize {
+        /// The workspace a split pass of `n` rows over a stack of `rows x cols` takes on this
+        /// GPU (0 when it does not split; weights of the smaller slot, whose blocks are the
+        /// largest, so the fewest: the pass most ready to split).
+        pub(crate) fn need(&self, rows: usize, cols: usize, n: usize) -> usize {
             match mmq_kernel(n, rows, cols) {
                 Mmq::Tile(nt) => {
-                    let z = split_chunks(tile_grid(rows, n, nt).0, cols, sms);
+                    let grid = tile_grid(rows, n, nt, weight_slot("q4_k"), self.smem).0;
+                    let z = split_chunks(grid, cols, self.sms);
                     if z > 1 {
                         z * n * rows
                     } else {
@@ -363,16 +403,22 @@ mod cuda {
                 Mmq::Rows(_) => 0,
             }
         }
-
-        /// The GPU's multiprocessors.
-        pub(crate) fn sms(&self) -> usize {
-            self.sms
-        }
     }
 
-    /// A tile pass's grid without a split, and its warps along the weight rows.
-    fn tile_grid(rows: usize, n: usize, nt: usize) -> ((usize, usize), usize) {
-        let wm = (rows / 16).clamp(1, 4);
+    /// A tile pass's grid without a split, and its warps along the weight rows: as many as
+    /// [`tile_warps`] and the rows allow, fewer where the block's shared memory would pass
+    /// `smem` (the workstation Blackwell cards allow a block 99 KiB).
+    fn tile_grid(
+        rows: usize,
+        n: usize,
+        nt: usize,
+        slot: usize,
+        smem: usize,
+    ) -> ((usize, usize), usize) {
+        let mut wm = (rows / 16).clamp(1, tile_warps(nt));
+        while wm > 1 && tile_shared(nt, wm, slot) + TILE_STATIC > smem {
+            wm -= 1;
+        }
         ((rows.div_ceil(16 * wm), n.div_ceil(8 * nt)), wm)
     }
 
@@ -388,11 +434,11 @@ mod cuda {
 
     /// `dst[c * dst_stride + r] = W[r] . y[c]` for the `n` Q8_1 activation rows `y` (`yq`
     /// blocks apart; super-blocks sharing `d`), `W` the stack (rows a multiple of 16 each, cols of
-    /// 256), with `kernel` (`f`, its entry point for the stack's format).
+    /// 256), with `kernel` (`f`, its entry point for the stack's format `tag`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn launch_mmq(
         on: LaunchOn,
-        f: &CudaFunction,
+        (f, tag): (&CudaFunction, &str),
         stack: &Stack,
         kernel: Mmq,
         (y, yq): (u64, usize),
@@ -438,12 +484,13 @@ mod cuda {
                 (cfg, shared)
             }
             Mmq::Tile(nt) => {
-                let ((gx, gy), wm) = tile_grid(rows, n, nt);
+                let slot = weight_slot(tag);
+                let ((gx, gy), wm) = tile_grid(rows, n, nt, slot, scratch.smem);
                 let mut z = split_chunks((gx, gy), cols, scratch.sms);
                 if z * n * rows > scratch.work.len() || gx * gy > scratch.counters.len() {
                     z = 1;
                 }
-                let shared = tile_shared(nt);
+                let shared = tile_shared(nt, wm, slot);
                 let cfg = LaunchConfig {
                     grid_dim: (gx as u32, gy as u32, z as u32),
                     block_dim: (32, wm as u32, 1),
@@ -452,7 +499,12 @@ mod cuda {
                 (cfg, shared)
             }
         };
-        if shared > 48 * 1024 {
+        // A block's static shared memory counts towards the 48 KiB it may take unasked.
+        let fixed = match kernel {
+            Mmq::Tile(_) => TILE_STATIC,
+            Mmq::Rows(_) => 0,
+        };
+        if shared + fixed > 48 * 1024 {
             let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
             f.set_attribute(attr, shared as i32).map_err(driver)?;
         }
@@ -577,7 +629,7 @@ mod cuda {
                     let launch = || {
                         launch_mmq(
                             alone,
-                            &f,
+                            (&f, tag),
                             &stack,
                             kernel,
                             (y_ptr, yq),

@@ -21,27 +21,6 @@
 
 #include "mmq.cu"
 
-// The family's tile template with eight warps a block (128 weight rows): the activations staged
-// and their sums made once for twice the weight rows. Same arithmetic, so the same bits.
-#define LAB_TILE(tag, Frag, bytes, NT)                                                          \
-  extern "C" __global__ void __launch_bounds__(256) lab_##tag##_t##NT##_w8(                     \
-      const void *__restrict__ vx0, const void *__restrict__ vx1,                               \
-      const void *__restrict__ vx2, const int row1, const int row2,                             \
-      const void *__restrict__ vy, float *__restrict__ dst, const int ncols, const int nrows,   \
-      const int stride_y, const int stride_dst, const int n, const int cs,                      \
-      float *__restrict__ work, unsigned int *__restrict__ counters) {                          \
-    mmq_tile<NT, Frag, bytes>(vx0, vx1, vx2, row1, row2, (const uint8_t *)vy, dst, ncols, nrows, \
-                              stride_y, stride_dst, n, cs, work, counters);                     \
-  }
-LAB_TILE(q4_k, Q4kFrag, 144, 2)
-LAB_TILE(q4_k, Q4kFrag, 144, 4)
-LAB_TILE(q4_k, Q4kFrag, 144, 8)
-LAB_TILE(q6_k, Q6kFrag, 210, 2)
-LAB_TILE(q6_k, Q6kFrag, 210, 4)
-LAB_TILE(q6_k, Q6kFrag, 210, 8)
-
-#include "v2.cuh"
-
 #define CK(x)                                                                               \
   do {                                                                                      \
     cudaError_t e = (x);                                                                    \
@@ -120,29 +99,22 @@ int main(int argc, char **argv) {
   CK(cudaMemset(counters, 0, 1 << 20));
   const int cs = std::max(1, (nsb + 7) / 8);  // chunk_size
   const int chunks = (nsb + cs - 1) / cs;
+  // The family's tile kernels, each with 2, 4 and 8 warps a block (the runtime's choice:
+  // src/gpu/mmq.rs `tile_warps`).
   struct K {
-    const char *name;
+    std::string name;
     int nt;
     TileFn f;
-    int wmax;    // warps a block along the weight rows, at most
-    int stages;  // 0: the family's kernel (split where it splits); else a lab_tile2 (never split)
+    int wmax;  // warps a block along the weight rows, at most
   };
-  std::vector<K> ks =
-      q6 ? std::vector<K>{{"t1", 1, mmq_q6_k_t1, 4},      {"t2", 2, mmq_q6_k_t2, 4},
-                          {"t4", 4, mmq_q6_k_t4, 4},      {"t8", 8, mmq_q6_k_t8, 4},
-                          {"t2w8", 2, lab_q6_k_t2_w8, 8}, {"t4w8", 4, lab_q6_k_t4_w8, 8},
-                          {"t8w8", 8, lab_q6_k_t8_w8, 8}}
-         : std::vector<K>{{"t1", 1, mmq_q4_k_t1, 4},      {"t2", 2, mmq_q4_k_t2, 4},
-                          {"t4", 4, mmq_q4_k_t4, 4},      {"t8", 8, mmq_q4_k_t8, 4},
-                          {"t2w8", 2, lab_q4_k_t2_w8, 8}, {"t4w8", 4, lab_q4_k_t4_w8, 8},
-                          {"t8w8", 8, lab_q4_k_t8_w8, 8},
-                          {"v2t8s3w4", 8, lab2_q4_k_t8_s3_w4, 4, 3},
-                          {"v2t8s3w8", 8, lab2_q4_k_t8_s3_w8, 8, 3},
-                          {"v2t8s4w4", 8, lab2_q4_k_t8_s4_w4, 4, 4},
-                          {"v2t4s3w4", 4, lab2_q4_k_t4_s3_w4, 4, 3},
-                          {"v2t4s3w8", 4, lab2_q4_k_t4_s3_w8, 8, 3},
-                          {"v3t8s3w4", 8, lab3_q4_k_t8_s3_w4, 4, 3},
-                          {"v3t4s3w4", 4, lab3_q4_k_t4_s3_w4, 4, 3}};
+  const TileFn q4[4] = {mmq_q4_k_t1, mmq_q4_k_t2, mmq_q4_k_t4, mmq_q4_k_t8};
+  const TileFn q6f[4] = {mmq_q6_k_t1, mmq_q6_k_t2, mmq_q6_k_t4, mmq_q6_k_t8};
+  std::vector<K> ks;
+  for (int i = 0; i < 4; ++i)
+    for (int w : {2, 4, 8})
+      ks.push_back({"t" + std::to_string(1 << i) + "w" + std::to_string(w), 1 << i,
+                    q6 ? q6f[i] : q4[i], w});
+  const int slot = q6 ? 224 : 144;
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
@@ -155,13 +127,13 @@ int main(int argc, char **argv) {
     const int n = atoi(argv[a]);
     std::vector<float> first;
     for (const K &k : ks) {
-      if (only && strcmp(only, k.name) != 0) continue;
+      if (only && strcmp(only, k.name.c_str()) != 0) continue;
       if (8 * k.nt > 4 * n && k.nt > 1) continue;  // tiles mostly empty
       const int wm = std::min(k.wmax, std::max(1, rows / 16));
       const int gx = (rows + 16 * wm - 1) / (16 * wm), gy = (n + 8 * k.nt - 1) / (8 * k.nt);
       int z = (gx * gy < 2 * sms && chunks > 1) ? chunks : 1;
-      if (nosplit || k.stages) z = 1;
-      const int smem = k.stages ? lab_tile2_smem(k.nt, k.stages, wm) : 8 * k.nt * (2 * 304 + 32);
+      if (nosplit) z = 1;
+      const int smem = TILE_STAGES * (8 * k.nt * TILE_RAW + 16 * wm * slot) + 8 * k.nt * 32;
       CK(cudaFuncSetAttribute(k.f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
       dim3 grid(gx, gy, z), block(32, wm);
       std::vector<float> times;
@@ -188,7 +160,7 @@ int main(int argc, char **argv) {
         same = memcmp(first.data(), out.data(), out.size() * 4) == 0;
       bool finite = true;
       for (float v : out) finite &= std::isfinite(v);
-      printf("| | %d | %s | %dx%dx%d | %.1f | %.2f | %.0f | %s%s |\n", n, k.name, gx, gy, z, us,
+      printf("| | %d | %s | %dx%dx%d | %.1f | %.2f | %.0f | %s%s |\n", n, k.name.c_str(), gx, gy, z, us,
              wbytes / us / 1e6, 2.0 * rows * cols * n / us / 1e6, same ? "yes" : "NO",
              finite ? "" : " (non-finite)");
     }

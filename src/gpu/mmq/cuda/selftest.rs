@@ -43,7 +43,7 @@ pub(crate) fn selftest(
             let stack = Stack::one(w_ptr, rows, cols);
             launch_mmq(
                 LaunchOn::new(&stream),
-                &f,
+                (&f, tag),
                 &stack,
                 kernel,
                 (y_at, yq),
@@ -164,7 +164,7 @@ pub(crate) fn selftest_stacked(
                         let stack = Stack::of(&mats.iter().collect::<Vec<_>>())?;
                         launch_mmq(
                             on,
-                            &f,
+                            (&f, tag),
                             &stack,
                             kernel,
                             (y_ptr, yq),
@@ -178,7 +178,7 @@ pub(crate) fn selftest_stacked(
                             let stack = Stack::one(m.ptr, m.rows, cols);
                             launch_mmq(
                                 on,
-                                &f,
+                                (&f, tag),
                                 &stack,
                                 kernel,
                                 (y_ptr, yq),

@@ -32,7 +32,16 @@ impl GpuStep {
                 let f = &self.f.mmq[&(first.tag, kernel)];
                 let b = self.bufs.as_ref().expect("ensured");
                 let scratch = b.mmq.as_ref().expect("allocated with the family on");
-                launch_mmq(self.on(), f, &stack, kernel, (y, yq), dst, n, scratch)
+                launch_mmq(
+                    self.on(),
+                    (f, first.tag),
+                    &stack,
+                    kernel,
+                    (y, yq),
+                    dst,
+                    n,
+                    scratch,
+                )
             }
             None => {
                 let kernel = Dp4a::for_pass(first.tag, stack.rows, stack.cols, n);

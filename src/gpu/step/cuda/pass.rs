@@ -309,7 +309,6 @@ impl GpuStep {
     /// largest split pass of any product of the step.
     pub(super) fn mmq_scratch(&self, rows: usize) -> Result<MmqScratch> {
         let probe = MmqScratch::new(&self.stream, 0)?;
-        let sms = probe.sms();
         let mut shapes = HashSet::new();
         for l in &self.layers {
             for group in [&l.qkv, &l.gate_up] {
@@ -323,7 +322,10 @@ impl GpuStep {
         shapes.insert((self.lm_head.rows, self.lm_head.cols));
         let need = shapes
             .iter()
-            .flat_map(|&(r, c)| (1..=rows).map(move |n| MmqScratch::need(r, c, n, sms)))
+            .flat_map(|&(r, c)| {
+                let probe = &probe;
+                (1..=rows).map(move |n| probe.need(r, c, n))
+            })
             .max()
             .unwrap_or(0);
         drop(probe);
