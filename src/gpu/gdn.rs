@@ -19,9 +19,20 @@ pub const MAX_TAPS: usize = 8;
 /// Threads of a `gdn_conv` block (`GDN_CONV_THREADS`): a channel each.
 pub const CONV_THREADS: u32 = 128;
 
+/// Dynamic shared memory of a `gdn_recur*` launch over a block of `rows` rows: none for a chain
+/// (its rows walked in order); a tree row's path and its length, then the block's parents
+/// (`gdn_walk` walks up the tree in shared memory).
+pub fn recur_shared(rows: usize, chain: bool) -> u32 {
+    match chain {
+        true => 0,
+        false => 4 * (2 * rows as u32 + 1),
+    }
+}
+
 /// The recurrence kernel the runtime launches: `gdn_recur`, or with `TREESPEC_GDN_STAGED=1`
 /// `gdn_recur_staged` (the same per-row arithmetic, a block's rows staged in shared memory
-/// eight at a time and updated with no barrier between them; not yet run on a GPU, so opt-in).
+/// eight at a time and updated with no barrier between them; opt-in: on the H200 it left the
+/// 27B shape's 64-row tree pass as it was, BENCHMARKS.md section 41).
 pub fn recur_kernel() -> &'static str {
     let staged = match RECUR_OVERRIDE.load(std::sync::atomic::Ordering::Relaxed) {
         1 => false,
@@ -443,12 +454,7 @@ mod cuda {
         let cfg = LaunchConfig {
             grid_dim: (l.v_heads as u32, if chain { 1 } else { count as u32 }, 1),
             block_dim: (threads, 1, 1),
-            // A row's path (root first, then its length); a chain walks its rows in order.
-            shared_mem_bytes: if chain {
-                0
-            } else {
-                4 * (block.rows as u32 + 1)
-            },
+            shared_mem_bytes: super::recur_shared(block.rows, chain),
         };
         // SAFETY: the block's tensors as `block` made them ([n, C], [n, hv], [n, hv * dv]),
         // [hv, dk, dv] states, parents each below its row or u32::MAX, rows first..first+count

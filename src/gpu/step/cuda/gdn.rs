@@ -183,6 +183,7 @@ impl GpuStep {
         // SAFETY: proj holds n rows of `width` ([c | z | b | a]); the window, taps and stash
         // as the layer's shape; parents each below its row or u32::MAX.
         unsafe { bld.launch(self.on(), cfg) }.map_err(driver)?;
+        self.mark("gdn recurrence")?;
         // The recurrence: a block a (head, row), each walking its row's path from the committed
         // state; a long chain (folded as it runs) one block a head walking every row, which
         // leaves the state after the last row in place.
@@ -221,7 +222,7 @@ impl GpuStep {
         let cfg = LaunchConfig {
             grid_dim: (hv as u32, if is_chain { 1 } else { n as u32 }, 1),
             block_dim: (gdn_threads(sh), 1, 1),
-            shared_mem_bytes: if is_chain { 0 } else { 4 * (n as u32 + 1) },
+            shared_mem_bytes: crate::gpu::gdn::recur_shared(n, is_chain),
         };
         // SAFETY: u holds n rows of C; a, b, z the proj rows' columns (rows `width` apart); the
         // state [hv, dk, dv]; att n rows of hv * dv; only a chain writes the state (one block a

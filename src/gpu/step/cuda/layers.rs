@@ -53,7 +53,7 @@ impl GpuStep {
             )?;
             if l.gdn.is_some() {
                 let (q8_in, f16_in) = self.rows_for(n, std::iter::once(&l.o), q8);
-                self.mark("gdn conv, recurrence")?;
+                self.mark("gdn conv")?;
                 self.gdn_rows(n, li, proj, meta.parents, (q8_in, f16_in))?;
                 let yq = qblocks(self.linear.as_ref().map_or(0, |(g, _)| g.v_heads * g.v_dim));
                 self.mark("gdn out product")?;
