@@ -15,6 +15,59 @@
 
 #include "gdn.cu"
 
+// Lab variant: `gdn_recur` with R consecutive target rows a block (grid (v_heads, ceil(n / R))),
+// each walked from the committed state as gdn_recur walks it (the state re-read, from L1 after
+// the first), so the same arithmetic and bits; the parents copied once a block.
+template <int R>
+__global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
+    lab_recur_rows(const float *__restrict__ u, const float *__restrict__ a,
+                   const float *__restrict__ b, const float *__restrict__ z,
+                   const float *__restrict__ a_neg, const float *__restrict__ dt_bias,
+                   const float *__restrict__ norm_w, const float *s0,
+                   const unsigned *__restrict__ parents, float *__restrict__ out, float *s_out,
+                   int chain, int n, int first, int state_row, int k_heads, int v_heads, int k_dim,
+                   int v_dim, int v_tiled, float eps, int ab_stride, int z_stride) {
+  extern __shared__ int lab_path[];
+  int *path = lab_path;
+  __shared__ float qk[2 * GDN_MAX_DK];
+  __shared__ float red[32];
+  const int h = blockIdx.x;
+  const int d = threadIdx.x / GDN_PARTS, part = threadIdx.x % GDN_PARTS;
+  const int base = part * GDN_CHUNK;
+  const bool col = d < v_dim;
+  const int hk = v_tiled ? h % k_heads : h / (v_heads / k_heads);
+  const int C = 2 * k_heads * k_dim + v_heads * v_dim;
+  const size_t head = (size_t)h * k_dim * v_dim;
+  for (int k = 0; k < R; ++k) {
+    int target = first + blockIdx.y * R + k;
+    if (target >= n) break;
+    float s[GDN_CHUNK];
+#pragma unroll
+    for (int j = 0; j < GDN_CHUNK; j++)
+      s[j] = (col && base + j < k_dim) ? s0[head + (size_t)(base + j) * v_dim + d] : 0.f;
+    __syncthreads();  // the last target's path and norm are done with
+    const int len = gdn_walk(parents, path, chain, n, target);
+    for (int step = 0; step < len; step++) {
+      const int row = path[step];
+      const float *ur = u + (size_t)row * C;
+      __syncthreads();
+      for (int i = threadIdx.x; i < k_dim; i += blockDim.x) {
+        qk[i] = ur[(size_t)hk * k_dim + i];
+        qk[GDN_MAX_DK + i] = ur[(size_t)(k_heads + hk) * k_dim + i];
+      }
+      __syncthreads();
+      float beta, decay;
+      gdn_gates(b[(size_t)row * ab_stride + h], a[(size_t)row * ab_stride + h], a_neg[h],
+                dt_bias[h], beta, decay);
+      const float v = col ? ur[(size_t)2 * k_heads * k_dim + (size_t)h * v_dim + d] : 0.f;
+      float o = gdn_update(s, qk, qk + GDN_MAX_DK, v, decay, beta, base, k_dim);
+      if (!col) o = 0.f;
+      if (row == target)
+        gdn_norm_out(o, red, out, z, norm_w, row, h, d, part, col, v_heads, v_dim, eps, z_stride);
+    }
+  }
+}
+
 #define CK(x)                                                                           \
   do {                                                                                  \
     cudaError_t e = (x);                                                                \
@@ -71,18 +124,24 @@ int main(int argc, char **argv) {
   CK(cudaMalloc(&dp, n * 4));
   CK(cudaMemcpy(dp, par.data(), n * 4, cudaMemcpyHostToDevice));
   CK(cudaMalloc(&out, (size_t)n * zs * 4));
-  struct K {
+  struct KR {
     const char *name;
     RecurFn f;
+    int rows;  // target rows a block
   };
-  const K ks[] = {{"gdn_recur", gdn_recur}, {"gdn_recur_staged", gdn_recur_staged}};
+  const KR ks[] = {{"gdn_recur", gdn_recur, 1},
+                   {"gdn_recur_staged", gdn_recur_staged, 1},
+                   {"rows1", lab_recur_rows<1>, 1},
+                   {"rows2", lab_recur_rows<2>, 2},
+                   {"rows4", lab_recur_rows<4>, 4},
+                   {"rows8", lab_recur_rows<8>, 8}};
   const char *only = getenv("LAB_ONLY");
   const int reps = getenv("LAB_REPS") ? atoi(getenv("LAB_REPS")) : 20;
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
   std::vector<float> first;
-  for (const K &k : ks) {
+  for (const KR &k : ks) {
     if (only && strcmp(only, k.name)) continue;
     const int threads = (GDN_PARTS * dv + 31) / 32 * 32;
     const int smem = 4 * (2 * n + 1);
@@ -90,7 +149,7 @@ int main(int argc, char **argv) {
     for (int r = 0; r < reps + 2; ++r) {
       CK(cudaMemset(out, 0xFF, (size_t)n * zs * 4));
       CK(cudaEventRecord(e0));
-      k.f<<<dim3(hv, n), threads, smem>>>(du, da + hv, db, dz, dan, ddt, dnw, ds0, dp, out, nullptr,
+      k.f<<<dim3(hv, (n + k.rows - 1) / k.rows), threads, smem>>>(du, da + hv, db, dz, dan, ddt, dnw, ds0, dp, out, nullptr,
                                           0, n, 0, -1, kh, hv, dk, dv, 0, 1e-6f, ab, zs);
       CK(cudaEventRecord(e1));
       CK(cudaEventSynchronize(e1));
