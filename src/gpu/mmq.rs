@@ -202,6 +202,10 @@ pub(crate) fn random_blocks(
     data
 }
 
+mod launch_shape;
+#[cfg_attr(not(feature = "cuda"), allow(unused_imports))]
+pub(crate) use launch_shape::*;
+
 #[cfg(feature = "cuda")]
 pub(crate) use cuda::*;
 
@@ -222,54 +226,6 @@ mod cuda {
     const ROW_WARPS: u32 = 4;
     /// Blocks of the one-row kernels a multiprocessor: their warps then loop over the rows.
     const ROW_BLOCKS_PER_SM: usize = 8;
-    /// Bytes a staged activation row of a tile takes per super-block (`TILE_RAW`) and its
-    /// per-row sums (`TileMeta`).
-    const TILE_RAW: usize = 304;
-    const TILE_META: usize = 32;
-    /// Super-blocks of weights and activations a tile block holds in shared memory at once
-    /// (`TILE_STAGES`).
-    const TILE_STAGES: usize = 3;
-    /// A tile block's static shared memory: its weight rows' start and end addresses (128 each)
-    /// and the split's flag.
-    const TILE_STATIC: usize = 2 * 128 * 8 + 16;
-    /// Shared memory the one-row kernels may stage activation rows in (48 bytes a Q8_1 block):
-    /// within the 99 KiB a block of the workstation Blackwell cards allows.
-    const ROWS_SHARED: usize = 96 * 1024;
-    /// A tile pass splits its rows over their chunks where its blocks would fill fewer than
-    /// this many waves of the GPU's multiprocessors.
-    const SPLIT_BELOW_WAVES: usize = 2;
-
-    /// A kernel of the family (every one computes a row as the others do).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-    pub(crate) enum Mmq {
-        /// Up to 1, 2 or 4 activation rows on dp4a (`mmq_<tag>_row`, `_rows2`, `_rows4`).
-        Rows(usize),
-        /// Tensor cores, 8·NT activation rows a block (`mmq_<tag>_t<NT>`, NT 1, 2, 4 or 8).
-        Tile(usize),
-    }
-
-    impl Mmq {
-        /// Every kernel of a format.
-        pub(crate) const ALL: [Mmq; 7] = [
-            Mmq::Rows(1),
-            Mmq::Rows(2),
-            Mmq::Rows(4),
-            Mmq::Tile(1),
-            Mmq::Tile(2),
-            Mmq::Tile(4),
-            Mmq::Tile(8),
-        ];
-
-        /// The entry point's name for format `tag`.
-        fn name(self, tag: &str) -> String {
-            match self {
-                Mmq::Rows(1) => format!("mmq_{tag}_row"),
-                Mmq::Rows(r) => format!("mmq_{tag}_rows{r}"),
-                Mmq::Tile(nt) => format!("mmq_{tag}_t{nt}"),
-            }
-        }
-    }
-
     /// The kernel `kernel` for weights of format `tag`.
     pub(crate) fn mmq_func(
         dev: &candle_core::CudaDevice,
@@ -277,81 +233,6 @@ mod cuda {
         kernel: Mmq,
     ) -> Result<CudaFunction> {
         func(dev, Module::Mmq, &kernel.name(tag))
-    }
-
-    /// Shared memory of the one-row kernel for `nr` activation rows of `cols` values.
-    fn rows_shared(nr: usize, cols: usize) -> usize {
-        nr * cols / 32 * 48
-    }
-
-    /// Shared memory of the tile kernel of `nt` 8-row tiles and `wm` warps, for weights whose
-    /// super-block takes `slot` bytes there ([`weight_slot`]).
-    fn tile_shared(nt: usize, wm: usize, slot: usize) -> usize {
-        TILE_STAGES * (8 * nt * TILE_RAW + 16 * wm * slot) + 8 * nt * TILE_META
-    }
-
-    /// Bytes a weight row's super-block takes in a tile block's shared memory (`Frag::SLOT`): a
-    /// Q4_K block, or the 16-byte aligned window around a (2-byte aligned) Q6_K block.
-    fn weight_slot(tag: &str) -> usize {
-        match tag {
-            "q6_k" => 224,
-            _ => 144,
-        }
-    }
-
-    /// Most warps a tile block takes along the weight rows (16 rows a warp): eight for tiles of
-    /// 32 or 64 activation rows (the activations staged and summed once for 128 weight rows),
-    /// four for smaller ones; `TREESPEC_MMQ_WARPS=N` (1 to 8) sets it for every tile.
-    fn tile_warps(nt: usize) -> usize {
-        static WARPS: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-        let set = *WARPS.get_or_init(|| {
-            std::env::var("TREESPEC_MMQ_WARPS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .filter(|w| (1..=8).contains(w))
-        });
-        set.unwrap_or(if nt >= 4 { 8 } else { 4 })
-    }
-
-    /// The kernel for `n` activation rows of a stack of `rows x cols`: the one-row kernel for
-    /// one row, for two on matrices of up to [`ROWS2_UPTO`] values, where their staged rows fit
-    /// (`TREESPEC_MMQ_ROWS=N`, 0, 1, 2 or 4, moves the row bound: 0 puts every pass on the tiles);
-    /// the tiles beyond. On the H200 (BENCHMARKS.md section 35) two rows on dp4a beat the 8-row
-    /// tile on the 1.5B's q/o and down (3.1 us against 6.5, 14.6 against 18.8) and lost on every
-    /// bigger matrix; four rows lost everywhere.
-    pub(crate) fn mmq_kernel(n: usize, rows: usize, cols: usize) -> Mmq {
-        let nr = n.max(1).next_power_of_two();
-        let upto = match (rows_upto(), nr) {
-            (Some(upto), _) => upto,
-            (None, 1) => 1,
-            (None, _) if rows * cols <= ROWS2_UPTO => 2,
-            (None, _) => 1,
-        };
-        if nr <= upto && rows_shared(nr, cols) <= ROWS_SHARED {
-            return Mmq::Rows(nr);
-        }
-        Mmq::Tile(match n {
-            0..=8 => 1,
-            9..=16 => 2,
-            17..=64 => 4,
-            _ => 8,
-        })
-    }
-
-    /// Values of a matrix up to which two activation rows take the one-row kernel.
-    const ROWS2_UPTO: usize = 16 << 20;
-
-    /// `TREESPEC_MMQ_ROWS`: the most activation rows the one-row kernels take (0, 1, 2 or 4),
-    /// or `None` (unset) for [`mmq_kernel`]'s choice by shape.
-    fn rows_upto() -> Option<usize> {
-        static UPTO: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-        *UPTO.get_or_init(|| match std::env::var("TREESPEC_MMQ_ROWS").as_deref() {
-            Ok("0") => Some(0),
-            Ok("1") => Some(1),
-            Ok("2") => Some(2),
-            Ok("4") => Some(4),
-            _ => None,
-        })
     }
 
     /// What a split tile pass needs beside the output: a workspace for the chunks' sums
@@ -402,33 +283,6 @@ mod cuda {
                 }
                 Mmq::Rows(_) => 0,
             }
-        }
-    }
-
-    /// A tile pass's grid without a split, and its warps along the weight rows: as many as
-    /// [`tile_warps`] and the rows allow, fewer where the block's shared memory would pass
-    /// `smem` (the workstation Blackwell cards allow a block 99 KiB).
-    fn tile_grid(
-        rows: usize,
-        n: usize,
-        nt: usize,
-        slot: usize,
-        smem: usize,
-    ) -> ((usize, usize), usize) {
-        let mut wm = (rows / 16).clamp(1, tile_warps(nt));
-        while wm > 1 && tile_shared(nt, wm, slot) + TILE_STATIC > smem {
-            wm -= 1;
-        }
-        ((rows.div_ceil(16 * wm), n.div_ceil(8 * nt)), wm)
-    }
-
-    /// Chunks a tile pass whose grid is `grid` splits each row over (1: none).
-    fn split_chunks((gx, gy): (usize, usize), cols: usize, sms: usize) -> usize {
-        let chunks = (cols / SUPER).div_ceil(chunk_size(cols));
-        if gx * gy < SPLIT_BELOW_WAVES * sms && chunks > 1 {
-            chunks
-        } else {
-            1
         }
     }
 
@@ -499,12 +353,7 @@ mod cuda {
                 (cfg, shared)
             }
         };
-        // A block's static shared memory counts towards the 48 KiB it may take unasked.
-        let fixed = match kernel {
-            Mmq::Tile(_) => TILE_STATIC,
-            Mmq::Rows(_) => 0,
-        };
-        if shared + fixed > 48 * 1024 {
+        if needs_opt_in(kernel, shared) {
             let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
             f.set_attribute(attr, shared as i32).map_err(driver)?;
         }
