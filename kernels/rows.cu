@@ -80,6 +80,37 @@ __device__ __forceinline__ void warp_quantize8(const float v[8], block_q8_1_t *b
   }
 }
 
+// Quantise one row of h values, value i = value(i) (zero from h on), into its qblocks Q8_1
+// blocks at q8 + q8_at (a super-block a warp for `group` 256, a block a warp for 32, the block's
+// warps taking them in turn); with f16 set, each value also as a half at f16[f16_at + i] (q8 may
+// then be null).
+template <typename Value>
+__device__ __forceinline__ void quantize_row(const Value &value, block_q8_1_t *q8, size_t q8_at,
+                                             __half *f16, size_t f16_at, int h, int qblocks,
+                                             int group) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  if (group == 256) {
+    // A super-block a warp (qblocks is then a multiple of 8).
+    for (int sb = warp; sb < qblocks / 8; sb += warps) {
+      float v[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int i = sb * 256 + k * QK8_1 + lane;
+        v[k] = i < h ? value(i) : 0.f;
+        if (f16 != nullptr && i < h) f16[f16_at + i] = __float2half_rn(v[k]);
+      }
+      if (q8 != nullptr) warp_quantize8(v, q8 + q8_at + 8 * sb, lane, group);
+    }
+    return;
+  }
+  for (int b = warp; b < qblocks; b += warps) {
+    const int i = b * QK8_1 + lane;
+    const float v = i < h ? value(i) : 0.f;
+    if (q8 != nullptr) warp_quantize(v, q8 + q8_at + b, lane);
+    if (f16 != nullptr && i < h) f16[f16_at + i] = __float2half_rn(v);
+  }
+}
+
 // Sum over a block of STEP_THREADS threads in a fixed order (warp butterflies, then the warps in
 // order by thread 0); every thread gets the total.
 __device__ __forceinline__ float block_sum(float v, float *scratch) {
@@ -125,27 +156,8 @@ extern "C" __global__ void norm_q8(float *__restrict__ x, const float *__restric
   const int slot = slots != nullptr ? slots[r] : r;
   if (slot < 0) return;
   const float inv = rsqrtf(total / (float)h + eps);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  if (group == 256) {
-    // A super-block a warp (qblocks is then a multiple of 8).
-    for (int sb = warp; sb < qblocks / 8; sb += warps) {
-      float v[8];
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const int i = sb * 256 + k * QK8_1 + lane;
-        v[k] = i < h ? xr[i] * inv * w[i] : 0.f;
-        if (f16 != nullptr && i < h) f16[(size_t)slot * h + i] = __float2half_rn(v[k]);
-      }
-      if (q8 != nullptr) warp_quantize8(v, q8 + (size_t)slot * stride + 8 * sb, lane, group);
-    }
-    return;
-  }
-  for (int b = warp; b < qblocks; b += warps) {
-    const int i = b * QK8_1 + lane;
-    const float v = i < h ? xr[i] * inv * w[i] : 0.f;
-    if (q8 != nullptr) warp_quantize(v, q8 + (size_t)slot * stride + b, lane);
-    if (f16 != nullptr && i < h) f16[(size_t)slot * h + i] = __float2half_rn(v);
-  }
+  quantize_row([&](int i) { return xr[i] * inv * w[i]; }, q8, (size_t)slot * stride, f16,
+               (size_t)slot * h, h, qblocks, group);
 }
 
 // A K or V pair (a, b) at elements i0, i1 of the cache row at `at`, and in its f16 shadow if any.
@@ -320,25 +332,8 @@ extern "C" __global__ void norm2_q8(const float *__restrict__ x, const float *__
     ss2 = fmaf(o, o, ss2);
   }
   const float inv2 = rsqrtf(block_sum(ss2, scratch) / (float)h + eps);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  if (group == 256) {
-    // A super-block a warp (qblocks is then a multiple of 8).
-    for (int sb = warp; sb < qblocks / 8; sb += warps) {
-      float v[8];
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const int i = sb * 256 + k * QK8_1 + lane;
-        v[k] = i < h ? x[i] * inv1 * w1[i] * inv2 * w2[i] : 0.f;
-      }
-      warp_quantize8(v, q8 + 8 * sb, lane, group);
-    }
-    return;
-  }
-  for (int b = warp; b < qblocks; b += warps) {
-    const int i = b * QK8_1 + lane;
-    const float v = i < h ? x[i] * inv1 * w1[i] * inv2 * w2[i] : 0.f;
-    warp_quantize(v, q8 + b, lane);
-  }
+  quantize_row([&](int i) { return x[i] * inv1 * w1[i] * inv2 * w2[i]; }, q8, 0, nullptr, 0, h,
+               qblocks, group);
 }
 
 // One thread: the token a greedy chain step took (the first id of its top-k words, an index into
