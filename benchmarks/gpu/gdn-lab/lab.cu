@@ -1,7 +1,9 @@
 // The Gated DeltaNet recurrence kernels (kernels/gdn.cu) timed alone on random inputs shaped as
 // Qwen3.6-27B's layers (16 key heads, 48 value heads, 128 x 128), for blocks of tree rows, for the
 // developers: every kernel's outputs compared bit for bit with gdn_recur's, timed with events
-// (median of reps). Trees: `binary` (parent (i - 1) / 2, as `bench --costs`), `star` (every row
+// (median of reps). Lab variants (same per-row arithmetic, so the same bits): several target rows
+// a block (`rowsR`, 64 registers where gdn_recur takes 108), and column slices of a head a block
+// with the gated norm in a second kernel (`colsC + norm`). Trees: `binary` (parent (i - 1) / 2, as `bench --costs`), `star` (every row
 // a root: one row a block), `chain` (walked as a tree: row i's path is i + 1 rows).
 //
 //   nvcc -arch=sm_90 -O3 -I kernels -o /tmp/gdnlab benchmarks/gpu/gdn-lab/lab.cu
@@ -66,6 +68,64 @@ __global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
         gdn_norm_out(o, red, out, z, norm_w, row, h, d, part, col, v_heads, v_dim, eps, z_stride);
     }
   }
+}
+
+// Lab variant: the recurrence of COLS value columns a block (grid (v_heads, n, v_dim / COLS),
+// GDN_PARTS * COLS threads: more, smaller blocks a multiprocessor), its raw outputs to `raw`
+// [n, hv * dv]; then `lab_norm` (grid (v_heads, n), the recurrence's block shape) applies
+// gdn_norm_out to them with the same lanes, so the same sums in the same order: the same bits.
+template <int COLS>
+__global__ void __launch_bounds__(GDN_PARTS * COLS)
+    lab_recur_cols(const float *__restrict__ u, const float *__restrict__ a,
+                   const float *__restrict__ b, const float *__restrict__ a_neg,
+                   const float *__restrict__ dt_bias, const float *s0,
+                   const unsigned *__restrict__ parents, float *__restrict__ raw, int n,
+                   int k_heads, int v_heads, int k_dim, int v_dim, int v_tiled, int ab_stride) {
+  extern __shared__ int lab_path2[];
+  int *path = lab_path2;
+  __shared__ float qk[2 * GDN_MAX_DK];
+  const int h = blockIdx.x;
+  const int d = blockIdx.z * COLS + threadIdx.x / GDN_PARTS, part = threadIdx.x % GDN_PARTS;
+  const int base = part * GDN_CHUNK;
+  const bool col = d < v_dim;
+  const int hk = v_tiled ? h % k_heads : h / (v_heads / k_heads);
+  const int C = 2 * k_heads * k_dim + v_heads * v_dim;
+  const size_t head = (size_t)h * k_dim * v_dim;
+  float s[GDN_CHUNK];
+#pragma unroll
+  for (int j = 0; j < GDN_CHUNK; j++)
+    s[j] = (col && base + j < k_dim) ? s0[head + (size_t)(base + j) * v_dim + d] : 0.f;
+  int target = blockIdx.y;
+  const int len = gdn_walk(parents, path, 0, n, target);
+  float o = 0.f;
+  for (int step = 0; step < len; step++) {
+    const int row = path[step];
+    const float *ur = u + (size_t)row * C;
+    __syncthreads();
+    for (int i = threadIdx.x; i < k_dim; i += blockDim.x) {
+      qk[i] = ur[(size_t)hk * k_dim + i];
+      qk[GDN_MAX_DK + i] = ur[(size_t)(k_heads + hk) * k_dim + i];
+    }
+    __syncthreads();
+    float beta, decay;
+    gdn_gates(b[(size_t)row * ab_stride + h], a[(size_t)row * ab_stride + h], a_neg[h],
+              dt_bias[h], beta, decay);
+    const float v = col ? ur[(size_t)2 * k_heads * k_dim + (size_t)h * v_dim + d] : 0.f;
+    o = gdn_update(s, qk, qk + GDN_MAX_DK, v, decay, beta, base, k_dim);
+  }
+  if (col && part == 0) raw[(size_t)target * v_heads * v_dim + (size_t)h * v_dim + d] = o;
+}
+
+__global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
+    lab_norm(const float *__restrict__ raw, const float *__restrict__ z,
+             const float *__restrict__ norm_w, float *__restrict__ out, int v_heads, int v_dim,
+             float eps, int z_stride) {
+  __shared__ float red[32];
+  const int h = blockIdx.x, row = blockIdx.y;
+  const int d = threadIdx.x / GDN_PARTS, part = threadIdx.x % GDN_PARTS;
+  const bool col = d < v_dim;
+  const float o = col ? raw[(size_t)row * v_heads * v_dim + (size_t)h * v_dim + d] : 0.f;
+  gdn_norm_out(o, red, out, z, norm_w, row, h, d, part, col, v_heads, v_dim, eps, z_stride);
 }
 
 #define CK(x)                                                                           \
@@ -168,6 +228,35 @@ int main(int argc, char **argv) {
       same = memcmp(first.data(), o.data(), o.size() * 4) == 0;
     printf("| %s %d | %s | %.1f us | = gdn_recur: %s |\n", shape, n, k.name, t[t.size() / 2],
            same ? "yes" : "NO");
+  }
+  // The column-slice variants: recurrence then norm, timed together.
+  float *raw;
+  CK(cudaMalloc(&raw, (size_t)n * zs * 4));
+  for (int cols : {32, 64}) {
+    std::vector<float> t;
+    for (int r = 0; r < reps + 2; ++r) {
+      CK(cudaMemset(out, 0xFF, (size_t)n * zs * 4));
+      CK(cudaEventRecord(e0));
+      if (cols == 32)
+        lab_recur_cols<32><<<dim3(hv, n, dv / 32), GDN_PARTS * 32, 4 * (2 * n + 1)>>>(
+            du, da + hv, db, dan, ddt, ds0, dp, raw, n, kh, hv, dk, dv, 0, ab);
+      else
+        lab_recur_cols<64><<<dim3(hv, n, dv / 64), GDN_PARTS * 64, 4 * (2 * n + 1)>>>(
+            du, da + hv, db, dan, ddt, ds0, dp, raw, n, kh, hv, dk, dv, 0, ab);
+      lab_norm<<<dim3(hv, n), GDN_PARTS * dv>>>(raw, dz, dnw, out, hv, dv, 1e-6f, zs);
+      CK(cudaEventRecord(e1));
+      CK(cudaEventSynchronize(e1));
+      CK(cudaGetLastError());
+      float ms;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      if (r >= 2) t.push_back(ms * 1000.f);
+    }
+    std::sort(t.begin(), t.end());
+    std::vector<float> o((size_t)n * zs);
+    CK(cudaMemcpy(o.data(), out, o.size() * 4, cudaMemcpyDeviceToHost));
+    const bool same = !first.empty() && memcmp(first.data(), o.data(), o.size() * 4) == 0;
+    printf("| %s %d | cols%d + norm | %.1f us | = gdn_recur: %s |\n", shape, n, cols,
+           t[t.size() / 2], same ? "yes" : "NO");
   }
   return 0;
 }
