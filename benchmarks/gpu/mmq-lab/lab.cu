@@ -21,6 +21,8 @@
 
 #include "mmq.cu"
 
+#include "meta.cuh"
+
 #define CK(x)                                                                               \
   do {                                                                                      \
     cudaError_t e = (x);                                                                    \
@@ -97,10 +99,12 @@ int main(int argc, char **argv) {
   CK(cudaMalloc(&work, (size_t)8 * max_n * rows * 4));
   CK(cudaMalloc(&counters, 1 << 20));
   CK(cudaMemset(counters, 0, 1 << 20));
+  TileMeta *gmeta;
+  CK(cudaMalloc(&gmeta, (size_t)max_n * nsb * sizeof(TileMeta)));
   const int cs = std::max(1, (nsb + 7) / 8);  // chunk_size
   const int chunks = (nsb + cs - 1) / cs;
   // The family's tile kernels, each with 2, 4 and 8 warps a block (the runtime's choice:
-  // src/gpu/mmq.rs `tile_warps`).
+  // src/gpu/mmq/launch_shape.rs `tile_warps`).
   struct K {
     std::string name;
     int nt;
@@ -110,8 +114,19 @@ int main(int argc, char **argv) {
   const TileFn q4[4] = {mmq_q4_k_t1, mmq_q4_k_t2, mmq_q4_k_t4, mmq_q4_k_t8};
   const TileFn q6f[4] = {mmq_q6_k_t1, mmq_q6_k_t2, mmq_q6_k_t4, mmq_q6_k_t8};
   std::vector<K> ks;
+  std::vector<int> warps = {2, 4, 8};  // LAB_WARPS="2 4 6 8": others
+  if (const char *lw = getenv("LAB_WARPS")) {
+    warps.clear();
+    for (const char *p = lw; *p;) {
+      char *end;
+      const long w = strtol(p, &end, 10);
+      if (end == p) break;
+      if (w >= 1 && w <= 8) warps.push_back((int)w);
+      p = end;
+    }
+  }
   for (int i = 0; i < 4; ++i)
-    for (int w : {2, 4, 8})
+    for (int w : warps)
       ks.push_back({"t" + std::to_string(1 << i) + "w" + std::to_string(w), 1 << i,
                     q6 ? q6f[i] : q4[i], w});
   const int slot = q6 ? 224 : 144;
@@ -163,6 +178,42 @@ int main(int argc, char **argv) {
       printf("| | %d | %s | %dx%dx%d | %.1f | %.2f | %.0f | %s%s |\n", n, k.name.c_str(), gx, gy, z, us,
              wbytes / us / 1e6, 2.0 * rows * cols * n / us / 1e6, same ? "yes" : "NO",
              finite ? "" : " (non-finite)");
+    }
+    // The variant with the activations' sums made once a launch (meta.cuh), never split:
+    // `lab_meta` and the tile timed together.
+    typedef void (*MetaFn)(const uint8_t *, const uint8_t *, const TileMeta *, float *, int, int,
+                           int, int, int, int);
+    const MetaFn mf[2] = {q6 ? labm_q6_k_t4 : labm_q4_k_t4, q6 ? labm_q6_k_t8 : labm_q4_k_t8};
+    for (int v = 0; v < 2 && !only; ++v) {
+      const int nt = v ? 8 : 4;
+      if (8 * nt > 4 * n) continue;
+      for (int w : {4, 8}) {
+        const int wm = std::min(w, std::max(1, rows / 16));
+        const int gx = (rows + 16 * wm - 1) / (16 * wm), gy = (n + 8 * nt - 1) / (8 * nt);
+        const int smem = TILE_STAGES * (8 * nt * TILE_RAW + 16 * wm * slot + 8 * nt * 32);
+        CK(cudaFuncSetAttribute(mf[v], cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        std::vector<float> times;
+        CK(cudaMemset(dst, 0xFF, (size_t)n * rows * 4));
+        for (int r = 0; r < reps + 3; ++r) {
+          CK(cudaEventRecord(e0));
+          lab_meta<<<(n * nsb + 127) / 128, 128>>>(dy, gmeta, n, nsb, yq);
+          mf[v]<<<dim3(gx, gy), dim3(32, wm), smem>>>(dw[r & 1], dy, gmeta, dst, cols, rows, yq,
+                                                     rows, n, cs);
+          CK(cudaEventRecord(e1));
+          CK(cudaEventSynchronize(e1));
+          CK(cudaGetLastError());
+          float ms;
+          CK(cudaEventElapsedTime(&ms, e0, e1));
+          if (r >= 3) times.push_back(ms * 1000.0f);
+        }
+        std::sort(times.begin(), times.end());
+        const float us = times[times.size() / 2];
+        std::vector<float> out((size_t)n * rows);
+        CK(cudaMemcpy(out.data(), dst, out.size() * 4, cudaMemcpyDeviceToHost));
+        const bool same = !first.empty() && memcmp(first.data(), out.data(), out.size() * 4) == 0;
+        printf("| | %d | meta t%dw%d | %dx%dx1 | %.1f | %.2f | %.0f | %s |\n", n, nt, wm, gx, gy,
+               us, wbytes / us / 1e6, 2.0 * rows * cols * n / us / 1e6, same ? "yes" : "NO");
+      }
     }
   }
   return 0;
