@@ -517,13 +517,8 @@ impl Engine {
         let Some(d) = index.map(|i| self.drafters[i].as_mut()) else {
             return Ok((Mode::Ar, None, 0));
         };
-        // Drafted tokens beyond the context cannot be verified; beyond what may still be emitted
-        // they are wasted, unless the drafter drafts its whole block in one pass anyway.
-        let cap = if d.drafts_whole_block() {
-            room - 1
-        } else {
-            room.min(remaining) - 1
-        };
+        let tree_rows = self.target.tree_rows_limit();
+        let cap = draft_cap(room, remaining, d.drafts_whole_block(), tree_rows);
         let answer_len = self.seq.len() - self.answer_start;
         if cap == 0 || !d.ready(self.seq.len(), answer_len) {
             return Ok((Mode::Ar, None, 0));
@@ -730,5 +725,37 @@ impl Engine {
             stats,
             stop,
         })
+    }
+}
+
+/// The most drafted tokens a step may verify: none beyond the context (`room` rows left, the
+/// root one of them); none beyond what may still be emitted (`remaining`), unless the drafter
+/// drafts its whole block in one pass anyway; and a tree no larger than the target verifies in
+/// one pass (`tree_rows`, the root included: a hybrid model on the GPU step), so that a large
+/// budget on such a model drafts smaller trees instead of failing.
+fn draft_cap(room: usize, remaining: usize, whole_block: bool, tree_rows: Option<usize>) -> usize {
+    let cap = match whole_block {
+        true => room,
+        false => room.min(remaining),
+    }
+    .saturating_sub(1);
+    tree_rows.map_or(cap, |rows| cap.min(rows.saturating_sub(1)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::draft_cap;
+
+    #[test]
+    fn a_hybrid_on_the_gpu_step_drafts_trees_it_can_verify() {
+        // Room and tokens left for 200 drafts; the target takes trees of up to 64 rows.
+        assert_eq!(draft_cap(201, 500, false, Some(64)), 63);
+        assert_eq!(draft_cap(201, 500, false, None), 200);
+        // The context and the answer's end bound it first where they are nearer.
+        assert_eq!(draft_cap(10, 500, false, Some(64)), 9);
+        assert_eq!(draft_cap(201, 5, false, Some(64)), 4);
+        // A drafter that drafts its whole block anyway is bounded by the context only.
+        assert_eq!(draft_cap(201, 5, true, None), 200);
+        assert_eq!(draft_cap(0, 5, false, None), 0);
     }
 }

@@ -191,6 +191,14 @@ impl Decoder {
         };
     }
 
+    /// The most rows a draft tree verified in one pass may have on this model, where there is a
+    /// bound: on the GPU step a hybrid model keeps each tree row's Gated DeltaNet inputs for the
+    /// fold after the walk ([`crate::gpu::step::GDN_STASH_ROWS`]; chains of any length pass).
+    pub fn tree_rows_limit(&self) -> Option<usize> {
+        self.step_runs_gdn()
+            .then_some(crate::gpu::step::GDN_STASH_ROWS)
+    }
+
     /// The GPU step runs this model's Gated DeltaNet layers (their states are its).
     fn step_runs_gdn(&self) -> bool {
         self.step.is_some() && self.cfg.linear.is_some()
