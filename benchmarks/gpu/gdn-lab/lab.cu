@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "../lab.cuh"
 #include "gdn.cu"
 
 // Lab variant: `gdn_recur` with R consecutive target rows a block (grid (v_heads, ceil(n / R))),
@@ -128,14 +129,6 @@ __global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
   gdn_norm_out(o, red, out, z, norm_w, row, h, d, part, col, v_heads, v_dim, eps, z_stride);
 }
 
-#define CK(x)                                                                           \
-  do {                                                                                  \
-    cudaError_t e = (x);                                                                \
-    if (e != cudaSuccess) {                                                             \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      exit(1);                                                                          \
-    }                                                                                   \
-  } while (0)
 
 typedef void (*RecurFn)(const float *, const float *, const float *, const float *,
                         const float *, const float *, const float *, const float *,
@@ -197,28 +190,17 @@ int main(int argc, char **argv) {
                    {"rows8", lab_recur_rows<8>, 8}};
   const char *only = getenv("LAB_ONLY");
   const int reps = getenv("LAB_REPS") ? atoi(getenv("LAB_REPS")) : 20;
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
   std::vector<float> first;
   for (const KR &k : ks) {
     if (only && strcmp(only, k.name)) continue;
     const int threads = (GDN_PARTS * dv + 31) / 32 * 32;
     const int smem = 4 * (2 * n + 1);
-    std::vector<float> t;
-    for (int r = 0; r < reps + 2; ++r) {
-      CK(cudaMemset(out, 0xFF, (size_t)n * zs * 4));
-      CK(cudaEventRecord(e0));
-      k.f<<<dim3(hv, (n + k.rows - 1) / k.rows), threads, smem>>>(du, da + hv, db, dz, dan, ddt, dnw, ds0, dp, out, nullptr,
-                                          0, n, 0, -1, kh, hv, dk, dv, 0, 1e-6f, ab, zs);
-      CK(cudaEventRecord(e1));
-      CK(cudaEventSynchronize(e1));
-      CK(cudaGetLastError());
-      float ms;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      if (r >= 2) t.push_back(ms * 1000.f);
-    }
-    std::sort(t.begin(), t.end());
+    CK(cudaMemset(out, 0xFF, (size_t)n * zs * 4));
+    const float us = median_us(2, reps, [&](int) {
+      k.f<<<dim3(hv, (n + k.rows - 1) / k.rows), threads, smem>>>(
+          du, da + hv, db, dz, dan, ddt, dnw, ds0, dp, out, nullptr, 0, n, 0, -1, kh, hv, dk, dv,
+          0, 1e-6f, ab, zs);
+    });
     std::vector<float> o((size_t)n * zs);
     CK(cudaMemcpy(o.data(), out, o.size() * 4, cudaMemcpyDeviceToHost));
     bool same = true;
@@ -226,17 +208,15 @@ int main(int argc, char **argv) {
       first = o;
     else
       same = memcmp(first.data(), o.data(), o.size() * 4) == 0;
-    printf("| %s %d | %s | %.1f us | = gdn_recur: %s |\n", shape, n, k.name, t[t.size() / 2],
+    printf("| %s %d | %s | %.1f us | = gdn_recur: %s |\n", shape, n, k.name, us,
            same ? "yes" : "NO");
   }
   // The column-slice variants: recurrence then norm, timed together.
   float *raw;
   CK(cudaMalloc(&raw, (size_t)n * zs * 4));
   for (int cols : {32, 64}) {
-    std::vector<float> t;
-    for (int r = 0; r < reps + 2; ++r) {
-      CK(cudaMemset(out, 0xFF, (size_t)n * zs * 4));
-      CK(cudaEventRecord(e0));
+    CK(cudaMemset(out, 0xFF, (size_t)n * zs * 4));
+    const float us = median_us(2, reps, [&](int) {
       if (cols == 32)
         lab_recur_cols<32><<<dim3(hv, n, dv / 32), GDN_PARTS * 32, 4 * (2 * n + 1)>>>(
             du, da + hv, db, dan, ddt, ds0, dp, raw, n, kh, hv, dk, dv, 0, ab);
@@ -244,19 +224,12 @@ int main(int argc, char **argv) {
         lab_recur_cols<64><<<dim3(hv, n, dv / 64), GDN_PARTS * 64, 4 * (2 * n + 1)>>>(
             du, da + hv, db, dan, ddt, ds0, dp, raw, n, kh, hv, dk, dv, 0, ab);
       lab_norm<<<dim3(hv, n), GDN_PARTS * dv>>>(raw, dz, dnw, out, hv, dv, 1e-6f, zs);
-      CK(cudaEventRecord(e1));
-      CK(cudaEventSynchronize(e1));
-      CK(cudaGetLastError());
-      float ms;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      if (r >= 2) t.push_back(ms * 1000.f);
-    }
-    std::sort(t.begin(), t.end());
+    });
     std::vector<float> o((size_t)n * zs);
     CK(cudaMemcpy(o.data(), out, o.size() * 4, cudaMemcpyDeviceToHost));
     const bool same = !first.empty() && memcmp(first.data(), o.data(), o.size() * 4) == 0;
-    printf("| %s %d | cols%d + norm | %.1f us | = gdn_recur: %s |\n", shape, n, cols,
-           t[t.size() / 2], same ? "yes" : "NO");
+    printf("| %s %d | cols%d + norm | %.1f us | = gdn_recur: %s |\n", shape, n, cols, us,
+           same ? "yes" : "NO");
   }
   return 0;
 }

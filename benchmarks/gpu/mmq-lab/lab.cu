@@ -19,18 +19,11 @@
 #include <string>
 #include <cmath>
 
+#include "../lab.cuh"
 #include "mmq.cu"
 
 #include "meta.cuh"
 
-#define CK(x)                                                                               \
-  do {                                                                                      \
-    cudaError_t e = (x);                                                                    \
-    if (e != cudaSuccess) {                                                                 \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e));     \
-      exit(1);                                                                              \
-    }                                                                                       \
-  } while (0)
 
 typedef void (*TileFn)(const void *, const void *, const void *, int, int, const void *, float *,
                        int, int, int, int, int, int, float *, unsigned int *);
@@ -130,9 +123,6 @@ int main(int argc, char **argv) {
       ks.push_back({"t" + std::to_string(1 << i) + "w" + std::to_string(w), 1 << i,
                     q6 ? q6f[i] : q4[i], w});
   const int slot = q6 ? 224 : 144;
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
   const int reps = getenv("LAB_REPS") ? atoi(getenv("LAB_REPS")) : 30;
   const char *only = getenv("LAB_ONLY");  // one kernel by name (for ncu)
   const int nosplit = getenv("LAB_NOSPLIT") ? 1 : 0;
@@ -151,21 +141,11 @@ int main(int argc, char **argv) {
       const int smem = TILE_STAGES * (8 * k.nt * TILE_RAW + 16 * wm * slot) + 8 * k.nt * 32;
       CK(cudaFuncSetAttribute(k.f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
       dim3 grid(gx, gy, z), block(32, wm);
-      std::vector<float> times;
       CK(cudaMemset(dst, 0xFF, (size_t)n * rows * 4));  // poison
-      for (int r = 0; r < reps + 3; ++r) {
-        CK(cudaEventRecord(e0));
+      const float us = median_us(3, reps, [&](int r) {
         k.f<<<grid, block, smem>>>(dw[r & 1], dw[r & 1], dw[r & 1], rows, rows, dy, dst, cols,
                                   rows, yq, rows, n, cs, work, counters);
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        CK(cudaGetLastError());
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (r >= 3) times.push_back(ms * 1000.0f);
-      }
-      std::sort(times.begin(), times.end());
-      const float us = times[times.size() / 2];
+      });
       std::vector<float> out((size_t)n * rows);
       CK(cudaMemcpy(out.data(), dst, out.size() * 4, cudaMemcpyDeviceToHost));
       bool same = true;
@@ -192,22 +172,12 @@ int main(int argc, char **argv) {
         const int gx = (rows + 16 * wm - 1) / (16 * wm), gy = (n + 8 * nt - 1) / (8 * nt);
         const int smem = TILE_STAGES * (8 * nt * TILE_RAW + 16 * wm * slot + 8 * nt * 32);
         CK(cudaFuncSetAttribute(mf[v], cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        std::vector<float> times;
         CK(cudaMemset(dst, 0xFF, (size_t)n * rows * 4));
-        for (int r = 0; r < reps + 3; ++r) {
-          CK(cudaEventRecord(e0));
+        const float us = median_us(3, reps, [&](int r) {
           lab_meta<<<(n * nsb + 127) / 128, 128>>>(dy, gmeta, n, nsb, yq);
           mf[v]<<<dim3(gx, gy), dim3(32, wm), smem>>>(dw[r & 1], dy, gmeta, dst, cols, rows, yq,
                                                      rows, n, cs);
-          CK(cudaEventRecord(e1));
-          CK(cudaEventSynchronize(e1));
-          CK(cudaGetLastError());
-          float ms;
-          CK(cudaEventElapsedTime(&ms, e0, e1));
-          if (r >= 3) times.push_back(ms * 1000.0f);
-        }
-        std::sort(times.begin(), times.end());
-        const float us = times[times.size() / 2];
+        });
         std::vector<float> out((size_t)n * rows);
         CK(cudaMemcpy(out.data(), dst, out.size() * 4, cudaMemcpyDeviceToHost));
         const bool same = !first.empty() && memcmp(first.data(), out.data(), out.size() * 4) == 0;
