@@ -442,6 +442,62 @@ fn selftest_runs_the_kernel_checks() {
 
 /// `bench --json` records, for `auto` alone, what each step ran and cost: one entry a step, the
 /// tokens adding up to the answer's.
+/// `bench --by-category` reports each category of a prompt file apart.
+#[test]
+fn bench_by_category_reports_each_category() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = common::write_tiny_gguf(dir.path(), "llama", 33);
+    let json = dir.path().join("bench.json");
+    let prompts = dir.path().join("mixed.jsonl");
+    std::fs::write(
+        &prompts,
+        "{\"id\": \"a\", \"category\": \"writing\", \"prompt\": \"abc\"}\n\
+         {\"id\": \"b\", \"category\": \"maths\", \"prompt\": \"hi\"}\n\
+         {\"id\": \"c\", \"category\": \"writing\", \"prompt\": \"yo\"}\n",
+    )
+    .unwrap();
+    let args = [
+        "bench",
+        "--prompts",
+        prompts.to_str().unwrap(),
+        "--target",
+        target.to_str().unwrap(),
+        "--modes",
+        "ar",
+        "--max-tokens",
+        "4",
+        "--by-category",
+        "--json",
+        json.to_str().unwrap(),
+    ];
+    let out = treespec(&args, &[], dir.path());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let sets: Vec<(String, u64)> = report["sets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap().to_string(),
+                s["prompts"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        sets,
+        [
+            ("mixed/writing".to_string(), 2),
+            ("mixed/maths".to_string(), 1)
+        ]
+    );
+}
+
 #[test]
 fn bench_json_traces_auto_steps() {
     let dir = tempfile::tempdir().unwrap();

@@ -11,6 +11,8 @@ pub struct BenchPrompt {
     pub id: String,
     /// The user message.
     pub text: String,
+    /// Its category, where the file gives one (`"category"`: writing, roleplay, ...).
+    pub category: Option<String>,
 }
 
 /// A prompt file.
@@ -79,9 +81,14 @@ fn parse_prompts(name: &str, text: &str, limit: Option<usize>) -> Result<PromptS
             Some(other) => other.to_string(),
             None => format!("{}", i + 1),
         };
+        let category = v
+            .get("category")
+            .and_then(|c| c.as_str())
+            .map(str::to_string);
         prompts.push(BenchPrompt {
             id,
             text: prompt.to_string(),
+            category,
         });
         if limit.is_some_and(|l| prompts.len() >= l) {
             break;
@@ -91,4 +98,58 @@ fn parse_prompts(name: &str, text: &str, limit: Option<usize>) -> Result<PromptS
         name: name.to_string(),
         prompts,
     })
+}
+
+/// Each set whose prompts carry two or more categories split into one set a category
+/// (`heldout/writing`, ...; categories in the order they first appear, prompts in file order; a
+/// prompt with none goes to `{set}/other`), so that `bench --by-category` reports each apart.
+/// Sets of one category or none stay as they are.
+pub fn by_category(sets: Vec<PromptSet>) -> Vec<PromptSet> {
+    let mut out = vec![];
+    for set in sets {
+        let first = set.prompts.first().map(|p| &p.category);
+        if set.prompts.iter().all(|p| Some(&p.category) == first) {
+            out.push(set);
+            continue;
+        }
+        let mut split: Vec<PromptSet> = vec![];
+        for p in set.prompts {
+            let name = format!("{}/{}", set.name, p.category.as_deref().unwrap_or("other"));
+            match split.iter_mut().find(|s| s.name == name) {
+                Some(s) => s.prompts.push(p),
+                None => split.push(PromptSet {
+                    name,
+                    prompts: vec![p],
+                }),
+            }
+        }
+        out.extend(split);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_held_out_set_splits_into_its_eight_categories() {
+        let sets = by_category(bundled_prompts(Some(16)).expect("bundled sets parse"));
+        let held: Vec<&PromptSet> = sets
+            .iter()
+            .filter(|s| s.name.starts_with("heldout/"))
+            .collect();
+        assert_eq!(
+            held.len(),
+            8,
+            "{:?}",
+            held.iter().map(|s| &s.name).collect::<Vec<_>>()
+        );
+        assert!(held.iter().all(|s| s.prompts.len() == 2));
+        assert_eq!(held[0].name, "heldout/writing");
+        // Sets without categories are left whole.
+        assert!(sets
+            .iter()
+            .any(|s| s.name == "humaneval" && s.prompts.len() == 16));
+    }
 }

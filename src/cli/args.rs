@@ -332,6 +332,11 @@ pub(crate) struct BenchArgs {
     /// Only the first K prompts of each file.
     #[arg(long)]
     pub(crate) limit: Option<usize>,
+    /// Report each category of a prompt file whose lines carry a "category" (the bundled
+    /// heldout set: writing, roleplay, reasoning, maths, code, extraction, STEM, humanities) as
+    /// a set of its own.
+    #[arg(long)]
+    pub(crate) by_category: bool,
     /// Write the full numbers as JSON here.
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,

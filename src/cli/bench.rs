@@ -193,6 +193,10 @@ pub(crate) fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
             .map(|p| bench::load_prompts(p, a.limit))
             .collect::<treespec::Result<Vec<_>>>()?
     };
+    let sets = match a.by_category {
+        true => bench::by_category(sets),
+        false => sets,
+    };
     let settings = a.decode.settings(Mode::Ar)?;
     let wants_mtp = variants
         .iter()
