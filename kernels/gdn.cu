@@ -121,6 +121,22 @@ __device__ __forceinline__ float gdn_group_sum(float x) {
   return x;
 }
 
+// A lane's part of value column d (entries base + j below dk) of a head's state `st` [dk, dv]
+// into s, zeros where `live` is not set; and back.
+__device__ __forceinline__ void gdn_load_part(float (&s)[GDN_CHUNK], const float *st, int base,
+                                              int d, bool live, int k_dim, int v_dim) {
+#pragma unroll
+  for (int j = 0; j < GDN_CHUNK; j++)
+    s[j] = (live && base + j < k_dim) ? st[(size_t)(base + j) * v_dim + d] : 0.f;
+}
+
+__device__ __forceinline__ void gdn_store_part(const float (&s)[GDN_CHUNK], float *st, int base,
+                                               int d, int k_dim, int v_dim) {
+#pragma unroll
+  for (int j = 0; j < GDN_CHUNK; j++)
+    if (base + j < k_dim) st[(size_t)(base + j) * v_dim + d] = s[j];
+}
+
 // One row's update of a lane's part of a state column (its entries `base + j`, those below dk)
 // and the row's output for the column.
 __device__ __forceinline__ float gdn_update(float (&s)[GDN_CHUNK], const float *q, const float *k,
@@ -232,9 +248,7 @@ extern "C" __global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
   const int C = 2 * k_heads * k_dim + v_heads * v_dim;
   const size_t head = (size_t)h * k_dim * v_dim;
   float s[GDN_CHUNK];
-#pragma unroll
-  for (int j = 0; j < GDN_CHUNK; j++)
-    s[j] = (col && base + j < k_dim) ? s0[head + (size_t)(base + j) * v_dim + d] : 0.f;
+  gdn_load_part(s, s0 + head, base, d, col, k_dim, v_dim);
   int target = first + blockIdx.y;
   const int len = gdn_walk(parents, path, chain, n, target);
   for (int step = 0; step < len; step++) {
@@ -252,11 +266,8 @@ extern "C" __global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
     const float v = col ? ur[(size_t)2 * k_heads * k_dim + (size_t)h * v_dim + d] : 0.f;
     float o = gdn_update(s, qk, qk + GDN_MAX_DK, v, decay, beta, base, k_dim);
     if (!col) o = 0.f;
-    if (row == state_row && s_out != nullptr && col) {
-#pragma unroll
-      for (int j = 0; j < GDN_CHUNK; j++)
-        if (base + j < k_dim) s_out[head + (size_t)(base + j) * v_dim + d] = s[j];
-    }
+    if (row == state_row && s_out != nullptr && col)
+      gdn_store_part(s, s_out + head, base, d, k_dim, v_dim);
     if (out != nullptr && (chain || row == target))
       gdn_norm_out(o, red, out, z, norm_w, row, h, d, part, col, v_heads, v_dim, eps, z_stride);
   }
@@ -290,9 +301,7 @@ extern "C" __global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
   const int C = 2 * k_heads * k_dim + v_heads * v_dim;
   const size_t head = (size_t)h * k_dim * v_dim;
   float s[GDN_CHUNK];
-#pragma unroll
-  for (int j = 0; j < GDN_CHUNK; j++)
-    s[j] = (col && base + j < k_dim) ? s0[head + (size_t)(base + j) * v_dim + d] : 0.f;
+  gdn_load_part(s, s0 + head, base, d, col, k_dim, v_dim);
   int target = first + blockIdx.y;
   const int len = gdn_walk(parents, path, chain, n, target);
   for (int at = 0; at < len; at += GDN_STAGE) {
@@ -326,11 +335,8 @@ extern "C" __global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
         const float v = col ? vs[r][d] : 0.f;
         o[r] = gdn_update(s, qk[r], qk[r] + GDN_MAX_DK, v, gate[r][1], gate[r][0], base, k_dim);
         if (!col) o[r] = 0.f;
-        if (row == state_row && s_out != nullptr && col) {
-#pragma unroll
-          for (int j = 0; j < GDN_CHUNK; j++)
-            if (base + j < k_dim) s_out[head + (size_t)(base + j) * v_dim + d] = s[j];
-        }
+        if (row == state_row && s_out != nullptr && col)
+          gdn_store_part(s, s_out + head, base, d, k_dim, v_dim);
       }
     }
     if (out != nullptr) {
@@ -413,9 +419,7 @@ extern "C" __global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
   const int hk = v_tiled ? h % k_heads : h / (v_heads / k_heads);
   const size_t head = (size_t)h * k_dim * v_dim;
   float s[GDN_CHUNK];
-#pragma unroll
-  for (int j = 0; j < GDN_CHUNK; j++)
-    s[j] = (!zero && col && base + j < k_dim) ? L.s[head + (size_t)(base + j) * v_dim + d] : 0.f;
+  gdn_load_part(s, L.s + head, base, d, !zero && col, k_dim, v_dim);
   for (int step = 0; step < len; step++) {
     const int row = (int)path[step];
     const float *ur = L.u + (size_t)row * C;
@@ -431,9 +435,5 @@ extern "C" __global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
     const float v = col ? ur[(size_t)2 * k_heads * k_dim + (size_t)h * v_dim + d] : 0.f;
     gdn_update(s, qk, qk + GDN_MAX_DK, v, decay, beta, base, k_dim);
   }
-  if (col) {
-#pragma unroll
-    for (int j = 0; j < GDN_CHUNK; j++)
-      if (base + j < k_dim) L.s[head + (size_t)(base + j) * v_dim + d] = s[j];
-  }
+  if (col) gdn_store_part(s, L.s + head, base, d, k_dim, v_dim);
 }

@@ -45,9 +45,7 @@ __global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
     int target = first + blockIdx.y * R + k;
     if (target >= n) break;
     float s[GDN_CHUNK];
-#pragma unroll
-    for (int j = 0; j < GDN_CHUNK; j++)
-      s[j] = (col && base + j < k_dim) ? s0[head + (size_t)(base + j) * v_dim + d] : 0.f;
+    gdn_load_part(s, s0 + head, base, d, col, k_dim, v_dim);
     __syncthreads();  // the last target's path and norm are done with
     const int len = gdn_walk(parents, path, chain, n, target);
     for (int step = 0; step < len; step++) {
@@ -93,9 +91,7 @@ __global__ void __launch_bounds__(GDN_PARTS * COLS)
   const int C = 2 * k_heads * k_dim + v_heads * v_dim;
   const size_t head = (size_t)h * k_dim * v_dim;
   float s[GDN_CHUNK];
-#pragma unroll
-  for (int j = 0; j < GDN_CHUNK; j++)
-    s[j] = (col && base + j < k_dim) ? s0[head + (size_t)(base + j) * v_dim + d] : 0.f;
+  gdn_load_part(s, s0 + head, base, d, col, k_dim, v_dim);
   int target = blockIdx.y;
   const int len = gdn_walk(parents, path, 0, n, target);
   float o = 0.f;
