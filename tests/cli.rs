@@ -442,42 +442,49 @@ fn selftest_runs_the_kernel_checks() {
 
 /// `bench --json` records, for `auto` alone, what each step ran and cost: one entry a step, the
 /// tokens adding up to the answer's.
-/// `bench --by-category` reports each category of a prompt file apart.
-#[test]
-fn bench_by_category_reports_each_category() {
-    let dir = tempfile::tempdir().unwrap();
-    let target = common::write_tiny_gguf(dir.path(), "llama", 33);
-    let json = dir.path().join("bench.json");
-    let prompts = dir.path().join("mixed.jsonl");
-    std::fs::write(
-        &prompts,
-        "{\"id\": \"a\", \"category\": \"writing\", \"prompt\": \"abc\"}\n\
-         {\"id\": \"b\", \"category\": \"maths\", \"prompt\": \"hi\"}\n\
-         {\"id\": \"c\", \"category\": \"writing\", \"prompt\": \"yo\"}\n",
-    )
-    .unwrap();
-    let args = [
+/// Run `bench` on a prompt file of `lines` (JSON lines) with `args` besides, and read the JSON
+/// report it writes.
+fn bench_report(dir: &std::path::Path, lines: &str, args: &[&str]) -> serde_json::Value {
+    let json = dir.join("bench.json");
+    let prompts = dir.join("mixed.jsonl");
+    std::fs::write(&prompts, lines).unwrap();
+    let mut all = vec![
         "bench",
         "--prompts",
         prompts.to_str().unwrap(),
-        "--target",
-        target.to_str().unwrap(),
-        "--modes",
-        "ar",
-        "--max-tokens",
-        "4",
-        "--by-category",
         "--json",
         json.to_str().unwrap(),
     ];
-    let out = treespec(&args, &[], dir.path());
+    all.extend_from_slice(args);
+    let out = treespec(&all, &[], dir);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
+}
+
+/// `bench --by-category` reports each category of a prompt file apart.
+#[test]
+fn bench_by_category_reports_each_category() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = common::write_tiny_gguf(dir.path(), "llama", 33);
+    let report = bench_report(
+        dir.path(),
+        "{\"id\": \"a\", \"category\": \"writing\", \"prompt\": \"abc\"}\n\
+         {\"id\": \"b\", \"category\": \"maths\", \"prompt\": \"hi\"}\n\
+         {\"id\": \"c\", \"category\": \"writing\", \"prompt\": \"yo\"}\n",
+        &[
+            "--target",
+            target.to_str().unwrap(),
+            "--modes",
+            "ar",
+            "--max-tokens",
+            "4",
+            "--by-category",
+        ],
+    );
     let sets: Vec<(String, u64)> = report["sets"]
         .as_array()
         .unwrap()
@@ -503,18 +510,10 @@ fn bench_json_traces_auto_steps() {
     let dir = tempfile::tempdir().unwrap();
     let target = common::write_tiny_gguf(dir.path(), "llama", 31);
     let drafter = common::write_tiny_gguf(dir.path(), "llama", 32);
-    let json = dir.path().join("bench.json");
-    let prompts = dir.path().join("short.jsonl");
-    std::fs::write(
-        &prompts,
+    let report = bench_report(
+        dir.path(),
         "{\"id\": \"a\", \"prompt\": \"abc\"}\n{\"id\": \"b\", \"prompt\": \"hi\"}\n",
-    )
-    .unwrap();
-    let out = treespec(
         &[
-            "bench",
-            "--prompts",
-            prompts.to_str().unwrap(),
             "--target",
             target.to_str().unwrap(),
             "--drafter",
@@ -523,19 +522,8 @@ fn bench_json_traces_auto_steps() {
             "ar,auto",
             "--max-tokens",
             "24",
-            "--json",
-            json.to_str().unwrap(),
         ],
-        &[],
-        dir.path(),
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let mut traced = 0;
     for set in report["sets"].as_array().unwrap() {
         for mode in set["modes"].as_array().unwrap() {
