@@ -147,9 +147,10 @@ mod tests {
         );
         assert!(held.iter().all(|s| s.prompts.len() == 2));
         assert_eq!(held[0].name, "heldout/writing");
-        // Sets without categories are left whole.
+        // A set of one category (humaneval's are all "code") is left whole; chat splits too.
         assert!(sets
             .iter()
             .any(|s| s.name == "humaneval" && s.prompts.len() == 16));
+        assert!(sets.iter().any(|s| s.name == "chat/writing"));
     }
 }
