@@ -172,22 +172,17 @@ __device__ __forceinline__ void gdn_gates(float bv, float av, float a_neg, float
 
 // The rows a `gdn_recur*` block walks, root first: a chain's n rows in order (`target` set to -1),
 // or the path from the block's root to `target` into path[0 .. len) (path[n] = len). Returns len.
-// The parents are copied to shared memory first (path[n + 1 .. 2 n + 1), every thread a share),
-// so that the walk up the tree reads no device memory (src/gpu/gdn.rs `recur_shared`).
 __device__ __forceinline__ int gdn_walk(const unsigned *__restrict__ parents, int *path, int chain,
                                        int n, int &target) {
   if (chain) {
     target = -1;
     return n;
   }
-  unsigned *par = (unsigned *)path + n + 1;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) par[i] = parents[i];
-  __syncthreads();
   if (threadIdx.x == 0) {
     int depth = 0;
-    for (int r = target; r >= 0; r = par[r] == GDN_ROOT ? -1 : (int)par[r]) depth++;
+    for (int r = target; r >= 0; r = parents[r] == GDN_ROOT ? -1 : (int)parents[r]) depth++;
     int at = depth;
-    for (int r = target; r >= 0; r = par[r] == GDN_ROOT ? -1 : (int)par[r]) path[--at] = r;
+    for (int r = target; r >= 0; r = parents[r] == GDN_ROOT ? -1 : (int)parents[r]) path[--at] = r;
     path[n] = depth;
   }
   __syncthreads();
@@ -225,10 +220,10 @@ __device__ __forceinline__ void gdn_norm_out(float o, float *red, float *__restr
 }
 
 // Grid (v_heads, rows or 1 for a chain), block GDN_PARTS * dv rounded up to a warp (dv <= GDN_MAX_DV),
-// dynamic shared memory `recur_shared` bytes (src/gpu/gdn.rs: a row's path and the parents). u: [n, C] from gdn_conv; a, b:
-// [n, hv] gate projections; z: [n, hv * dv] (with `out`); s0: [hv, dk, dv] committed; out:
-// [n, hv * dv] gated outputs or null; s_out: [hv, dk, dv] or null. `first`: the row of the
-// launch's first block (per-row grids).
+// dynamic shared memory 4 * (rows + 1) bytes (a row's path; src/gpu/gdn.rs `recur_shared`). u:
+// [n, C] from gdn_conv; a, b: [n, hv] gate projections; z: [n, hv * dv] (with `out`); s0:
+// [hv, dk, dv] committed; out: [n, hv * dv] gated outputs or null; s_out: [hv, dk, dv] or null.
+// `first`: the row of the launch's first block (per-row grids).
 extern "C" __global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
     gdn_recur(const float *__restrict__ u, const float *__restrict__ a, const float *__restrict__ b,
               const float *__restrict__ z, const float *__restrict__ a_neg,
@@ -274,12 +269,13 @@ extern "C" __global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
 }
 
 // Grid (v_heads, rows or 1 for a chain), block GDN_PARTS * dv rounded up to a warp (dv <= GDN_MAX_DV),
-// dynamic shared memory `recur_shared` bytes (src/gpu/gdn.rs: a row's path and the parents). u: [n, C] from gdn_conv; a, b:
-// [n, hv] gate projections; z: [n, hv * dv] (with `out`); s0: [hv, dk, dv] committed; out:
-// [n, hv * dv] gated outputs or null; s_out: [hv, dk, dv] or null. `first`: the row of the
-// launch's first block (per-row grids). As `gdn_recur`, the rows walked GDN_STAGE at a time
-// (`TREESPEC_GDN_STAGED=1`, src/gpu/gdn.rs `recur_kernel`): a row's arithmetic (gdn_gates,
-// gdn_update, the norm) is gdn_recur's, so every output and state is bit for bit the same.
+// dynamic shared memory 4 * (rows + 1) bytes (a row's path; src/gpu/gdn.rs `recur_shared`). u:
+// [n, C] from gdn_conv; a, b: [n, hv] gate projections; z: [n, hv * dv] (with `out`); s0:
+// [hv, dk, dv] committed; out: [n, hv * dv] gated outputs or null; s_out: [hv, dk, dv] or null.
+// `first`: the row of the launch's first block (per-row grids). As `gdn_recur`, the rows
+// walked GDN_STAGE at a time (`TREESPEC_GDN_STAGED=1`, src/gpu/gdn.rs `recur_kernel`): a row's
+// arithmetic (gdn_gates, gdn_update, the norm) is gdn_recur's, so every output and state is bit
+// for bit the same.
 extern "C" __global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
     gdn_recur_staged(const float *__restrict__ u, const float *__restrict__ a, const float *__restrict__ b,
               const float *__restrict__ z, const float *__restrict__ a_neg,

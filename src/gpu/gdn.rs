@@ -20,12 +20,11 @@ pub const MAX_TAPS: usize = 8;
 pub const CONV_THREADS: u32 = 128;
 
 /// Dynamic shared memory of a `gdn_recur*` launch over a block of `rows` rows: none for a chain
-/// (its rows walked in order); a tree row's path and its length, then the block's parents
-/// (`gdn_walk` walks up the tree in shared memory).
+/// (its rows walked in order); a tree row's path, root first, then its length.
 pub fn recur_shared(rows: usize, chain: bool) -> u32 {
     match chain {
         true => 0,
-        false => 4 * (2 * rows as u32 + 1),
+        false => 4 * (rows as u32 + 1),
     }
 }
 

@@ -190,7 +190,7 @@ int main(int argc, char **argv) {
   for (const KR &k : ks) {
     if (only && strcmp(only, k.name)) continue;
     const int threads = (GDN_PARTS * dv + 31) / 32 * 32;
-    const int smem = 4 * (2 * n + 1);
+    const int smem = 4 * (n + 1);
     CK(cudaMemset(out, 0xFF, (size_t)n * zs * 4));
     const float us = median_us(2, reps, [&](int) {
       k.f<<<dim3(hv, (n + k.rows - 1) / k.rows), threads, smem>>>(
@@ -214,10 +214,10 @@ int main(int argc, char **argv) {
     CK(cudaMemset(out, 0xFF, (size_t)n * zs * 4));
     const float us = median_us(2, reps, [&](int) {
       if (cols == 32)
-        lab_recur_cols<32><<<dim3(hv, n, dv / 32), GDN_PARTS * 32, 4 * (2 * n + 1)>>>(
+        lab_recur_cols<32><<<dim3(hv, n, dv / 32), GDN_PARTS * 32, 4 * (n + 1)>>>(
             du, da + hv, db, dan, ddt, ds0, dp, raw, n, kh, hv, dk, dv, 0, ab);
       else
-        lab_recur_cols<64><<<dim3(hv, n, dv / 64), GDN_PARTS * 64, 4 * (2 * n + 1)>>>(
+        lab_recur_cols<64><<<dim3(hv, n, dv / 64), GDN_PARTS * 64, 4 * (n + 1)>>>(
             du, da + hv, db, dan, ddt, ds0, dp, raw, n, kh, hv, dk, dv, 0, ab);
       lab_norm<<<dim3(hv, n), GDN_PARTS * dv>>>(raw, dz, dnw, out, hv, dv, 1e-6f, zs);
     });
