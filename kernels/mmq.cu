@@ -458,10 +458,10 @@ struct Q4kFrag {
   }
   int qs[2][4][2];  // [row g / g + 8][pair jj][word t / 4 + t of the pair's 32 bytes]
   int hdr[2][4];    // dm, scales[12]
-  __device__ __forceinline__ void load(const uint8_t *const rows[2], int s, int t) {
+  __device__ __forceinline__ void load(const uint8_t *const rows[2], int t) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int *blk = (const int *)(rows[r] + (size_t)s * 144);
+      const int *blk = (const int *)rows[r];
       const int4 h = *(const int4 *)blk;
       hdr[r][0] = h.x;
       hdr[r][1] = h.y;
@@ -499,10 +499,10 @@ struct Q6kFrag {
   int qh[2][2][2];     // [row][half n][l half]
   int scw[2][4];       // the 16 scales
   float d[2];
-  __device__ __forceinline__ void load(const uint8_t *const rows[2], int s, int t) {
+  __device__ __forceinline__ void load(const uint8_t *const rows[2], int t) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const uint8_t *blk = rows[r] + (size_t)s * 210;
+      const uint8_t *blk = rows[r];
 #pragma unroll
       for (int hn = 0; hn < 2; ++hn)
 #pragma unroll
@@ -705,7 +705,7 @@ static __device__ __forceinline__ void mmq_tile(const void *vx0, const void *vx1
                                 w + 8 * Frag::SLOT +
                                     Frag::offset(wrow[16 * wm + g + 8] + (size_t)s * bytes)};
       Frag cur;
-      cur.load(rows, 0, t);
+      cur.load(rows, t);
       tile_super<NT>(cur, raw(s), meta, fold);
     }
     if (Z == 1 && (++in_chunk == cs || s + 1 == nsb)) {

@@ -79,7 +79,7 @@ static __device__ __forceinline__ void lab_tile_meta(const uint8_t *vx, const ui
       const uint8_t *src8 = vx + ((size_t)(row0 + g + 8) * nsb + s) * bytes;
       const uint8_t *rows[2] = {w + Frag::offset(src), w + 8 * Frag::SLOT + Frag::offset(src8)};
       Frag cur;
-      cur.load(rows, 0, t);
+      cur.load(rows, t);
       tile_super<NT>(cur, raw(s), msm(s), fold);
     }
     if (++in_chunk == cs || s + 1 == nsb) {
