@@ -27,7 +27,7 @@ const KERNELS: &[&str] = &[
     "gdn",
 ];
 /// Headers the kernels include.
-const HEADERS: &[&str] = &["pdl.cuh", "stacked.cuh"];
+const HEADERS: &[&str] = &["cp_async.cuh", "pdl.cuh", "stacked.cuh"];
 /// Machine code carried unless `TREESPEC_CUDA_SASS` says otherwise: sm_90 (H100, H200),
 /// sm_100 (B200), sm_120 (RTX 50xx, RTX PRO 6000).
 const SASS_DEFAULT: &[u32] = &[90, 100, 120];

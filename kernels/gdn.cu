@@ -1,32 +1,33 @@
 // The Gated DeltaNet layer of Qwen3.5 / 3.6 hybrids on the GPU: its causal convolution and its
 // delta-rule recurrence, for a block of rows each continuing its parent row (a chain, a draft
-// tree) or the committed state, without storing any row's state. CPU reference:
+// tree) or the committed state, no row's state stored in device memory. CPU reference:
 // `GatedDeltaNet::step` in src/model/gated_delta.rs; `treespec selftest --device cuda` and the
 // Qwen3.5 tests on the GPU compare the two (src/gpu/gdn.rs).
 //
-// Three kernels, all reading the block's parents (`parents[i]`, 0xffffffff for a row that follows
-// the committed rows):
+// The kernels, all reading the block's parents (`parents[i]`, 0xffffffff for a row that follows
+// the committed rows) or a walk of them:
 //
 // - `gdn_conv`, a block a (row, head or span of values): the width-K depthwise convolution over the row's path (its
 //   ancestors in the block, then the committed window), SiLU, then L2 norms of each key head's q
 //   and k (q also scaled by 1/sqrt(dk)).
-// - `gdn_recur`, one block a (value head, row) or, for a chain, a value head walking every row:
-//   four lanes a value column hold that column of the [dk, dv] state in registers, start from
-//   the committed state and apply the update of each row on the path from the block's root to
-//   its row, then the row's output and the gated RMSNorm. The state after `state_row` is written
+// - `gdn_tree{8,16,32,128}`, a block a (value head, span of that many value columns): four lanes
+//   a value column hold that column of the [dk, dv] state in registers, start from the committed
+//   state and update it once a row of the block, depth first (src/gpu/gdn_walk.rs: a row after
+//   its parent continues the state held, another restores its parent's from shared memory),
+//   writing each row's output; `gdn_norm` then applies the gated RMSNorm to a row's outputs
+//   (the whole-head width does it in the same kernel). The state after `state_row` is written
 //   to `s_out` (the new committed state). A row's arithmetic is the same whichever launch walks
 //   it, so a tree node, the same row in a chain and a one-row step agree bit for bit.
-//   `gdn_recur_staged` (opt-in, `TREESPEC_GDN_STAGED=1`) walks the same rows with the same
-//   arithmetic, eight rows' inputs at a time staged in shared memory and no barrier between rows.
 // - `gdn_window`: the convolution window after `row` (its last K-1 inputs along its path).
 //
 // The decoder step (src/gpu/step/) runs a layer's rows with `gdn_conv` over its projection rows
 // (`c_stride` apart, stashing what a later commit replays: the inputs, the convolution's outputs
-// and the gates) and `gdn_recur`, and folds a kept path of the previous block into the committed
+// and the gates) and `gdn_tree`, and folds a kept path of the previous block into the committed
 // state of every layer at the start of the next pass with `gdn_commit`, in place, from the stash:
 // the same per-row arithmetic (`gdn_gates`, `gdn_update`), so the committed state is bit for bit
 // what one-row steps reach.
 
+#include "cp_async.cuh"
 #include "pdl.cuh"
 
 #define GDN_MAX_DK 128
@@ -170,31 +171,6 @@ __device__ __forceinline__ void gdn_gates(float bv, float av, float a_neg, float
   decay = expf(__fmul_rn(a_neg, softplus));
 }
 
-// The rows a `gdn_recur*` block walks, root first: a chain's n rows in order (`target` set to -1),
-// or the path from the block's root to `target` into path[0 .. len) (path[n] = len). Returns len.
-__device__ __forceinline__ int gdn_walk(const unsigned *__restrict__ parents, int *path, int chain,
-                                       int n, int &target) {
-  if (chain) {
-    target = -1;
-    return n;
-  }
-  if (threadIdx.x == 0) {
-    int depth = 0;
-    for (int r = target; r >= 0; r = parents[r] == GDN_ROOT ? -1 : (int)parents[r]) depth++;
-    int at = depth;
-    for (int r = target; r >= 0; r = parents[r] == GDN_ROOT ? -1 : (int)parents[r]) path[--at] = r;
-    path[n] = depth;
-  }
-  __syncthreads();
-  return path[n];
-}
-
-// Rows `gdn_recur_staged` stages at a time: their q, k, v and gates are loaded into shared memory
-// together (one memory latency for all of them), then the block updates its state row after row
-// with no barrier between rows (each lane's state is its own; a row's dot products are sums
-// within a lane group).
-#define GDN_STAGE 8
-
 // The gated RMSNorm of one row's outputs (one lane a value column, `o` the same on every part of
 // the column's lane group) into out: warps' sums in a fixed tree, then in warp order.
 __device__ __forceinline__ void gdn_norm_out(float o, float *red, float *__restrict__ out,
@@ -219,133 +195,166 @@ __device__ __forceinline__ void gdn_norm_out(float o, float *red, float *__restr
   }
 }
 
-// Grid (v_heads, rows or 1 for a chain), block GDN_PARTS * dv rounded up to a warp (dv <= GDN_MAX_DV),
-// dynamic shared memory 4 * (rows + 1) bytes (a row's path; src/gpu/gdn.rs `recur_shared`). u:
-// [n, C] from gdn_conv; a, b: [n, hv] gate projections; z: [n, hv * dv] (with `out`); s0:
-// [hv, dk, dv] committed; out: [n, hv * dv] gated outputs or null; s_out: [hv, dk, dv] or null.
-// `first`: the row of the launch's first block (per-row grids).
-extern "C" __global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
-    gdn_recur(const float *__restrict__ u, const float *__restrict__ a, const float *__restrict__ b,
-              const float *__restrict__ z, const float *__restrict__ a_neg,
-              const float *__restrict__ dt_bias, const float *__restrict__ norm_w,
-              const float *s0, const unsigned *__restrict__ parents, float *__restrict__ out,
-              float *s_out, int chain, int n, int first, int state_row, int k_heads, int v_heads,
-              int k_dim, int v_dim, int v_tiled, float eps, int ab_stride, int z_stride) {
-  extern __shared__ int path[];
-  __shared__ float qk[2 * GDN_MAX_DK];
+// `gdn_tree`: a block's rows in one depth-first walk of their tree. A block holds COLS value
+// columns of one head (grid (v_heads, ceil(dv / COLS)), GDN_PARTS * COLS threads) and updates
+// their state once a row, in the order of a schedule the host makes (src/gpu/gdn_walk.rs): a
+// row either continues the state its lanes hold (the row before it was its parent) or first
+// restores its parent's state from a slot in shared memory, where a node with several children
+// saved it. Each lane saves and restores only its own part, so slots need no barrier. sched[0]:
+// the slot the committed state is saved in before the walk, plus one (0: none); sched[1 + t],
+// the walk's t-th row: bits 0-15 the row, 16-23 the slot restored before its update plus one,
+// 24-31 the slot saved after it plus one. A null `sched` walks rows 0 .. n in order (a chain).
+// A row's arithmetic is gdn_gates and gdn_update whatever the walk, so the same bits.
+#define GDN_TREE_WIN 8
+#define GDN_OP_ROW(op) ((int)((op)&0xffffu))
+#define GDN_OP_RESTORE(op) ((int)(((op) >> 16) & 0xffu))
+#define GDN_OP_SAVE(op) ((int)((op) >> 24))
+
+// Dynamic shared memory: `slots` saved states ([slot][GDN_CHUNK][lane], so that a warp's lanes
+// touch neighbouring words), then the schedule's n + 1 entries where `sched` is set (src/gpu/
+// gdn_walk.rs `shared_bytes`). u: [n, C]; a, b: gate projections (rows `ab_stride` apart); s0:
+// [hv, dk, dv] committed; out: [n, hv * dv], the raw outputs (`gdn_norm` gates and norms them
+// in place) or, where `z` is set (a block holds the whole head: gridDim.y 1), the gated
+// outputs; s_out: the state after `state_row`, or null.
+template <int COLS>
+__device__ __forceinline__ void gdn_tree_run(
+    const float *__restrict__ u, const float *__restrict__ a, const float *__restrict__ b,
+    const float *__restrict__ z, const float *__restrict__ a_neg,
+    const float *__restrict__ dt_bias, const float *__restrict__ norm_w, const float *s0,
+    const unsigned *__restrict__ sched, float *out, float *s_out, int n, int slots, int state_row,
+    int k_heads, int v_heads, int k_dim, int v_dim, int v_tiled, float eps, int ab_stride,
+    int z_stride) {
+  extern __shared__ float slot_mem[];
+  __shared__ float qk[2][GDN_TREE_WIN][2 * GDN_MAX_DK];
+  __shared__ float vs[2][GDN_TREE_WIN][COLS];
+  __shared__ float ab[2][GDN_TREE_WIN][2];  // b, a
+  __shared__ float gate[GDN_TREE_WIN][2];   // beta, decay
   __shared__ float red[32];
+  unsigned *ops = (unsigned *)(slot_mem + (size_t)slots * GDN_CHUNK * blockDim.x);
   pdl_enter();
   const int h = blockIdx.x;
-  const int d = threadIdx.x / GDN_PARTS, part = threadIdx.x % GDN_PARTS;
+  const int dl = threadIdx.x / GDN_PARTS, part = threadIdx.x % GDN_PARTS;
+  const int d = blockIdx.y * COLS + dl;
   const int base = part * GDN_CHUNK;
-  const bool col = d < v_dim;
+  const bool col = dl < COLS && d < v_dim;
   const int hk = v_tiled ? h % k_heads : h / (v_heads / k_heads);
   const int C = 2 * k_heads * k_dim + v_heads * v_dim;
   const size_t head = (size_t)h * k_dim * v_dim;
+  if (sched != nullptr) {
+    for (int i = threadIdx.x; i <= n; i += blockDim.x) ops[i] = sched[i];
+    __syncthreads();
+  }
+  float *lane_slots = slot_mem + threadIdx.x;
+  const int stride = GDN_CHUNK * blockDim.x;  // one slot
   float s[GDN_CHUNK];
   gdn_load_part(s, s0 + head, base, d, col, k_dim, v_dim);
-  int target = first + blockIdx.y;
-  const int len = gdn_walk(parents, path, chain, n, target);
-  for (int step = 0; step < len; step++) {
-    const int row = chain ? step : path[step];
-    const float *ur = u + (size_t)row * C;
-    __syncthreads();
-    for (int i = threadIdx.x; i < k_dim; i += blockDim.x) {
-      qk[i] = ur[(size_t)hk * k_dim + i];
-      qk[GDN_MAX_DK + i] = ur[(size_t)(k_heads + hk) * k_dim + i];
+  const int root = sched != nullptr ? (int)ops[0] : 0;
+  if (root) {
+#pragma unroll
+    for (int j = 0; j < GDN_CHUNK; j++) lane_slots[(root - 1) * stride + j * blockDim.x] = s[j];
+  }
+  // Copy the inputs of the walk's rows t0 .. t0 + GDN_TREE_WIN into buffer bf.
+  auto stage = [&](int bf, int t0) {
+    const int m = min(GDN_TREE_WIN, n - t0);
+    for (int i = threadIdx.x; i < m * 2 * k_dim; i += blockDim.x) {
+      const int r = i / (2 * k_dim), e = i % (2 * k_dim);
+      const int row = sched != nullptr ? GDN_OP_ROW(ops[1 + t0 + r]) : t0 + r;
+      const bool isk = e >= k_dim;
+      const int at = (isk ? k_heads + hk : hk) * k_dim + (isk ? e - k_dim : e);
+      cp_async4(&qk[bf][r][isk ? GDN_MAX_DK + e - k_dim : e], u + (size_t)row * C + at);
+    }
+    for (int i = threadIdx.x; i < m * COLS; i += blockDim.x) {
+      const int r = i / COLS, c = i % COLS;
+      const int row = sched != nullptr ? GDN_OP_ROW(ops[1 + t0 + r]) : t0 + r;
+      const int dd = blockIdx.y * COLS + c;
+      if (dd < v_dim)
+        cp_async4(&vs[bf][r][c], u + (size_t)row * C + (size_t)2 * k_heads * k_dim +
+                                     (size_t)h * v_dim + dd);
+    }
+    for (int i = threadIdx.x; i < 2 * m; i += blockDim.x) {
+      const int r = i / 2;
+      const int row = sched != nullptr ? GDN_OP_ROW(ops[1 + t0 + r]) : t0 + r;
+      cp_async4(&ab[bf][r][i % 2], (i % 2 ? a : b) + (size_t)row * ab_stride + h);
+    }
+    cp_async_commit();
+  };
+  stage(0, 0);
+  for (int t0 = 0, w = 0; t0 < n; t0 += GDN_TREE_WIN, w++) {
+    const int bf = w & 1, m = min(GDN_TREE_WIN, n - t0);
+    if (t0 + GDN_TREE_WIN < n) {
+      stage(bf ^ 1, t0 + GDN_TREE_WIN);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
     }
     __syncthreads();
-    float beta, decay;
-    gdn_gates(b[(size_t)row * ab_stride + h], a[(size_t)row * ab_stride + h], a_neg[h], dt_bias[h],
-              beta, decay);
-    const float v = col ? ur[(size_t)2 * k_heads * k_dim + (size_t)h * v_dim + d] : 0.f;
-    float o = gdn_update(s, qk, qk + GDN_MAX_DK, v, decay, beta, base, k_dim);
-    if (!col) o = 0.f;
-    if (row == state_row && s_out != nullptr && col)
-      gdn_store_part(s, s_out + head, base, d, k_dim, v_dim);
-    if (out != nullptr && (chain || row == target))
+    if ((int)threadIdx.x < m)
+      gdn_gates(ab[bf][threadIdx.x][0], ab[bf][threadIdx.x][1], a_neg[h], dt_bias[h],
+                gate[threadIdx.x][0], gate[threadIdx.x][1]);
+    __syncthreads();
+    for (int r = 0; r < m; r++) {
+      const unsigned op = sched != nullptr ? ops[1 + t0 + r] : (unsigned)(t0 + r);
+      const int row = GDN_OP_ROW(op), restore = GDN_OP_RESTORE(op), save = GDN_OP_SAVE(op);
+      if (restore) {
+#pragma unroll
+        for (int j = 0; j < GDN_CHUNK; j++)
+          s[j] = lane_slots[(restore - 1) * stride + j * blockDim.x];
+      }
+      const float v = col ? vs[bf][r][dl] : 0.f;
+      const float o =
+          gdn_update(s, qk[bf][r], qk[bf][r] + GDN_MAX_DK, v, gate[r][1], gate[r][0], base, k_dim);
+      if (save) {
+#pragma unroll
+        for (int j = 0; j < GDN_CHUNK; j++) lane_slots[(save - 1) * stride + j * blockDim.x] = s[j];
+      }
+      if (row == state_row && s_out != nullptr && col)
+        gdn_store_part(s, s_out + head, base, d, k_dim, v_dim);
+      if (out != nullptr && col && part == 0)
+        out[(size_t)row * v_heads * v_dim + (size_t)h * v_dim + d] = o;
+    }
+    __syncthreads();  // buffer bf and the gates are free again
+  }
+  if (z != nullptr && out != nullptr) {
+    // The whole head is this block's: gate and norm each row's outputs in place (a row's
+    // outputs were written by their part-0 lanes before the barrier above).
+    for (int row = 0; row < n; row++) {
+      const size_t at = (size_t)row * v_heads * v_dim + (size_t)h * v_dim + d;
+      const float o = col && part == 0 ? out[at] : 0.f;
       gdn_norm_out(o, red, out, z, norm_w, row, h, d, part, col, v_heads, v_dim, eps, z_stride);
+    }
   }
 }
 
-// Grid (v_heads, rows or 1 for a chain), block GDN_PARTS * dv rounded up to a warp (dv <= GDN_MAX_DV),
-// dynamic shared memory 4 * (rows + 1) bytes (a row's path; src/gpu/gdn.rs `recur_shared`). u:
-// [n, C] from gdn_conv; a, b: [n, hv] gate projections; z: [n, hv * dv] (with `out`); s0:
-// [hv, dk, dv] committed; out: [n, hv * dv] gated outputs or null; s_out: [hv, dk, dv] or null.
-// `first`: the row of the launch's first block (per-row grids). As `gdn_recur`, the rows
-// walked GDN_STAGE at a time (`TREESPEC_GDN_STAGED=1`, src/gpu/gdn.rs `recur_kernel`): a row's
-// arithmetic (gdn_gates, gdn_update, the norm) is gdn_recur's, so every output and state is bit
-// for bit the same.
+#define GDN_TREE(COLS)                                                                         \
+  extern "C" __global__ void __launch_bounds__(GDN_PARTS * COLS) gdn_tree##COLS(               \
+      const float *__restrict__ u, const float *__restrict__ a, const float *__restrict__ b,   \
+      const float *__restrict__ z, const float *__restrict__ a_neg,                           \
+      const float *__restrict__ dt_bias, const float *__restrict__ norm_w, const float *s0,   \
+      const unsigned *__restrict__ sched, float *out, float *s_out, int n, int slots,         \
+      int state_row, int k_heads, int v_heads, int k_dim, int v_dim, int v_tiled, float eps,  \
+      int ab_stride, int z_stride) {                                                          \
+    gdn_tree_run<COLS>(u, a, b, z, a_neg, dt_bias, norm_w, s0, sched, out, s_out, n, slots,   \
+                       state_row, k_heads, v_heads, k_dim, v_dim, v_tiled, eps, ab_stride,    \
+                       z_stride);                                                             \
+  }
+GDN_TREE(8)
+GDN_TREE(16)
+GDN_TREE(32)
+GDN_TREE(128)
+
+// Grid (v_heads, n), block GDN_PARTS * dv rounded up to a warp: `gdn_tree`'s raw outputs `out`
+// [n, hv * dv] gated and normed in place (gdn_norm_out, as the whole-head width does it).
 extern "C" __global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
-    gdn_recur_staged(const float *__restrict__ u, const float *__restrict__ a, const float *__restrict__ b,
-              const float *__restrict__ z, const float *__restrict__ a_neg,
-              const float *__restrict__ dt_bias, const float *__restrict__ norm_w,
-              const float *s0, const unsigned *__restrict__ parents, float *__restrict__ out,
-              float *s_out, int chain, int n, int first, int state_row, int k_heads, int v_heads,
-              int k_dim, int v_dim, int v_tiled, float eps, int ab_stride, int z_stride) {
-  extern __shared__ int path[];
-  __shared__ float qk[GDN_STAGE][2 * GDN_MAX_DK];
-  __shared__ float vs[GDN_STAGE][GDN_MAX_DV];
-  __shared__ float gate[GDN_STAGE][2];  // beta, decay
+    gdn_norm(float *out, const float *__restrict__ z, const float *__restrict__ norm_w,
+             int v_heads, int v_dim, float eps, int z_stride) {
   __shared__ float red[32];
   pdl_enter();
-  const int h = blockIdx.x;
+  const int h = blockIdx.x, row = blockIdx.y;
   const int d = threadIdx.x / GDN_PARTS, part = threadIdx.x % GDN_PARTS;
-  const int base = part * GDN_CHUNK;
   const bool col = d < v_dim;
-  const int hk = v_tiled ? h % k_heads : h / (v_heads / k_heads);
-  const int C = 2 * k_heads * k_dim + v_heads * v_dim;
-  const size_t head = (size_t)h * k_dim * v_dim;
-  float s[GDN_CHUNK];
-  gdn_load_part(s, s0 + head, base, d, col, k_dim, v_dim);
-  int target = first + blockIdx.y;
-  const int len = gdn_walk(parents, path, chain, n, target);
-  for (int at = 0; at < len; at += GDN_STAGE) {
-    const int m = min(GDN_STAGE, len - at);
-    // Stage m rows: q and k of the key head, v of the value head, the gates.
-    __syncthreads();
-    for (int i = threadIdx.x; i < m * k_dim; i += blockDim.x) {
-      const int r = i / k_dim, e = i % k_dim;
-      const float *ur = u + (size_t)(chain ? at + r : path[at + r]) * C;
-      qk[r][e] = ur[(size_t)hk * k_dim + e];
-      qk[r][GDN_MAX_DK + e] = ur[(size_t)(k_heads + hk) * k_dim + e];
-    }
-    for (int i = threadIdx.x; i < m * v_dim; i += blockDim.x) {
-      const int r = i / v_dim, e = i % v_dim;
-      const float *ur = u + (size_t)(chain ? at + r : path[at + r]) * C;
-      vs[r][e] = ur[(size_t)2 * k_heads * k_dim + (size_t)h * v_dim + e];
-    }
-    if ((int)threadIdx.x < m) {
-      const int row = chain ? at + threadIdx.x : path[at + threadIdx.x];
-      gdn_gates(b[(size_t)row * ab_stride + h], a[(size_t)row * ab_stride + h], a_neg[h],
-                dt_bias[h], gate[threadIdx.x][0], gate[threadIdx.x][1]);
-    }
-    __syncthreads();
-    // The rows' updates, with no barrier between them; the outputs kept for the norms.
-    float o[GDN_STAGE];
-#pragma unroll
-    for (int r = 0; r < GDN_STAGE; r++) {
-      o[r] = 0.f;
-      if (r < m) {
-        const int row = chain ? at + r : path[at + r];
-        const float v = col ? vs[r][d] : 0.f;
-        o[r] = gdn_update(s, qk[r], qk[r] + GDN_MAX_DK, v, gate[r][1], gate[r][0], base, k_dim);
-        if (!col) o[r] = 0.f;
-        if (row == state_row && s_out != nullptr && col)
-          gdn_store_part(s, s_out + head, base, d, k_dim, v_dim);
-      }
-    }
-    if (out != nullptr) {
-#pragma unroll
-      for (int r = 0; r < GDN_STAGE; r++) {
-        if (r >= m) break;
-        const int row = chain ? at + r : path[at + r];
-        if (chain || row == target)
-          gdn_norm_out(o[r], red, out, z, norm_w, row, h, d, part, col, v_heads, v_dim, eps,
-                       z_stride);
-      }
-    }
-  }
+  const size_t at = (size_t)row * v_heads * v_dim + (size_t)h * v_dim + d;
+  const float o = col && part == 0 ? out[at] : 0.f;
+  gdn_norm_out(o, red, out, z, norm_w, row, h, d, part, col, v_heads, v_dim, eps, z_stride);
 }
 
 // Grid (ceil(C / 256)), block 256: the window after `row` (its K-1 newest inputs along its path,
@@ -380,7 +389,7 @@ struct GdnLayer {
 // Grid (v_heads + ceil(C / blockDim), layers), block GDN_PARTS * dv rounded up to a warp. Folds the
 // path commit[2 .. 2 + commit[0]) (rows of the last block's stash, root first) into every layer's
 // committed state, from zero where commit[1] is set: blocks below v_heads the recurrence of value
-// head blockIdx.x (as gdn_recur walks it), the others the window's channels. Nothing to do: len 0
+// head blockIdx.x (as gdn_tree walks it), the others the window's channels. Nothing to do: len 0
 // and no zeroing.
 extern "C" __global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
     gdn_commit(const GdnLayer *__restrict__ layers, const unsigned *__restrict__ commit, int C,

@@ -33,6 +33,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "cp_async.cuh"
 #include "pdl.cuh"
 #include "stacked.cuh"
 
@@ -390,20 +391,6 @@ static __device__ __forceinline__ void mma_k16_us(int c[4], const int a[2], cons
       "{%7,%7,%7,%7};"
       : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(b), "r"(0));
-}
-
-static __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
-  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem));
-}
-
-static __device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;" ::);
-}
-
-template <int N>
-static __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
 
 // Per staged activation row: d, then the low and the high bytes of its eight sub-block sums

@@ -5,6 +5,7 @@
 //! The CPU reference is the host recurrence in [`crate::model::gated_delta`], which also holds
 //! the bookkeeping (pending blocks, kept paths) both share; its `selftest` compares the two.
 
+use super::gdn_walk;
 use crate::arch::config::LinearAttention;
 use crate::error::{Error, Result};
 use candle_core::{DType, Device, Tensor};
@@ -19,42 +20,90 @@ pub const MAX_TAPS: usize = 8;
 /// Threads of a `gdn_conv` block (`GDN_CONV_THREADS`): a channel each.
 pub const CONV_THREADS: u32 = 128;
 
-/// Dynamic shared memory of a `gdn_recur*` launch over a block of `rows` rows: none for a chain
-/// (its rows walked in order); a tree row's path, root first, then its length.
-pub fn recur_shared(rows: usize, chain: bool) -> u32 {
-    match chain {
-        true => 0,
-        false => 4 * (rows as u32 + 1),
-    }
+/// How `gdn_tree` walks a block: the kernel (value columns a thread block), its threads, whether
+/// a block holds the whole head and so gates and norms the outputs itself (otherwise `gdn_norm`
+/// follows), the slots of saved states and the dynamic shared memory ([`gdn_walk`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeLaunch {
+    /// `gdn_tree{cols}`.
+    pub kernel: &'static str,
+    /// Value columns a thread block.
+    pub cols: usize,
+    /// Threads a block: four lanes a column.
+    pub threads: u32,
+    /// One block a head, which gates and norms its outputs.
+    pub fused: bool,
+    /// Saved states a block holds.
+    pub slots: usize,
+    /// Dynamic shared memory, bytes.
+    pub shared: u32,
 }
 
-/// The recurrence kernel the runtime launches: `gdn_recur`, or with `TREESPEC_GDN_STAGED=1`
-/// `gdn_recur_staged` (the same per-row arithmetic, a block's rows staged in shared memory
-/// eight at a time and updated with no barrier between them; opt-in: on the H200 it left the
-/// 27B shape's 64-row tree pass as it was, BENCHMARKS.md section 41).
-pub fn recur_kernel() -> &'static str {
-    let staged = match RECUR_OVERRIDE.load(std::sync::atomic::Ordering::Relaxed) {
-        1 => false,
-        2 => true,
-        _ => std::env::var("TREESPEC_GDN_STAGED").as_deref() == Ok("1"),
+/// Shared memory a `gdn_tree` launch takes at most (what every CUDA device grants unasked).
+const TREE_SHARED: u32 = 48 * 1024;
+
+/// The launch that walks `rows` rows of a layer whose value heads are `v_dim` wide: a walk with no
+/// branch (a chain, a committed path) one block a whole head; a tree the widest column slice
+/// whose slots fit [`TREE_SHARED`] (`TREESPEC_GDN_COLS` or the selftest may choose another).
+pub fn tree_launch(rows: usize, branching: bool, v_dim: usize) -> Result<TreeLaunch> {
+    let forced = match COLS_OVERRIDE.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => std::env::var("TREESPEC_GDN_COLS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok()),
+        c => Some(c),
     };
-    match staged {
-        true => "gdn_recur_staged",
-        false => "gdn_recur",
+    let widths: &[usize] = match (forced, branching) {
+        (Some(c), _) if TREE_COLS.contains(&c) => {
+            &TREE_COLS[TREE_COLS.iter().position(|&w| w == c).unwrap_or(0)..]
+        }
+        (_, false) => &[MAX_V_DIM],
+        (_, true) => &TREE_COLS[1..],
+    };
+    let branching = branching && gdn_walk::slots(rows) > 0;
+    let slots = if branching { gdn_walk::slots(rows) } else { 0 };
+    for &cols in widths {
+        let fused = cols >= v_dim;
+        let threads = (PARTS * cols.min(v_dim)).next_multiple_of(32) as u32;
+        let shared = match branching {
+            true => gdn_walk::shared_bytes(rows, threads),
+            false => 0,
+        };
+        if shared <= TREE_SHARED {
+            let kernel = TREE_KERNELS[TREE_COLS.iter().position(|&w| w == cols).unwrap_or(0)];
+            return Ok(TreeLaunch {
+                kernel,
+                cols,
+                threads,
+                fused,
+                slots,
+                shared,
+            });
+        }
     }
+    Err(Error::InvalidArgument(format!(
+        "a Gated DeltaNet tree of {rows} rows (its saved states pass the GPU kernel's {} KiB)",
+        TREE_SHARED / 1024
+    )))
 }
 
-/// The selftest's choice of recurrence kernel over the switch: 0 none, 1 `gdn_recur`, 2
-/// `gdn_recur_staged`.
-static RECUR_OVERRIDE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+/// The widths `gdn_tree` is built for, widest first (`GDN_TREE` in the kernel).
+const TREE_COLS: [usize; 4] = [MAX_V_DIM, 32, 16, 8];
+/// Their kernels, in the same order.
+pub const TREE_KERNELS: [&str; 4] = ["gdn_tree128", "gdn_tree32", "gdn_tree16", "gdn_tree8"];
+/// Lanes a value column (`GDN_PARTS`).
+const PARTS: usize = 4;
 
-/// Run `f` with the recurrence kernel `staged` picks (the selftest compares the two bit for bit).
+/// The selftest's choice of width over [`tree_launch`]'s (0: none).
+static COLS_OVERRIDE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Run `f` with every walk `cols` columns a block where it fits (the selftest compares widths
+/// bit for bit).
 #[cfg(feature = "cuda")]
-pub(crate) fn with_recur_kernel<T>(staged: bool, f: impl FnOnce() -> T) -> T {
+pub(crate) fn with_tree_cols<T>(cols: usize, f: impl FnOnce() -> T) -> T {
     use std::sync::atomic::Ordering::Relaxed;
-    let before = RECUR_OVERRIDE.swap(1 + staged as u8, Relaxed);
+    let before = COLS_OVERRIDE.swap(cols, Relaxed);
     let out = f();
-    RECUR_OVERRIDE.store(before, Relaxed);
+    COLS_OVERRIDE.store(before, Relaxed);
     out
 }
 
@@ -115,6 +164,8 @@ pub struct Block {
     a: Tensor,
     b: Tensor,
     parents: Tensor,
+    /// The parents on the host (a commit walks one's path).
+    host_parents: Vec<Option<usize>>,
     rows: usize,
 }
 
@@ -224,17 +275,13 @@ fn host_forced() -> bool {
 
 #[cfg(feature = "cuda")]
 mod cuda {
-    use super::{Block, State, Weights};
+    use super::{gdn_walk, Block, State, Weights};
     use crate::error::{Error, Result};
     use crate::gpu::modules::{func, Module};
     use crate::gpu::{tensor_from_slice, tensor_ptr};
     use candle_core::{CudaDevice, DType, Tensor};
     use cudarc::driver::{LaunchConfig, PushKernelArg};
 
-    /// Lanes a value column (`GDN_PARTS`).
-    const PARTS: usize = 4;
-    /// Most rows of a block walked as a tree (its paths in 48 KiB of shared memory).
-    const MAX_TREE_ROWS: usize = 8192;
     /// Threads of the convolution and window kernels.
     const THREADS: u32 = 256;
 
@@ -329,7 +376,12 @@ mod cuda {
             a,
             b,
             parents: parents_t,
+            host_parents: parents.to_vec(),
             rows: n,
+        };
+        let walk = match chain {
+            true => None,
+            false => Some(gdn_walk::schedule(parents)?),
         };
         recur(
             dev,
@@ -337,7 +389,7 @@ mod cuda {
             &block,
             (Some(&z), Some(&out)),
             start,
-            (chain, 0, n),
+            walk.as_deref(),
             s_last.as_ref().map(|s| (s, n - 1)),
         )?;
         let last = match s_last {
@@ -363,13 +415,20 @@ mod cuda {
             alloc(dev, l.v_heads * l.k_dim * l.v_dim)?,
             l.v_heads * l.k_dim * l.v_dim,
         );
+        // The row's path, root first, walked as a chain.
+        let mut path = vec![row as u32];
+        while let Some(p) = block.host_parents[*path.last().unwrap_or(&0) as usize] {
+            path.push(p as u32);
+        }
+        path.push(0);
+        path.reverse();
         recur(
             dev,
             w,
             block,
             (None, None),
             start,
-            (false, row, 1),
+            Some(&path),
             Some((&s, row)),
         )?;
         Ok(State {
@@ -378,36 +437,42 @@ mod cuda {
         })
     }
 
-    /// One `gdn_recur` launch: a chain walked by one block a head, or `count` rows from `first`
-    /// each walking its path; outputs (with `z`) into `out`, the state after `state.1` into
-    /// `state.0`.
+    /// One `gdn_tree` launch over the block's rows in order (`walk` None: a chain) or in the
+    /// order of a walk ([`gdn_walk::schedule`], or a committed path: entry 0 zero, then its
+    /// rows); outputs (with `z`) into `out`, gated and normed (by `gdn_norm` where the launch
+    /// does not), the state after `state.1` into `state.0`.
     fn recur(
         dev: &CudaDevice,
         w: &Weights,
         block: &Block,
         (z, out): (Option<&Tensor>, Option<&Tensor>),
         start: &State,
-        (chain, first, count): (bool, usize, usize),
+        walk: Option<&[u32]>,
         state: Option<(&Tensor, usize)>,
     ) -> Result<()> {
         let l = &w.shape;
-        if !chain && block.rows > MAX_TREE_ROWS {
-            return Err(Error::InvalidArgument(format!(
-                "a Gated DeltaNet tree block of {} rows (the kernel walks up to {MAX_TREE_ROWS})",
-                block.rows
-            )));
-        }
+        let rows = walk.map_or(block.rows, |s| s.len() - 1);
+        let branching = walk.is_some_and(|s| s.iter().any(|&op| op >> 16 != 0));
+        let launch = super::tree_launch(rows, branching, l.v_dim)?;
         let stream = dev.cuda_stream();
-        let f = func(dev, Module::Gdn, super::recur_kernel())?;
+        let f = func(dev, Module::Gdn, launch.kernel)?;
         let null = 0u64;
         let opt = |t: Option<&Tensor>| t.map_or(Ok(null), |t| ptr(t, dev));
-        let pp = tensor_ptr::<u32>(&block.parents, &stream).map_err(Error::Device)?;
+        let sched = match walk {
+            Some(s) => Some(Tensor::from_slice(s, s.len(), block.u.device())?),
+            None => None,
+        };
+        let sp_walk = match &sched {
+            Some(t) => tensor_ptr::<u32>(t, &stream).map_err(Error::Device)?,
+            None => null,
+        };
         let (up, ap, bp) = (
             ptr(&block.u, dev)?,
             ptr(&block.a, dev)?,
             ptr(&block.b, dev)?,
         );
         let (zp, outp) = (opt(z)?, opt(out)?);
+        let zp_fused = if launch.fused { zp } else { null };
         let (anp, dtp, normp, s0p) = (
             ptr(&w.a_neg, dev)?,
             ptr(&w.dt_bias, dev)?,
@@ -416,7 +481,7 @@ mod cuda {
         );
         let sp = opt(state.map(|s| s.0))?;
         let state_row = state.map_or(-1, |s| s.1 as i32);
-        let (chain_i, n_i, first_i) = (chain as i32, block.rows as i32, first as i32);
+        let (n_i, slots_i) = (rows as i32, launch.slots as i32);
         let (kh, hv, kd, vd) = (
             l.k_heads as i32,
             l.v_heads as i32,
@@ -429,17 +494,16 @@ mod cuda {
         lb.arg(&up)
             .arg(&ap)
             .arg(&bp)
-            .arg(&zp)
+            .arg(&zp_fused)
             .arg(&anp)
             .arg(&dtp)
             .arg(&normp)
             .arg(&s0p)
-            .arg(&pp)
+            .arg(&sp_walk)
             .arg(&outp)
             .arg(&sp)
-            .arg(&chain_i)
             .arg(&n_i)
-            .arg(&first_i)
+            .arg(&slots_i)
             .arg(&state_row)
             .arg(&kh)
             .arg(&hv)
@@ -449,15 +513,44 @@ mod cuda {
             .arg(&w.eps)
             .arg(&hv)
             .arg(&z_stride);
-        let threads = (PARTS * l.v_dim).next_multiple_of(32) as u32;
         let cfg = LaunchConfig {
-            grid_dim: (l.v_heads as u32, if chain { 1 } else { count as u32 }, 1),
-            block_dim: (threads, 1, 1),
-            shared_mem_bytes: super::recur_shared(block.rows, chain),
+            grid_dim: (l.v_heads as u32, l.v_dim.div_ceil(launch.cols) as u32, 1),
+            block_dim: (launch.threads, 1, 1),
+            shared_mem_bytes: launch.shared,
         };
         // SAFETY: the block's tensors as `block` made them ([n, C], [n, hv], [n, hv * dv]),
-        // [hv, dk, dv] states, parents each below its row or u32::MAX, rows first..first+count
-        // below n, dk and dv within the kernel's limits (`unsupported`).
+        // [hv, dk, dv] states, a walk of rows below n each after its parent (gdn_walk), its
+        // slots and schedule in `launch.shared`, dk and dv within the kernel's limits
+        // (`unsupported`).
+        unsafe { lb.launch(cfg) }.map_err(driver)?;
+        if let (false, Some(out), Some(z)) = (launch.fused, out, z) {
+            norm(dev, w, out, z, block.rows)?;
+        }
+        Ok(())
+    }
+
+    /// `gdn_norm` over the raw outputs `out` `[n, hv * dv]` of `n` rows, in place.
+    fn norm(dev: &CudaDevice, w: &Weights, out: &Tensor, z: &Tensor, n: usize) -> Result<()> {
+        let l = &w.shape;
+        let stream = dev.cuda_stream();
+        let f = func(dev, Module::Gdn, "gdn_norm")?;
+        let (op, zp, np) = (ptr(out, dev)?, ptr(z, dev)?, ptr(&w.norm, dev)?);
+        let (hv, vd) = (l.v_heads as i32, l.v_dim as i32);
+        let z_stride = hv * vd;
+        let mut lb = stream.launch_builder(&f);
+        lb.arg(&op)
+            .arg(&zp)
+            .arg(&np)
+            .arg(&hv)
+            .arg(&vd)
+            .arg(&w.eps)
+            .arg(&z_stride);
+        let cfg = LaunchConfig {
+            grid_dim: (l.v_heads as u32, n as u32, 1),
+            block_dim: ((super::PARTS * l.v_dim).next_multiple_of(32) as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: out and z hold n rows of hv * dv; the norm's weight dv.
         unsafe { lb.launch(cfg) }.map_err(driver)?;
         Ok(())
     }

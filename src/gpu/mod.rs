@@ -14,6 +14,7 @@
 pub mod attention;
 pub mod crossover;
 pub mod gdn;
+pub mod gdn_walk;
 #[cfg(feature = "cuda")]
 pub(crate) mod launch;
 pub mod mmq;

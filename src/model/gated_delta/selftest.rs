@@ -187,8 +187,8 @@ fn layer_check(
     Ok(())
 }
 
-/// The kernels against themselves: a chain of 19 rows in one block (over two of the staged
-/// kernel's stages and a short third), the same with the other recurrence kernel, as 19 one-row
+/// The kernels against themselves: a chain of 19 rows in one block (over two of the kernel's
+/// windows of eight rows and a short third), the same a column slice a block, as 19 one-row
 /// blocks (committed alternately through the kept state and through a commit launch), and its
 /// first rows as a branch of a tree, bit for bit.
 fn invariance_check(
@@ -223,16 +223,18 @@ fn invariance_check(
     let (whole, _, last) = g.block((&c, &z, &a, &b), &chain, &zero, true)?;
     let last = last.ok_or_else(|| Error::Device("a chain without its last state".into()))?;
     let want = bits(&whole)?;
-    // The other recurrence kernel (`gdn_recur` / `gdn_recur_staged`): the same bits.
-    let other = crate::gpu::gdn::recur_kernel() == "gdn_recur";
-    let (o_whole, _, o_last) = crate::gpu::gdn::with_recur_kernel(other, || {
-        g.block((&c, &z, &a, &b), &chain, &zero, true)
-    })?;
-    let o_last = o_last.ok_or_else(|| Error::Device("a chain without its last state".into()))?;
-    if bits(&o_whole)? != want || o_last.to_host()? != last.to_host()? {
-        return Err(Error::Device(
-            "Gated DeltaNet kernels: gdn_recur and gdn_recur_staged differ on a chain".into(),
-        ));
+    // The chain a column slice a block (its outputs normed by `gdn_norm`): the same bits.
+    for cols in [32, 16, 8] {
+        let (o_whole, _, o_last) = crate::gpu::gdn::with_tree_cols(cols, || {
+            g.block((&c, &z, &a, &b), &chain, &zero, true)
+        })?;
+        let o_last =
+            o_last.ok_or_else(|| Error::Device("a chain without its last state".into()))?;
+        if bits(&o_whole)? != want || o_last.to_host()? != last.to_host()? {
+            return Err(Error::Device(format!(
+                "Gated DeltaNet kernels: gdn_tree{cols} and the whole head's differ on a chain"
+            )));
+        }
     }
     // One-row steps.
     let mut state = zero.clone();

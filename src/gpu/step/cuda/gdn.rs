@@ -7,7 +7,7 @@
 use super::*;
 
 impl GpuStep {
-    /// Write a pass's fold and parents into its metadata (`meta`: the block from [`Meta::gdn`]).
+    /// Write a pass's fold, parents and walk into its metadata (`meta`: the block from [`Meta::gdn`]).
     pub(super) fn place_fold(&self, g: &GdnPass, n: usize, meta: &mut [u32]) -> Result<()> {
         let fold = g.fold;
         if g.parents.len() != n {
@@ -37,6 +37,10 @@ impl GpuStep {
         }
         for (slot, p) in meta[GDN_FOLD..GDN_FOLD + n].iter_mut().zip(g.parents) {
             *slot = p.map_or(u32::MAX, |p| p as u32);
+        }
+        if n <= GDN_STASH_ROWS {
+            let walk = crate::gpu::gdn_walk::schedule(g.parents)?;
+            meta[GDN_FOLD + n..GDN_FOLD + 2 * n + 1].copy_from_slice(&walk);
         }
         Ok(())
     }
@@ -184,32 +188,34 @@ impl GpuStep {
         // as the layer's shape; parents each below its row or u32::MAX.
         unsafe { bld.launch(self.on(), cfg) }.map_err(driver)?;
         self.mark("gdn recurrence")?;
-        // The recurrence: a block a (head, row), each walking its row's path from the committed
-        // state; a long chain (folded as it runs) one block a head walking every row, which
-        // leaves the state after the last row in place.
+        // The recurrence: each row once, in the order of the pass's walk (after the parents in
+        // the metadata); a long chain (folded as it runs) in order, which leaves the state after
+        // the last row in place.
         let att = b.att.device_ptr(s).0;
         let fw = 4 * ch as u64;
         let (zp, bp) = (proj + fw, proj + fw + 4 * (hv * vd) as u64);
         let ap = bp + 4 * hv as u64;
         let s_out = if whole { state } else { 0 };
         let state_row = if whole { n as i32 - 1 } else { -1 };
-        let is_chain = whole;
-        let (chain_i, n_i, first) = (is_chain as i32, n as i32, 0i32);
-        let mut bld = Launch::new(&f.recur);
+        let walk = if whole { 0 } else { parents + 4 * n as u64 };
+        let launch = crate::gpu::gdn::tree_launch(n, !whole, vd)?;
+        let tree = f.tree(launch.kernel)?;
+        let zf = if launch.fused { zp } else { 0 };
+        let (n_i, slots) = (n as i32, launch.slots as i32);
+        let mut bld = Launch::new(tree);
         bld.arg(&u)
             .arg(&ap)
             .arg(&bp)
-            .arg(&zp)
+            .arg(&zf)
             .arg(&g.a_neg)
             .arg(&g.dt_bias)
             .arg(&g.norm)
             .arg(&state)
-            .arg(&parents)
+            .arg(&walk)
             .arg(&att)
             .arg(&s_out)
-            .arg(&chain_i)
             .arg(&n_i)
-            .arg(&first)
+            .arg(&slots)
             .arg(&state_row)
             .arg(&kh)
             .arg(&hv_i)
@@ -220,14 +226,33 @@ impl GpuStep {
             .arg(&width)
             .arg(&width);
         let cfg = LaunchConfig {
-            grid_dim: (hv as u32, if is_chain { 1 } else { n as u32 }, 1),
-            block_dim: (gdn_threads(sh), 1, 1),
-            shared_mem_bytes: crate::gpu::gdn::recur_shared(n, is_chain),
+            grid_dim: (hv as u32, vd.div_ceil(launch.cols) as u32, 1),
+            block_dim: (launch.threads, 1, 1),
+            shared_mem_bytes: launch.shared,
         };
         // SAFETY: u holds n rows of C; a, b, z the proj rows' columns (rows `width` apart); the
-        // state [hv, dk, dv]; att n rows of hv * dv; only a chain writes the state (one block a
-        // head, which reads its part before it writes it).
+        // state [hv, dk, dv]; att n rows of hv * dv; the walk n + 1 entries (place_fold), each
+        // row after its parent, its slots and schedule in `launch.shared`; only a chain writes
+        // the state (each block its own columns, read before written).
         unsafe { bld.launch(self.on(), cfg) }.map_err(driver)?;
+        if !launch.fused {
+            let mut bld = Launch::new(&f.norm);
+            bld.arg(&att)
+                .arg(&zp)
+                .arg(&g.norm)
+                .arg(&hv_i)
+                .arg(&vd_i)
+                .arg(eps)
+                .arg(&width);
+            let cfg = LaunchConfig {
+                grid_dim: (hv as u32, n as u32, 1),
+                block_dim: (gdn_threads(sh), 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: att holds n rows of hv * dv raw outputs, normed in place; z the proj
+            // rows' columns.
+            unsafe { bld.launch(self.on(), cfg) }.map_err(driver)?;
+        }
         if whole {
             let last = n as i32 - 1;
             let mut bld = Launch::new(&f.window);

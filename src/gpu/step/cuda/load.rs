@@ -380,7 +380,11 @@ pub(super) fn load_funcs(
                 let g = |name: &str| crate::gpu::modules::func(dev, Module::Gdn, name);
                 Some(GdnFuncs {
                     conv: g("gdn_conv")?,
-                    recur: g(crate::gpu::gdn::recur_kernel())?,
+                    trees: crate::gpu::gdn::TREE_KERNELS
+                        .iter()
+                        .map(|&k| Ok((k, g(k)?)))
+                        .collect::<Result<_>>()?,
+                    norm: g("gdn_norm")?,
                     window: g("gdn_window")?,
                     commit: g("gdn_commit")?,
                 })

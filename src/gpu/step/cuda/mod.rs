@@ -159,9 +159,22 @@ struct Funcs {
 
 struct GdnFuncs {
     conv: CudaFunction,
-    recur: CudaFunction,
+    /// `gdn_tree{cols}` by name, every width built.
+    trees: Vec<(&'static str, CudaFunction)>,
+    norm: CudaFunction,
     window: CudaFunction,
     commit: CudaFunction,
+}
+
+impl GdnFuncs {
+    /// The `gdn_tree` width `name` ([`crate::gpu::gdn::TreeLaunch::kernel`]).
+    fn tree(&self, name: &str) -> Result<&CudaFunction> {
+        self.trees
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, f)| f)
+            .ok_or_else(|| Error::Device(format!("no Gated DeltaNet kernel {name}")))
+    }
 }
 
 /// A captured step. cudarc's graph holds raw driver handles and so is not `Send`; the
@@ -221,7 +234,7 @@ struct Meta {
     table: usize,
     width: usize,
     /// The Gated DeltaNet fold (`[rows, restart, path[GDN_STASH_ROWS]]`), then each row's parent
-    /// (`u32::MAX`: none).
+    /// (`u32::MAX`: none), then the rows' walk (`gpu::gdn_walk`, n + 1 entries).
     gdn: usize,
     len: usize,
 }
@@ -240,7 +253,7 @@ impl Meta {
             table: 4 * n,
             width,
             gdn,
-            len: gdn + GDN_FOLD + n,
+            len: gdn + GDN_FOLD + 2 * n + 1,
         }
     }
 }
