@@ -42,10 +42,16 @@ pub struct TreeLaunch {
 /// Shared memory a `gdn_tree` launch takes at most (what every CUDA device grants unasked).
 const TREE_SHARED: u32 = 48 * 1024;
 
-/// The launch that walks `rows` rows of a layer whose value heads are `v_dim` wide: a walk with no
-/// branch (a chain, a committed path) one block a whole head; a tree the widest column slice
+/// The launch that walks `rows` rows of a layer whose value heads are `v_dim` wide, in order or
+/// (`scheduled`) by a schedule read into shared memory, which may branch: a walk with no branch
+/// (a chain, a committed path, one row) one block a whole head; a tree the widest column slice
 /// whose slots fit [`TREE_SHARED`] (`TREESPEC_GDN_COLS` or the selftest may choose another).
-pub fn tree_launch(rows: usize, branching: bool, v_dim: usize) -> Result<TreeLaunch> {
+pub fn tree_launch(
+    rows: usize,
+    scheduled: bool,
+    branching: bool,
+    v_dim: usize,
+) -> Result<TreeLaunch> {
     let forced = match COLS_OVERRIDE.load(std::sync::atomic::Ordering::Relaxed) {
         0 => std::env::var("TREESPEC_GDN_COLS")
             .ok()
@@ -64,10 +70,8 @@ pub fn tree_launch(rows: usize, branching: bool, v_dim: usize) -> Result<TreeLau
     for &cols in widths {
         let fused = cols >= v_dim;
         let threads = (PARTS * cols.min(v_dim)).next_multiple_of(32) as u32;
-        let shared = match branching {
-            true => gdn_walk::shared_bytes(rows, threads),
-            false => 0,
-        };
+        let entries = if scheduled { rows + 1 } else { 0 };
+        let shared = gdn_walk::shared_bytes(slots, threads, entries);
         if shared <= TREE_SHARED {
             let kernel = TREE_KERNELS[TREE_COLS.iter().position(|&w| w == cols).unwrap_or(0)];
             return Ok(TreeLaunch {
@@ -453,7 +457,7 @@ mod cuda {
         let l = &w.shape;
         let rows = walk.map_or(block.rows, |s| s.len() - 1);
         let branching = walk.is_some_and(|s| s.iter().any(|&op| op >> 16 != 0));
-        let launch = super::tree_launch(rows, branching, l.v_dim)?;
+        let launch = super::tree_launch(rows, walk.is_some(), branching, l.v_dim)?;
         let stream = dev.cuda_stream();
         let f = func(dev, Module::Gdn, launch.kernel)?;
         let null = 0u64;
@@ -592,5 +596,37 @@ mod cuda {
         };
         // SAFETY: [n, C] inputs, a [K-1, C] window in and out, the row below n.
         unsafe { lb.launch(cfg) }.map_err(driver).map(|_| out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_walk_with_no_branch_takes_the_whole_head_a_block() {
+        for (rows, scheduled) in [(1, true), (64, false), (4096, false)] {
+            let l = tree_launch(rows, scheduled, false, 128).unwrap();
+            assert_eq!((l.kernel, l.threads, l.fused, l.slots), ("gdn_tree128", 512, true, 0));
+            assert_eq!(l.shared, if scheduled { 8 } else { 0 });
+        }
+        // A narrow head: the threads its columns need.
+        let l = tree_launch(3, false, false, 16).unwrap();
+        assert_eq!((l.threads, l.fused), (64, true));
+    }
+
+    #[test]
+    fn a_tree_takes_the_widest_slice_whose_saved_states_fit() {
+        let l = tree_launch(64, true, true, 128).unwrap();
+        assert_eq!((l.kernel, l.cols, l.fused, l.slots), ("gdn_tree16", 16, false, 5));
+        assert!(l.shared <= TREE_SHARED);
+        let l = tree_launch(8, true, true, 128).unwrap();
+        assert_eq!((l.cols, l.slots), (32, 2));
+        assert_eq!(l.shared, 2 * 32 * 128 * 4 + 4 * 9);
+        // The largest tree a launch walks, and one past what any width holds.
+        let l = tree_launch(1024, true, true, 128).unwrap();
+        assert_eq!(l.cols, 8);
+        let e = tree_launch(4096, true, true, 128).unwrap_err().to_string();
+        assert!(e.contains("4096 rows"), "{e}");
     }
 }

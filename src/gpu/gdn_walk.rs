@@ -22,10 +22,11 @@ pub fn slots(n: usize) -> usize {
     ((n + 2).ilog2() as usize).saturating_sub(1)
 }
 
-/// Bytes of dynamic shared memory a `gdn_tree` block of `threads` lanes needs for a tree of `n`
-/// rows: its slots (`GDN_CHUNK` = 32 floats a lane) and the schedule.
-pub fn shared_bytes(n: usize, threads: u32) -> u32 {
-    (slots(n) * 32 * threads as usize * 4 + 4 * (n + 1)) as u32
+/// Bytes of dynamic shared memory a `gdn_tree` block of `threads` lanes needs: `slots` saved
+/// states (`GDN_CHUNK` = 32 floats a lane) and a schedule of `entries` (`n + 1`, or 0 for rows
+/// walked in order).
+pub fn shared_bytes(slots: usize, threads: u32, entries: usize) -> u32 {
+    (slots * 32 * threads as usize * 4 + 4 * entries) as u32
 }
 
 /// The walk of a block whose row `i` continues `parents[i]` (each below `i`; `None`: the
