@@ -122,6 +122,16 @@ __device__ __forceinline__ float gdn_group_sum(float x) {
   return x;
 }
 
+// A row's q and k in shared memory as the lanes read them: part p's GDN_CHUNK entries at
+// p * GDN_QK_PART floats, 4 floats of padding apart, so that the four parts' reads of one entry
+// fall in four banks (unpadded, parts 128 bytes apart shared a bank: four-way conflicts on every
+// read of the update). q at 0, k at GDN_QK_K; a lane passes `gdn_update` q and k offset by
+// part * 4, which its entries' indices base + j then land on.
+#define GDN_QK_PART (GDN_CHUNK + 4)
+#define GDN_QK_K (GDN_PARTS * GDN_QK_PART)
+#define GDN_QK_ROW (2 * GDN_QK_K)
+__device__ __forceinline__ int gdn_qk_at(int e) { return e + e / GDN_CHUNK * 4; }
+
 // A lane's part of value column d (entries base + j below dk) of a head's state `st` [dk, dv]
 // into s, zeros where `live` is not set; and back.
 __device__ __forceinline__ void gdn_load_part(float (&s)[GDN_CHUNK], const float *st, int base,
@@ -225,7 +235,7 @@ __device__ __forceinline__ void gdn_tree_run(
     int k_heads, int v_heads, int k_dim, int v_dim, int v_tiled, float eps, int ab_stride,
     int z_stride) {
   extern __shared__ float slot_mem[];
-  __shared__ float qk[2][GDN_TREE_WIN][2 * GDN_MAX_DK];
+  __shared__ float qk[2][GDN_TREE_WIN][GDN_QK_ROW];
   __shared__ float vs[2][GDN_TREE_WIN][COLS];
   __shared__ float ab[2][GDN_TREE_WIN][2];  // b, a
   __shared__ float gate[GDN_TREE_WIN][2];   // beta, decay
@@ -256,12 +266,12 @@ __device__ __forceinline__ void gdn_tree_run(
   // Copy the inputs of the walk's rows t0 .. t0 + GDN_TREE_WIN into buffer bf.
   auto stage = [&](int bf, int t0) {
     const int m = min(GDN_TREE_WIN, n - t0);
-    for (int i = threadIdx.x; i < m * 2 * k_dim; i += blockDim.x) {
-      const int r = i / (2 * k_dim), e = i % (2 * k_dim);
-      const int row = sched != nullptr ? GDN_OP_ROW(ops[1 + t0 + r]) : t0 + r;
-      const bool isk = e >= k_dim;
-      const int at = (isk ? k_heads + hk : hk) * k_dim + (isk ? e - k_dim : e);
-      cp_async4(&qk[bf][r][isk ? GDN_MAX_DK + e - k_dim : e], u + (size_t)row * C + at);
+    for (int r = 0; r < m; r++) {
+      const float *ur = u + (size_t)(sched != nullptr ? GDN_OP_ROW(ops[1 + t0 + r]) : t0 + r) * C;
+      for (int e = threadIdx.x; e < k_dim; e += blockDim.x) {
+        cp_async4(&qk[bf][r][gdn_qk_at(e)], ur + (size_t)hk * k_dim + e);
+        cp_async4(&qk[bf][r][GDN_QK_K + gdn_qk_at(e)], ur + (size_t)(k_heads + hk) * k_dim + e);
+      }
     }
     for (int i = threadIdx.x; i < m * COLS; i += blockDim.x) {
       const int r = i / COLS, c = i % COLS;
@@ -301,8 +311,8 @@ __device__ __forceinline__ void gdn_tree_run(
           s[j] = lane_slots[(restore - 1) * stride + j * blockDim.x];
       }
       const float v = col ? vs[bf][r][dl] : 0.f;
-      const float o =
-          gdn_update(s, qk[bf][r], qk[bf][r] + GDN_MAX_DK, v, gate[r][1], gate[r][0], base, k_dim);
+      const float *q = qk[bf][r] + part * 4;
+      const float o = gdn_update(s, q, q + GDN_QK_K, v, gate[r][1], gate[r][0], base, k_dim);
       if (save) {
 #pragma unroll
         for (int j = 0; j < GDN_CHUNK; j++) lane_slots[(save - 1) * stride + j * blockDim.x] = s[j];
@@ -394,7 +404,7 @@ struct GdnLayer {
 extern "C" __global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
     gdn_commit(const GdnLayer *__restrict__ layers, const unsigned *__restrict__ commit, int C,
                int taps, int k_heads, int v_heads, int k_dim, int v_dim, int v_tiled) {
-  __shared__ float qk[2 * GDN_MAX_DK];
+  __shared__ float qk[GDN_QK_ROW];
   pdl_enter();
   const int len = (int)commit[0];
   const bool zero = commit[1] != 0u;
@@ -430,15 +440,15 @@ extern "C" __global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
     const float *ur = L.u + (size_t)row * C;
     __syncthreads();
     for (int i = threadIdx.x; i < k_dim; i += blockDim.x) {
-      qk[i] = ur[(size_t)hk * k_dim + i];
-      qk[GDN_MAX_DK + i] = ur[(size_t)(k_heads + hk) * k_dim + i];
+      qk[gdn_qk_at(i)] = ur[(size_t)hk * k_dim + i];
+      qk[GDN_QK_K + gdn_qk_at(i)] = ur[(size_t)(k_heads + hk) * k_dim + i];
     }
     __syncthreads();
     float beta, decay;
     const float *ab = L.ab + (size_t)row * 2 * v_heads;
     gdn_gates(ab[h], ab[v_heads + h], L.a_neg[h], L.dt_bias[h], beta, decay);
     const float v = col ? ur[(size_t)2 * k_heads * k_dim + (size_t)h * v_dim + d] : 0.f;
-    gdn_update(s, qk, qk + GDN_MAX_DK, v, decay, beta, base, k_dim);
+    gdn_update(s, qk + part * 4, qk + GDN_QK_K + part * 4, v, decay, beta, base, k_dim);
   }
   if (col) gdn_store_part(s, L.s + head, base, d, k_dim, v_dim);
 }

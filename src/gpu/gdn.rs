@@ -39,13 +39,17 @@ pub struct TreeLaunch {
     pub shared: u32,
 }
 
-/// Shared memory a `gdn_tree` launch takes at most (what every CUDA device grants unasked).
-const TREE_SHARED: u32 = 48 * 1024;
+/// Dynamic shared memory a `gdn_tree` launch takes at most: with the kernel's static 17-25 KiB,
+/// within the 99 KiB a block of sm_86, sm_89 and sm_120 cards may opt in to (every tree kernel
+/// is given this much, [`TREE_DYNAMIC`] past the 48 KiB a launch gets unasked).
+pub const TREE_DYNAMIC: u32 = 64 * 1024;
 
 /// The launch that walks `rows` rows of a layer whose value heads are `v_dim` wide, in order or
-/// (`scheduled`) by a schedule read into shared memory, which may branch: a walk with no branch
-/// (a chain, a committed path, one row) one block a whole head; a tree the widest column slice
-/// whose slots fit [`TREE_SHARED`] (`TREESPEC_GDN_COLS` or the selftest may choose another).
+/// (`scheduled`) by a schedule read into shared memory, which may branch: 16 value columns a
+/// block, or 8 where a tree's saved states would not fit [`TREE_DYNAMIC`] (the widths measured
+/// fastest on the 27B's layer, for chains, trees and one row alike: BENCHMARKS.md section 42).
+/// `TREESPEC_GDN_COLS` or the selftest may choose another width (the whole head a block gates
+/// and norms its rows itself; the others leave that to `gdn_norm`).
 pub fn tree_launch(
     rows: usize,
     scheduled: bool,
@@ -58,12 +62,9 @@ pub fn tree_launch(
             .and_then(|v| v.parse::<usize>().ok()),
         c => Some(c),
     };
-    let widths: &[usize] = match (forced, branching) {
-        (Some(c), _) if TREE_COLS.contains(&c) => {
-            &TREE_COLS[TREE_COLS.iter().position(|&w| w == c).unwrap_or(0)..]
-        }
-        (_, false) => &[MAX_V_DIM],
-        (_, true) => &TREE_COLS[1..],
+    let widths: &[usize] = match forced.and_then(|c| TREE_COLS.iter().position(|&w| w == c)) {
+        Some(at) => &TREE_COLS[at..],
+        None => &TREE_COLS[2..],
     };
     let branching = branching && gdn_walk::slots(rows) > 0;
     let slots = if branching { gdn_walk::slots(rows) } else { 0 };
@@ -72,7 +73,7 @@ pub fn tree_launch(
         let threads = (PARTS * cols.min(v_dim)).next_multiple_of(32) as u32;
         let entries = if scheduled { rows + 1 } else { 0 };
         let shared = gdn_walk::shared_bytes(slots, threads, entries);
-        if shared <= TREE_SHARED {
+        if shared <= TREE_DYNAMIC {
             let kernel = TREE_KERNELS[TREE_COLS.iter().position(|&w| w == cols).unwrap_or(0)];
             return Ok(TreeLaunch {
                 kernel,
@@ -86,7 +87,7 @@ pub fn tree_launch(
     }
     Err(Error::InvalidArgument(format!(
         "a Gated DeltaNet tree of {rows} rows (its saved states pass the GPU kernel's {} KiB)",
-        TREE_SHARED / 1024
+        TREE_DYNAMIC / 1024
     )))
 }
 
@@ -278,7 +279,7 @@ fn host_forced() -> bool {
 }
 
 #[cfg(feature = "cuda")]
-mod cuda {
+pub(crate) mod cuda {
     use super::{gdn_walk, Block, State, Weights};
     use crate::error::{Error, Result};
     use crate::gpu::modules::{func, Module};
@@ -460,6 +461,7 @@ mod cuda {
         let launch = super::tree_launch(rows, walk.is_some(), branching, l.v_dim)?;
         let stream = dev.cuda_stream();
         let f = func(dev, Module::Gdn, launch.kernel)?;
+        allow_tree_shared(&f)?;
         let null = 0u64;
         let opt = |t: Option<&Tensor>| t.map_or(Ok(null), |t| ptr(t, dev));
         let sched = match walk {
@@ -533,6 +535,13 @@ mod cuda {
         Ok(())
     }
 
+    /// Let a `gdn_tree` kernel take [`super::TREE_DYNAMIC`] bytes of dynamic shared memory.
+    pub(crate) fn allow_tree_shared(f: &cudarc::driver::CudaFunction) -> Result<()> {
+        let attr = cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        f.set_attribute(attr, super::TREE_DYNAMIC as i32)
+            .map_err(driver)
+    }
+
     /// `gdn_norm` over the raw outputs `out` `[n, hv * dv]` of `n` rows, in place.
     fn norm(dev: &CudaDevice, w: &Weights, out: &Tensor, z: &Tensor, n: usize) -> Result<()> {
         let l = &w.shape;
@@ -604,29 +613,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_walk_with_no_branch_takes_the_whole_head_a_block() {
+    fn a_walk_takes_sixteen_columns_a_block_where_its_saved_states_fit() {
         for (rows, scheduled) in [(1, true), (64, false), (4096, false)] {
             let l = tree_launch(rows, scheduled, false, 128).unwrap();
-            assert_eq!((l.kernel, l.threads, l.fused, l.slots), ("gdn_tree128", 512, true, 0));
+            assert_eq!(
+                (l.kernel, l.threads, l.fused, l.slots),
+                ("gdn_tree16", 64, false, 0)
+            );
             assert_eq!(l.shared, if scheduled { 8 } else { 0 });
         }
-        // A narrow head: the threads its columns need.
+        let l = tree_launch(64, true, true, 128).unwrap();
+        assert_eq!(
+            (l.kernel, l.cols, l.fused, l.slots),
+            ("gdn_tree16", 16, false, 5)
+        );
+        assert_eq!(l.shared, 5 * 32 * 64 * 4 + 4 * 65);
+        // A narrow head: the whole head in one block of the threads its columns need.
         let l = tree_launch(3, false, false, 16).unwrap();
         assert_eq!((l.threads, l.fused), (64, true));
     }
 
     #[test]
-    fn a_tree_takes_the_widest_slice_whose_saved_states_fit() {
-        let l = tree_launch(64, true, true, 128).unwrap();
-        assert_eq!((l.kernel, l.cols, l.fused, l.slots), ("gdn_tree16", 16, false, 5));
-        assert!(l.shared <= TREE_SHARED);
-        let l = tree_launch(8, true, true, 128).unwrap();
-        assert_eq!((l.cols, l.slots), (32, 2));
-        assert_eq!(l.shared, 2 * 32 * 128 * 4 + 4 * 9);
-        // The largest tree a launch walks, and one past what any width holds.
+    fn a_large_tree_takes_a_narrower_slice_and_a_larger_none() {
         let l = tree_launch(1024, true, true, 128).unwrap();
-        assert_eq!(l.cols, 8);
-        let e = tree_launch(4096, true, true, 128).unwrap_err().to_string();
-        assert!(e.contains("4096 rows"), "{e}");
+        assert_eq!((l.cols, l.slots), (8, 9));
+        assert!(l.shared <= TREE_DYNAMIC);
+        let e = tree_launch(16384, true, true, 128).unwrap_err().to_string();
+        assert!(e.contains("16384 rows"), "{e}");
     }
 }

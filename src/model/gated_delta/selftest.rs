@@ -188,7 +188,7 @@ fn layer_check(
 }
 
 /// The kernels against themselves: a chain of 19 rows in one block (over two of the kernel's
-/// windows of eight rows and a short third), the same a column slice a block, as 19 one-row
+/// windows of eight rows and a short third), the same at the kernel's other widths, as 19 one-row
 /// blocks (committed alternately through the kept state and through a commit launch), and its
 /// first rows as a branch of a tree, bit for bit.
 fn invariance_check(
@@ -223,8 +223,9 @@ fn invariance_check(
     let (whole, _, last) = g.block((&c, &z, &a, &b), &chain, &zero, true)?;
     let last = last.ok_or_else(|| Error::Device("a chain without its last state".into()))?;
     let want = bits(&whole)?;
-    // The chain a column slice a block (its outputs normed by `gdn_norm`): the same bits.
-    for cols in [32, 16, 8] {
+    // The chain at the kernel's other widths (the whole head a block gating and norming its
+    // rows itself, 32 and 8 columns a block): the same bits.
+    for cols in [128, 32, 8] {
         let (o_whole, _, o_last) = crate::gpu::gdn::with_tree_cols(cols, || {
             g.block((&c, &z, &a, &b), &chain, &zero, true)
         })?;
@@ -232,7 +233,7 @@ fn invariance_check(
             o_last.ok_or_else(|| Error::Device("a chain without its last state".into()))?;
         if bits(&o_whole)? != want || o_last.to_host()? != last.to_host()? {
             return Err(Error::Device(format!(
-                "Gated DeltaNet kernels: gdn_tree{cols} and the whole head's differ on a chain"
+                "Gated DeltaNet kernels: gdn_tree{cols} and gdn_tree16 differ on a chain"
             )));
         }
     }

@@ -236,22 +236,7 @@ impl GpuStep {
         // the state (each block its own columns, read before written).
         unsafe { bld.launch(self.on(), cfg) }.map_err(driver)?;
         if !launch.fused {
-            let mut bld = Launch::new(&f.norm);
-            bld.arg(&att)
-                .arg(&zp)
-                .arg(&g.norm)
-                .arg(&hv_i)
-                .arg(&vd_i)
-                .arg(eps)
-                .arg(&width);
-            let cfg = LaunchConfig {
-                grid_dim: (hv as u32, n as u32, 1),
-                block_dim: (gdn_threads(sh), 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: att holds n rows of hv * dv raw outputs, normed in place; z the proj
-            // rows' columns.
-            unsafe { bld.launch(self.on(), cfg) }.map_err(driver)?;
+            self.gdn_norm(n, att, zp, &g.norm, (&f.norm, sh, *eps), width)?;
         }
         if whole {
             let last = n as i32 - 1;
@@ -275,6 +260,37 @@ impl GpuStep {
         }
         // The gated outputs to Q8_1 (or f16) for the out projection.
         self.gdn_quant(n, att, hv * vd, (q8, f16))
+    }
+
+    /// `gdn_norm` over a layer's `n` rows of raw outputs at `att` (in place), the gate `z` in the
+    /// projection rows (`width` apart), the norm's weight at `norm`.
+    fn gdn_norm(
+        &self,
+        n: usize,
+        att: u64,
+        z: u64,
+        norm: &u64,
+        (f, sh, eps): (&CudaFunction, &crate::arch::config::LinearAttention, f32),
+        width: i32,
+    ) -> Result<()> {
+        let (hv, vd) = (sh.v_heads as i32, sh.v_dim as i32);
+        let mut bld = Launch::new(f);
+        bld.arg(&att)
+            .arg(&z)
+            .arg(norm)
+            .arg(&hv)
+            .arg(&vd)
+            .arg(&eps)
+            .arg(&width);
+        let cfg = LaunchConfig {
+            grid_dim: (sh.v_heads as u32, n as u32, 1),
+            block_dim: (gdn_threads(sh), 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: att holds n rows of hv * dv raw outputs, normed in place; z the proj rows'
+        // columns; the norm's weight dv.
+        unsafe { bld.launch(self.on(), cfg) }.map_err(driver)?;
+        Ok(())
     }
 
     /// The `n` rows of `width` gated outputs at `att` quantised for the out projection: to

@@ -382,7 +382,11 @@ pub(super) fn load_funcs(
                     conv: g("gdn_conv")?,
                     trees: crate::gpu::gdn::TREE_KERNELS
                         .iter()
-                        .map(|&k| Ok((k, g(k)?)))
+                        .map(|&k| {
+                            let f = g(k)?;
+                            crate::gpu::gdn::cuda::allow_tree_shared(&f)?;
+                            Ok((k, f))
+                        })
                         .collect::<Result<_>>()?,
                     norm: g("gdn_norm")?,
                     window: g("gdn_window")?,
