@@ -1,7 +1,7 @@
 //! The Gated DeltaNet layer's convolution and recurrence on the GPU (`kernels/gdn.cu`), for a
 //! block of rows each continuing its parent row (a prompt or a chain walked in order, a draft
-//! tree one row a thread block over its path) from the committed state, which stays on the
-//! device. No row's state is kept: committing a path is one more launch over its last row.
+//! tree walked depth first, [`gdn_walk`]) from the committed state, which stays on the device.
+//! No row's state is kept in device memory: committing a path is one more walk, of its rows.
 //! The CPU reference is the host recurrence in [`crate::model::gated_delta`], which also holds
 //! the bookkeeping (pending blocks, kept paths) both share; its `selftest` compares the two.
 
