@@ -44,6 +44,13 @@ pub struct TreeLaunch {
 /// is given this much, [`TREE_DYNAMIC`] past the 48 KiB a launch gets unasked).
 pub const TREE_DYNAMIC: u32 = 64 * 1024;
 
+/// Static shared memory of `gdn_tree{cols}` (its arrays in `kernels/gdn.cu`: two buffers of
+/// eight rows' padded q and k, their values and gates, the gates, the norm's sums).
+pub fn tree_static(cols: usize) -> u32 {
+    let win = 8;
+    (4 * (2 * win * 2 * 4 * 36 + 2 * win * cols + 2 * win * 2 + win * 2 + 32)) as u32
+}
+
 /// The launch that walks `rows` rows of a layer whose value heads are `v_dim` wide, in order or
 /// (`scheduled`) by a schedule read into shared memory, which may branch: 16 value columns a
 /// block, or 8 where a tree's saved states would not fit [`TREE_DYNAMIC`] (the widths measured
@@ -631,6 +638,16 @@ mod tests {
         // A narrow head: the whole head in one block of the threads its columns need.
         let l = tree_launch(3, false, false, 16).unwrap();
         assert_eq!((l.threads, l.fused), (64, true));
+    }
+
+    #[test]
+    fn every_width_fits_the_smallest_opt_in() {
+        // sm_86, sm_89 and sm_120 give a block at most 99 KiB; ptxas reports gdn_tree16's
+        // static shared memory as 19776 bytes.
+        assert_eq!(tree_static(16), 19776);
+        for cols in TREE_COLS {
+            assert!(tree_static(cols) + TREE_DYNAMIC <= 99 * 1024, "{cols}");
+        }
     }
 
     #[test]
