@@ -148,14 +148,15 @@ __device__ __forceinline__ void gdn_store_part(const float (&s)[GDN_CHUNK], floa
     if (base + j < k_dim) st[(size_t)(base + j) * v_dim + d] = s[j];
 }
 
-// One row's update of a lane's part of a state column (its entries `base + j`, those below dk)
-// and the row's output for the column.
+// One row's update of a lane's part of a state column (its entries `base + j`, those below dk;
+// FULL: every entry, dk being GDN_MAX_DK) and the row's output for the column.
+template <bool FULL = false>
 __device__ __forceinline__ float gdn_update(float (&s)[GDN_CHUNK], const float *q, const float *k,
                                             float v, float decay, float beta, int base, int k_dim) {
   float kv = 0.f;
 #pragma unroll
   for (int j = 0; j < GDN_CHUNK; j++) {
-    if (base + j < k_dim) {
+    if (FULL || base + j < k_dim) {
       s[j] = __fmul_rn(s[j], decay);
       kv = __fadd_rn(kv, __fmul_rn(s[j], k[base + j]));
     }
@@ -164,7 +165,7 @@ __device__ __forceinline__ float gdn_update(float (&s)[GDN_CHUNK], const float *
   float o = 0.f;
 #pragma unroll
   for (int j = 0; j < GDN_CHUNK; j++) {
-    if (base + j < k_dim) {
+    if (FULL || base + j < k_dim) {
       s[j] = __fadd_rn(s[j], __fmul_rn(k[base + j], delta));
       o = __fadd_rn(o, __fmul_rn(s[j], q[base + j]));
     }
@@ -226,7 +227,7 @@ __device__ __forceinline__ void gdn_norm_out(float o, float *red, float *__restr
 // [hv, dk, dv] committed; out: [n, hv * dv], the raw outputs (`gdn_norm` gates and norms them
 // in place) or, where `z` is set (a block holds the whole head: gridDim.y 1), the gated
 // outputs; s_out: the state after `state_row`, or null.
-template <int COLS>
+template <int COLS, bool FULL = false>
 __device__ __forceinline__ void gdn_tree_run(
     const float *__restrict__ u, const float *__restrict__ a, const float *__restrict__ b,
     const float *__restrict__ z, const float *__restrict__ a_neg,
@@ -312,7 +313,8 @@ __device__ __forceinline__ void gdn_tree_run(
       }
       const float v = col ? vs[bf][r][dl] : 0.f;
       const float *q = qk[bf][r] + part * 4;
-      const float o = gdn_update(s, q, q + GDN_QK_K, v, gate[r][1], gate[r][0], base, k_dim);
+      const float o =
+          gdn_update<FULL>(s, q, q + GDN_QK_K, v, gate[r][1], gate[r][0], base, k_dim);
       if (save) {
 #pragma unroll
         for (int j = 0; j < GDN_CHUNK; j++) lane_slots[(save - 1) * stride + j * blockDim.x] = s[j];
