@@ -304,8 +304,9 @@ __device__ __forceinline__ void gdn_tree_run(
                 gate[threadIdx.x][0], gate[threadIdx.x][1]);
     __syncthreads();
     for (int r = 0; r < m; r++) {
-      const unsigned op = sched != nullptr ? ops[1 + t0 + r] : (unsigned)(t0 + r);
-      const int row = GDN_OP_ROW(op), restore = GDN_OP_RESTORE(op), save = GDN_OP_SAVE(op);
+      const unsigned op = sched != nullptr ? ops[1 + t0 + r] : 0u;  // a chain: no slot
+      const int row = sched != nullptr ? GDN_OP_ROW(op) : t0 + r;
+      const int restore = GDN_OP_RESTORE(op), save = GDN_OP_SAVE(op);
       if (restore) {
 #pragma unroll
         for (int j = 0; j < GDN_CHUNK; j++)
@@ -354,14 +355,14 @@ GDN_TREE(16)
 GDN_TREE(32)
 GDN_TREE(128)
 
-// Grid (v_heads, n), block GDN_PARTS * dv rounded up to a warp: `gdn_tree`'s raw outputs `out`
+// Grid (n, v_heads), block GDN_PARTS * dv rounded up to a warp: `gdn_tree`'s raw outputs `out`
 // [n, hv * dv] gated and normed in place (gdn_norm_out, as the whole-head width does it).
 extern "C" __global__ void __launch_bounds__(GDN_PARTS * GDN_MAX_DV)
     gdn_norm(float *out, const float *__restrict__ z, const float *__restrict__ norm_w,
              int v_heads, int v_dim, float eps, int z_stride) {
   __shared__ float red[32];
   pdl_enter();
-  const int h = blockIdx.x, row = blockIdx.y;
+  const int row = blockIdx.x, h = blockIdx.y;  // rows on x: a chain may pass 65535 rows
   const int d = threadIdx.x / GDN_PARTS, part = threadIdx.x % GDN_PARTS;
   const bool col = d < v_dim;
   const size_t at = (size_t)row * v_heads * v_dim + (size_t)h * v_dim + d;

@@ -39,9 +39,9 @@ pub struct TreeLaunch {
     pub shared: u32,
 }
 
-/// Dynamic shared memory a `gdn_tree` launch takes at most: with the kernel's static 17-25 KiB,
-/// within the 99 KiB a block of sm_86, sm_89 and sm_120 cards may opt in to (every tree kernel
-/// is given this much, [`TREE_DYNAMIC`] past the 48 KiB a launch gets unasked).
+/// Dynamic shared memory a `gdn_tree` launch takes at most: with the kernel's static 19-27 KiB
+/// ([`tree_static`]), within the 99 KiB a block of sm_86, sm_89 and sm_120 cards may opt in to
+/// (every tree kernel is given this much, past the 48 KiB a launch gets unasked).
 pub const TREE_DYNAMIC: u32 = 64 * 1024;
 
 /// Static shared memory of `gdn_tree{cols}` (its arrays in `kernels/gdn.cu`: two buffers of
@@ -93,7 +93,7 @@ pub fn tree_launch(
         }
     }
     Err(Error::InvalidArgument(format!(
-        "a Gated DeltaNet tree of {rows} rows (its saved states pass the GPU kernel's {} KiB)",
+        "a Gated DeltaNet walk of {rows} rows (its saved states and order pass the GPU kernel's {} KiB)",
         TREE_DYNAMIC / 1024
     )))
 }
@@ -566,7 +566,7 @@ pub(crate) mod cuda {
             .arg(&w.eps)
             .arg(&z_stride);
         let cfg = LaunchConfig {
-            grid_dim: (l.v_heads as u32, n as u32, 1),
+            grid_dim: (n as u32, l.v_heads as u32, 1),
             block_dim: ((super::PARTS * l.v_dim).next_multiple_of(32) as u32, 1, 1),
             shared_mem_bytes: 0,
         };

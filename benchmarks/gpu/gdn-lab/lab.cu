@@ -244,7 +244,7 @@ int main(int argc, char **argv) {
         k.f<<<dim3(hv, (dv + k.cols - 1) / k.cols), threads, smem>>>(
             du, da + hv, db, fused ? dz : nullptr, dan, ddt, dnw, ds0, dsc, out, nullptr, n,
             slots, -1, kh, hv, dk, dv, 0, 1e-6f, ab, zs);
-        if (!fused) gdn_norm<<<dim3(hv, n), GDN_PARTS * dv>>>(out, dz, dnw, hv, dv, 1e-6f, zs);
+        if (!fused) gdn_norm<<<dim3(n, hv), GDN_PARTS * dv>>>(out, dz, dnw, hv, dv, 1e-6f, zs);
       });
       std::vector<float> o((size_t)n * zs);
       CK(cudaMemcpy(o.data(), out, o.size() * 4, cudaMemcpyDeviceToHost));

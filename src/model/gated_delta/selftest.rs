@@ -291,6 +291,17 @@ fn invariance_check(
     );
     let (tree_out, block, none) = g.block((&tc, &tz, &ta, &tb), &parents, &zero, true)?;
     let tree_bits = bits(&tree_out)?;
+    // The tree at the kernel's other widths that hold its saved states: the same bits.
+    for cols in [32, 8] {
+        let (other, _, _) = crate::gpu::gdn::with_tree_cols(cols, || {
+            g.block((&tc, &tz, &ta, &tb), &parents, &zero, true)
+        })?;
+        if bits(&other)? != tree_bits {
+            return Err(Error::Device(format!(
+                "Gated DeltaNet kernels: gdn_tree{cols} and gdn_tree16 differ on a tree"
+            )));
+        }
+    }
     let row_bits = |r: usize, of: &[u32]| of[r * hv * vd..(r + 1) * hv * vd].to_vec();
     let same = [(0usize, 0usize), (1, 1), (3, 2), (5, 3), (6, 4)]
         .iter()

@@ -283,7 +283,7 @@ impl GpuStep {
             .arg(&eps)
             .arg(&width);
         let cfg = LaunchConfig {
-            grid_dim: (sh.v_heads as u32, n as u32, 1),
+            grid_dim: (n as u32, sh.v_heads as u32, 1),
             block_dim: (gdn_threads(sh), 1, 1),
             shared_mem_bytes: 0,
         };
@@ -320,7 +320,7 @@ impl GpuStep {
     }
 }
 
-/// Threads of the recurrence and fold kernels: four lanes a value column, whole warps.
+/// Threads of the norm and fold kernels (`gdn_norm`, `gdn_commit`): four lanes a value column, whole warps.
 fn gdn_threads(l: &crate::arch::config::LinearAttention) -> u32 {
     (4 * l.v_dim).next_multiple_of(32) as u32
 }

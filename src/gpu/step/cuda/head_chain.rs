@@ -200,14 +200,14 @@ impl GpuStep {
                 host[cu.out_slots + r] = if r + 1 == n { 0 } else { u32::MAX };
             }
             let keys = VisibleKeys::causal(n, start);
-            host[cu.table..cu.len].copy_from_slice(&keys.packed_to(2));
+            host[cu.table..cu.gdn].copy_from_slice(&keys.packed_to(2));
         }
         for (j, block) in host[cu_len..].chunks_mut(meta.len).take(steps).enumerate() {
             let p = first + j;
             block[meta.pos] = p as u32;
             block[meta.slots] = p as u32;
             block[meta.out_slots] = 0;
-            block[meta.table..].copy_from_slice(&VisibleKeys::one_causal(p).packed_to(2));
+            block[meta.table..meta.gdn].copy_from_slice(&VisibleKeys::one_causal(p).packed_to(2));
         }
         let chunks = crate::gpu::attention::chunks_upto(first + steps).next_power_of_two();
         self.ensure(n.max(1), chunks, host.len(), 0)?;
