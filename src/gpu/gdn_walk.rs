@@ -71,16 +71,20 @@ pub fn schedule(parents: &[Option<usize>]) -> Result<Vec<u32>> {
             stack.push((k, restore, j > 0 && j + 1 == c.len()));
         }
     };
+    // A node of several children takes the next slot (its number plus one), others none.
+    let take = |live: &mut u32, children: usize| -> u32 {
+        match children >= 2 {
+            true => {
+                *live += 1;
+                *live
+            }
+            false => 0,
+        }
+    };
     let mut live = 0u32;
     let mut out = Vec::with_capacity(n + 1);
     let root = order(n);
-    let root_save = match root.len() >= 2 {
-        true => {
-            live += 1;
-            live
-        }
-        false => 0,
-    };
+    let root_save = take(&mut live, root.len());
     out.push(root_save);
     push(&mut stack, &root, root_save);
     while let Some((v, restore, free)) = stack.pop() {
@@ -88,13 +92,7 @@ pub fn schedule(parents: &[Option<usize>]) -> Result<Vec<u32>> {
             live -= 1;
         }
         let c = order(v);
-        let save = match c.len() >= 2 {
-            true => {
-                live += 1;
-                live
-            }
-            false => 0,
-        };
+        let save = take(&mut live, c.len());
         debug_assert!(live as usize <= slots(n));
         out.push(v as u32 | restore << 16 | save << 24);
         push(&mut stack, &c, save);

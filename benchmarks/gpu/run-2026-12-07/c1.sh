@@ -12,9 +12,7 @@ for t in "64 binary" "64 random" "64 star" "64 chain" "16 binary" "8 chain" "1 s
   /tmp/gdnlab $t | tee -a $OUT/gdnlab.md
 done
 echo "== synth at ${SECONDS}s"
-[ -f $S/q08.gguf ] || $B synth --shape qwen3.5-0.8b --tokenizer-from $S/tok.gguf --out $S/q08.gguf > /dev/null 2>&1 &
-[ -f $S/q8b.gguf ] || $B synth --shape qwen3-8b --tokenizer-from $S/tok.gguf --out $S/q8b.gguf > /dev/null 2>&1 &
-[ -f $S/q27.gguf ] || $B synth --shape qwen3.6-27b --tokenizer-from $S/tok.gguf --out $S/q27.gguf > /dev/null 2>&1 &
+stage_synth q08 q8b q27
 wait
 for m in q08 q8b; do
   TREESPEC_MMQ=1 timeout 150 $B selftest --device cuda -m $S/$m.gguf > $OUT/selftest-$m-mmq1.txt 2>&1

@@ -8,9 +8,9 @@
 # time allows, the 8B shape's selftest, the 27B pass by stage, Nsight Compute on gdn_tree16.
 source benchmarks/gpu/lib.sh
 export PATH=/usr/local/cuda-13.0/bin:$PATH
-[ -f $S/q08.gguf ] || $B synth --shape qwen3.5-0.8b --tokenizer-from $S/tok.gguf --out $S/q08.gguf > /dev/null 2>&1 &
+stage_synth q08
 P08=$!
-[ -f $S/q27.gguf ] || $B synth --shape qwen3.6-27b --tokenizer-from $S/tok.gguf --out $S/q27.gguf > /dev/null 2>&1 &
+stage_synth q27
 P27=$!
 nvcc -arch=sm_90 -O3 -I kernels -o /tmp/gdnlab benchmarks/gpu/gdn-lab/lab.cu 2>&1 | head -5
 for t in "64 binary" "64 random" "64 chain" "8 chain" "1 star"; do
