@@ -241,7 +241,7 @@ fn model_bytes(files: &ModelFiles) -> u64 {
 }
 
 /// The smallest GGUF model in `dir` that can draft for `target`: not the target itself, not an
-/// MTP head, at most [`AUTO_DRAFTER_MAX_SHARE`]-th of the target's bytes, with exactly its
+/// MTP head, at most `AUTO_DRAFTER_MAX_SHARE`-th of the target's bytes, with exactly its
 /// vocabulary. Files that cannot be read are passed over.
 pub fn drafter_in_cache(dir: &std::path::Path, target: &LoadedModel) -> Option<std::path::PathBuf> {
     let limit = model_bytes(&target.files) / AUTO_DRAFTER_MAX_SHARE;

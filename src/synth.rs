@@ -320,7 +320,7 @@ pub struct RealTokenizer {
 }
 
 /// Read the tokenizer of the GGUF model at `path`, for a synthetic model that llama.cpp loads
-/// (llama.cpp refuses the filler vocabulary [`write`] makes by itself: it has no merges).
+/// (llama.cpp refuses the filler vocabulary [`write`](fn@write) makes by itself: it has no merges).
 pub fn tokenizer_from(path: &Path) -> Result<RealTokenizer> {
     let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let content = gguf_file::Content::read(&mut file).map_err(|e| {

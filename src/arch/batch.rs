@@ -1,7 +1,7 @@
 //! What a forward pass takes and gives: the new tokens of a block with their positions, what
 //! each may see (a draft tree's mask over the block, over earlier passes' rows), which rows'
 //! logits and which layers' hidden states to return ([`Batch`], [`ForwardOutput`]); and the
-//! block's tree as a hybrid model's recurrent layers read it ([`block_parents`]), and what of the
+//! block's tree as a hybrid model's recurrent layers read it (`block_parents`), and what of the
 //! last block such a layer folds into its state ([`Fold`]).
 
 use crate::error::{Error, Result};

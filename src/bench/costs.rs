@@ -192,7 +192,7 @@ const SHARPEN: f64 = 30.0;
 /// [`ROUND_COMMITS`] new positions, a block, the target's LM head on its rows), the per-depth top-K
 /// (K = B) to the host, the DDTree build, the target's verify pass with the drafter's feature
 /// layers copied out, and the walk with the K/V compaction of a path of up to [`ROUND_COMMITS`]
-/// nodes; then the round's sum. The tree is built from the drafter's logits times [`SHARPEN`], so
+/// nodes; then the round's sum. The tree is built from the drafter's logits times `SHARPEN`, so
 /// that it is deep. `step` is the target's decode step in ms ([`measure_costs`]), which the
 /// rows are relative to. The drafter's features are random: its timing does not depend on them.
 pub fn measure_dflash_costs(

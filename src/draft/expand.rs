@@ -1,4 +1,4 @@
-//! Draft trees grown by the drafter itself (a causal drafter, or an MTP head: [`grow`]), for
+//! Draft trees grown by the drafter itself (a causal drafter, or an MTP head: `grow`), for
 //! `tree` mode with `expand` > 0.
 //!
 //! DDTree (arXiv:2604.12989) builds its tree from one distribution per depth. A drafter's depth-d
@@ -169,7 +169,7 @@ pub(super) fn grow(
 
 impl CausalDrafter {
     /// Grow a draft tree after `seq`: at most `budget` nodes, `depth` deep, expanding the `width`
-    /// most probable nodes of each depth with one drafter pass per depth ([`grow`]).
+    /// most probable nodes of each depth with one drafter pass per depth (`grow`).
     ///
     /// With `min_chain_prob` > 0, growth stops once the most probable node of the newest depth
     /// has a path probability below it (as [`CausalDrafter::draft`] stops its chain). The cache

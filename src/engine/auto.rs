@@ -12,7 +12,7 @@
 //! up, a step that paid a one-off cost (a new CUDA graph shape, a drafter catching up) is run again
 //! instead of measured, and `ar` is measured every [`AR_PROBE_EVERY`] steps whatever leads (every
 //! [`AR_PROBE_CLOSE`] while the lead is small), its estimate following new measurements quickly
-//! ([`AR_EMA`]), so that neither a one-off slow step nor a context that has changed since keeps
+//! (`AR_EMA`), so that neither a one-off slow step nor a context that has changed since keeps
 //! `auto` from plain decoding. A probe of a losing arm is a step run slower than it could be, and
 //! where drafting is dear (a GPU on which a drafter step costs most of a target step) one probe
 //! costs ten plain steps: so probes are also held to a share of the time ([`PROBE_SHARE`]), and
@@ -185,7 +185,7 @@ impl Planner {
 
     /// A new answer starts: while `ar` leads (and every arm is warm), its first [`LOOK_STEPS`]
     /// steps run the speculative arm with the best estimate, measured with weight
-    /// [`LOOK_EMA`] and not held to the probe share.
+    /// `LOOK_EMA` and not held to the probe share.
     pub fn begin_answer(&mut self) {
         let warm = self.arms.iter().all(|a| a.pulls >= WARM_UP_PULLS);
         self.look = if warm && self.best == 0 && self.arms.len() > 1 {

@@ -127,7 +127,7 @@ impl StepEvent {
     }
 }
 
-/// What [`Engine::begin`] did with a prompt.
+/// What [`crate::engine::Engine::begin`] did with a prompt.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Prefill {
     /// Time to read the rows that were not cached.
@@ -137,7 +137,7 @@ pub struct Prefill {
     pub cached: usize,
 }
 
-/// The result of [`Engine::generate`].
+/// The result of [`crate::engine::Engine::generate`].
 #[derive(Debug, Clone)]
 pub struct Outcome {
     /// The answer's tokens (without the stop token).

@@ -3,10 +3,10 @@
 //! depends only on those keys and its query, never on the other rows of the pass. On the GPU this
 //! is two launches per layer (chunks of 32 to 128 ranks, then their combination) in place of
 //! candle's matmul / scale / mask / softmax / matmul / transpose chain. On the host [`attention`]
-//! runs each row and head whole on one thread ([`host`]), so the CPU's passes are batch-invariant
+//! runs each row and head whole on one thread (`host`), so the CPU's passes are batch-invariant
 //! too (candle's matmuls are not: their summation order depends on the rows of the pass, which
 //! made a verify pass and a one-token step differ in the last bits and a near tie flip);
-//! [`reference`] is the definition both are tested against.
+//! [`reference`](fn@reference) is the definition both are tested against.
 
 use crate::arch::visible::VisibleKeys;
 use crate::error::{Error, Result};
@@ -22,7 +22,7 @@ const FEW_CHUNKS: usize = 16;
 
 /// Ranks a chunk of `attention_chunk_f32` holds for a row that sees `count` keys: `fixed` where it
 /// is not 0, else ("by count") the fewest of 32 and 64 that cut the row into at most
-/// [`FEW_CHUNKS`] chunks, else [`CHUNK`] (`att_chunk_ranks` in `kernels/attention.cu`). By count,
+/// `FEW_CHUNKS` chunks, else [`CHUNK`] (`att_chunk_ranks` in `kernels/attention.cu`). By count,
 /// a one-row step over a few hundred keys is a few more blocks, each a shorter chain, while a long
 /// context keeps chunks of 128, whose partials cost less to combine: each size was the fastest
 /// step in its range on the H200 (BENCHMARKS.md, section 33). It depends on the row's own count of
@@ -92,7 +92,7 @@ pub const HEAD_DIM_MAX: usize = 256;
 /// Can [`attention`] run heads of this shape on `device`? (Head dimension a multiple of 32 up to
 /// [`HEAD_DIM_MAX`], query heads a multiple of the K/V heads; on a GPU also at most 32 query
 /// heads a K/V head, a warp each in one block, and a block's shared memory within
-/// [`CHUNK_SMEM_MAX`]: limits of the kernel, not of the host's path.)
+/// `CHUNK_SMEM_MAX`: limits of the kernel, not of the host's path.)
 pub fn supports(n_heads: usize, n_kv_heads: usize, head_dim: usize, device: &Device) -> bool {
     let shape = head_dim.is_multiple_of(32)
         && head_dim <= HEAD_DIM_MAX

@@ -10,7 +10,7 @@
 //! 4. a row's terms added in chunks of [`chunk_size`] super-blocks, each chunk from +0 in order,
 //!    then the chunks' sums from +0 in order ([`Fold`]).
 //!
-//! [`reference`] is the contract on the CPU, bit for bit what every kernel computes;
+//! [`reference`](fn@reference) is the contract on the CPU, bit for bit what every kernel computes;
 //! `treespec selftest` checks each kernel against it and every row of a launch against the same
 //! row launched alone. The kernels: `mmq_<fmt>_row` (`_rows2`, `_rows4`) on dp4a for one to four
 //! activation rows, `mmq_<fmt>_t<NT>` on int8 tensor cores (8·NT rows a block) for more; a pass

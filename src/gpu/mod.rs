@@ -3,7 +3,7 @@
 //! reference on any other device.
 //!
 //! - [`row_top_k`], [`row_argmax`] (`topk`): per-row top-k with the log-normaliser; argmax.
-//! - [`attention`] (`attention`): batch-invariant grouped-query attention over per-row key lists.
+//! - [`attention`](mod@attention) (`attention`): batch-invariant grouped-query attention over per-row key lists.
 //! - [`gdn`] (`gdn`): a Gated DeltaNet layer's convolution and recurrence over a chain or a tree.
 //! - [`step`] (`step`, `attention`): the decoder's forward pass, whose quantised products
 //!   (`products`, CUDA builds) run on dp4a (`mmvq`) or tensor cores (`mmtc`, Q4_K and Q6_K) or,

@@ -1,4 +1,4 @@
-//! Wide passes through cuBLAS: from [`wide_rows`] rows on, the GPU step can multiply with f16
+//! Wide passes through cuBLAS: from [`wide_rows_for`] rows on, the GPU step can multiply with f16
 //! copies of the quantised weights (dequantised once, when the step is built; the matrices of
 //! one input, q/k/v and gate/up, back to back) in half-precision GEMMs on the tensor cores,
 //! instead of the quantised tile kernels (`kernels/mmtc.cu`), whose per-group float epilogue

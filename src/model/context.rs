@@ -31,7 +31,7 @@ pub fn bytes_per_token(cfg: &ModelConfig, gpu: bool) -> u64 {
 
 /// The context for a model of `max_position` tokens whose cache takes `per_token` bytes a token,
 /// with `free` bytes beside its weights (`None`: unknown): all of `max_position` where
-/// [`SHARE`] of `free` holds it, else as many [`STEP`]s as it holds, never under [`MIN`] (or
+/// `SHARE` of `free` holds it, else as many `STEP`s as it holds, never under [`MIN`] (or
 /// the model's own, if that is less).
 pub fn fit(max_position: usize, per_token: u64, free: Option<u64>) -> usize {
     let floor = MIN.min(max_position);

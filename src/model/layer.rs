@@ -258,7 +258,7 @@ impl Attention {
     }
 
     /// As [`Attention::attend`], each row over the keys `table` lists for it, through treespec's
-    /// batch-invariant kernel ([`crate::gpu::attention`]).
+    /// batch-invariant kernel ([`crate::gpu::attention`](mod@crate::gpu::attention)).
     pub fn attend_listed(
         &self,
         q: &Tensor,

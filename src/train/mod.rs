@@ -333,7 +333,7 @@ const SELF_PROMPT_TOP_K: usize = crate::gpu::TOP_K_MAX;
 
 /// Prompts the target writes itself (as in Magpie): after `prefix` (the chat template up to an
 /// open user turn), `count` user messages sampled from the target (temperature 1 over its top
-/// [`SELF_PROMPT_TOP_K`] tokens, top-p 0.95) up to a stop token or `max_len` tokens, each
+/// `SELF_PROMPT_TOP_K` tokens, top-p 0.95) up to a stop token or `max_len` tokens, each
 /// returned as its content's token ids; empty and repetitive draws are drawn again (up to three
 /// more rounds). Decoded side by side as [`answers_batched`] does. Deterministic for a `seed` on one device.
 pub fn self_prompts(
