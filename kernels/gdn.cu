@@ -255,20 +255,26 @@ __device__ __forceinline__ void gdn_tree_run(
     for (int i = threadIdx.x; i <= n; i += blockDim.x) ops[i] = sched[i];
     __syncthreads();
   }
-  float *lane_slots = slot_mem + threadIdx.x;
-  const int stride = GDN_CHUNK * blockDim.x;  // one slot
+  // Entry j of this lane's part in slot k; the walk's t-th row.
+  auto slot = [&](int k, int j) -> float & {
+    return slot_mem[(size_t)(k * GDN_CHUNK + j) * blockDim.x + threadIdx.x];
+  };
+  auto row_at = [&](int t) { return sched != nullptr ? GDN_OP_ROW(ops[1 + t]) : t; };
   float s[GDN_CHUNK];
   gdn_load_part(s, s0 + head, base, d, col, k_dim, v_dim);
-  const int root = sched != nullptr ? (int)ops[0] : 0;
-  if (root) {
+  // Save the state held into slot `k` plus one (0: none).
+  auto save_to = [&](int k) {
+    if (k) {
 #pragma unroll
-    for (int j = 0; j < GDN_CHUNK; j++) lane_slots[(root - 1) * stride + j * blockDim.x] = s[j];
-  }
+      for (int j = 0; j < GDN_CHUNK; j++) slot(k - 1, j) = s[j];
+    }
+  };
+  save_to(sched != nullptr ? (int)ops[0] : 0);
   // Copy the inputs of the walk's rows t0 .. t0 + GDN_TREE_WIN into buffer bf.
   auto stage = [&](int bf, int t0) {
     const int m = min(GDN_TREE_WIN, n - t0);
     for (int r = 0; r < m; r++) {
-      const float *ur = u + (size_t)(sched != nullptr ? GDN_OP_ROW(ops[1 + t0 + r]) : t0 + r) * C;
+      const float *ur = u + (size_t)row_at(t0 + r) * C;
       for (int e = threadIdx.x; e < k_dim; e += blockDim.x) {
         cp_async4(&qk[bf][r][gdn_qk_at(e)], ur + (size_t)hk * k_dim + e);
         cp_async4(&qk[bf][r][GDN_QK_K + gdn_qk_at(e)], ur + (size_t)(k_heads + hk) * k_dim + e);
@@ -276,7 +282,7 @@ __device__ __forceinline__ void gdn_tree_run(
     }
     for (int i = threadIdx.x; i < m * COLS; i += blockDim.x) {
       const int r = i / COLS, c = i % COLS;
-      const int row = sched != nullptr ? GDN_OP_ROW(ops[1 + t0 + r]) : t0 + r;
+      const int row = row_at(t0 + r);
       const int dd = blockIdx.y * COLS + c;
       if (dd < v_dim)
         cp_async4(&vs[bf][r][c], u + (size_t)row * C + (size_t)2 * k_heads * k_dim +
@@ -284,7 +290,7 @@ __device__ __forceinline__ void gdn_tree_run(
     }
     for (int i = threadIdx.x; i < 2 * m; i += blockDim.x) {
       const int r = i / 2;
-      const int row = sched != nullptr ? GDN_OP_ROW(ops[1 + t0 + r]) : t0 + r;
+      const int row = row_at(t0 + r);
       cp_async4(&ab[bf][r][i % 2], (i % 2 ? a : b) + (size_t)row * ab_stride + h);
     }
     cp_async_commit();
@@ -305,21 +311,16 @@ __device__ __forceinline__ void gdn_tree_run(
     __syncthreads();
     for (int r = 0; r < m; r++) {
       const unsigned op = sched != nullptr ? ops[1 + t0 + r] : 0u;  // a chain: no slot
-      const int row = sched != nullptr ? GDN_OP_ROW(op) : t0 + r;
-      const int restore = GDN_OP_RESTORE(op), save = GDN_OP_SAVE(op);
+      const int row = row_at(t0 + r), restore = GDN_OP_RESTORE(op);
       if (restore) {
 #pragma unroll
-        for (int j = 0; j < GDN_CHUNK; j++)
-          s[j] = lane_slots[(restore - 1) * stride + j * blockDim.x];
+        for (int j = 0; j < GDN_CHUNK; j++) s[j] = slot(restore - 1, j);
       }
       const float v = col ? vs[bf][r][dl] : 0.f;
       const float *q = qk[bf][r] + part * 4;
       const float o =
           gdn_update<FULL>(s, q, q + GDN_QK_K, v, gate[r][1], gate[r][0], base, k_dim);
-      if (save) {
-#pragma unroll
-        for (int j = 0; j < GDN_CHUNK; j++) lane_slots[(save - 1) * stride + j * blockDim.x] = s[j];
-      }
+      save_to(GDN_OP_SAVE(op));
       if (row == state_row && s_out != nullptr && col)
         gdn_store_part(s, s_out + head, base, d, k_dim, v_dim);
       if (out != nullptr && col && part == 0)
