@@ -69,19 +69,17 @@ pub fn tree_launch(
             .and_then(|v| v.parse::<usize>().ok()),
         c => Some(c),
     };
-    let widths: &[usize] = match forced.and_then(|c| TREE_COLS.iter().position(|&w| w == c)) {
-        Some(at) => &TREE_COLS[at..],
-        None => &TREE_COLS[2..],
-    };
+    let first = forced
+        .and_then(|c| TREE_COLS.iter().position(|&w| w == c))
+        .unwrap_or(2);
     let branching = branching && gdn_walk::slots(rows) > 0;
     let slots = if branching { gdn_walk::slots(rows) } else { 0 };
-    for &cols in widths {
+    for (&cols, &kernel) in TREE_COLS.iter().zip(&TREE_KERNELS).skip(first) {
         let fused = cols >= v_dim;
-        let threads = (PARTS * cols.min(v_dim)).next_multiple_of(32) as u32;
+        let threads = lane_threads(cols.min(v_dim));
         let entries = if scheduled { rows + 1 } else { 0 };
         let shared = gdn_walk::shared_bytes(slots, threads, entries);
         if shared <= TREE_DYNAMIC {
-            let kernel = TREE_KERNELS[TREE_COLS.iter().position(|&w| w == cols).unwrap_or(0)];
             return Ok(TreeLaunch {
                 kernel,
                 cols,
@@ -102,8 +100,11 @@ pub fn tree_launch(
 const TREE_COLS: [usize; 4] = [MAX_V_DIM, 32, 16, 8];
 /// Their kernels, in the same order.
 pub const TREE_KERNELS: [&str; 4] = ["gdn_tree128", "gdn_tree32", "gdn_tree16", "gdn_tree8"];
-/// Lanes a value column (`GDN_PARTS`).
-const PARTS: usize = 4;
+/// Threads of a block over `cols` value columns (`gdn_tree`, `gdn_norm`, `gdn_commit`): four
+/// lanes a column (`GDN_PARTS`), whole warps.
+pub fn lane_threads(cols: usize) -> u32 {
+    (4 * cols).next_multiple_of(32) as u32
+}
 
 /// The selftest's choice of width over [`tree_launch`]'s (0: none).
 static COLS_OVERRIDE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -427,10 +428,12 @@ pub(crate) mod cuda {
             alloc(dev, l.v_heads * l.k_dim * l.v_dim)?,
             l.v_heads * l.k_dim * l.v_dim,
         );
-        // The row's path, root first, walked as a chain.
+        // The row's path walked as a chain: entry 0 (no slot), then its rows root first.
         let mut path = vec![row as u32];
-        while let Some(p) = block.host_parents[*path.last().unwrap_or(&0) as usize] {
+        let mut at = row;
+        while let Some(p) = block.host_parents[at] {
             path.push(p as u32);
+            at = p;
         }
         path.push(0);
         path.reverse();
@@ -567,7 +570,7 @@ pub(crate) mod cuda {
             .arg(&z_stride);
         let cfg = LaunchConfig {
             grid_dim: (n as u32, l.v_heads as u32, 1),
-            block_dim: ((super::PARTS * l.v_dim).next_multiple_of(32) as u32, 1, 1),
+            block_dim: (super::lane_threads(l.v_dim), 1, 1),
             shared_mem_bytes: 0,
         };
         // SAFETY: out and z hold n rows of hv * dv; the norm's weight dv.

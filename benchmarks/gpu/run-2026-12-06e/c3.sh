@@ -8,9 +8,7 @@
 # of 64 registers and of several target rows a block) and under Nsight Compute; the 27B's 64-row
 # pass by stage (call 2: the recurrence 0.561 ms a layer, 46% of the pass).
 source benchmarks/gpu/lib.sh
-[ -f $S/q08.gguf ] || $B synth --shape qwen3.5-0.8b --tokenizer-from $S/tok.gguf --out $S/q08.gguf > /dev/null 2>&1 &
-[ -f $S/q8b.gguf ] || $B synth --shape qwen3-8b --tokenizer-from $S/tok.gguf --out $S/q8b.gguf > /dev/null 2>&1 &
-[ -f $S/q27.gguf ] || $B synth --shape qwen3.6-27b --tokenizer-from $S/tok.gguf --out $S/q27.gguf > /dev/null 2>&1 &
+stage_synth q08 q8b q27
 wait
 for m in q08 q8b; do
   TREESPEC_MMQ=1 timeout 150 $B selftest --device cuda -m $S/$m.gguf > $OUT/selftest-$m-mmq1.txt 2>&1

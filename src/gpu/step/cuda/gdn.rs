@@ -320,9 +320,9 @@ impl GpuStep {
     }
 }
 
-/// Threads of the norm and fold kernels (`gdn_norm`, `gdn_commit`): four lanes a value column, whole warps.
+/// Threads of the norm and fold kernels (`gdn_norm`, `gdn_commit`): a block the whole head.
 fn gdn_threads(l: &crate::arch::config::LinearAttention) -> u32 {
-    (4 * l.v_dim).next_multiple_of(32) as u32
+    crate::gpu::gdn::lane_threads(l.v_dim)
 }
 
 /// The shape arguments the kernels take: (C, taps, key heads, value heads, dk, dv, tiled).
