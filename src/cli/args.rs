@@ -100,6 +100,11 @@ pub(crate) struct TrainArgs {
     /// head reads only their rows); 0: the whole vocabulary.
     #[arg(long, default_value_t = 32768)]
     pub(crate) draft_vocab: usize,
+    /// Feed the head several target layers, fused (EAGLE-3): `eagle3` (the outputs of layers 1,
+    /// n/2 - 1, n - 4 and the last) or 0-based layers such as `1,13,27`; default: the last
+    /// layer alone. A head from --init that reads the last layer starts as it was.
+    #[arg(long, value_name = "LAYERS")]
+    pub(crate) feature_layers: Option<String>,
     /// Chain steps the head is trained unrolled for.
     #[arg(long, default_value_t = 3)]
     pub(crate) k: usize,

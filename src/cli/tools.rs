@@ -185,6 +185,7 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<()> {
         extra_data: a.extra_data,
         init: a.init,
         draft_vocab: a.draft_vocab,
+        feature_layers: a.feature_layers,
         self_prompts: a.self_prompts,
         self_prompt_systems: a.self_prompt_system,
         eval: a.eval,

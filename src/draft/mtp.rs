@@ -31,10 +31,12 @@ pub const KIND: &str = "MTP head";
 pub struct MtpDrafter {
     head: MtpHead,
     name: String,
-    /// The target layer whose output feeds the head (through [`MtpHead::target_hidden`]): its
-    /// last.
-    layers: [usize; 1],
+    /// The target layers whose outputs feed the head (through [`MtpHead::target_hidden`]): its
+    /// last, or those the head fuses ([`MtpHead::feature_layers`]).
+    layers: Vec<usize>,
+    /// The shape of the target the drafter was made for: width and layers.
     hidden: usize,
+    target_layers: usize,
     /// Target hidden states of positions `head.len()..`, not yet run through the head, in the
     /// pieces they came in (joined once, when the head next drafts: while another drafter
     /// drafts, a step adds a piece without copying the rest).
@@ -53,10 +55,11 @@ impl MtpDrafter {
             name = format!("{name}, drafting among {} tokens", v.len());
         }
         MtpDrafter {
+            layers: head.feature_layers(),
             head,
             name,
-            layers: [target.n_layers - 1],
             hidden: target.hidden,
+            target_layers: target.n_layers,
             pending: vec![],
             vocab,
         }
@@ -114,12 +117,10 @@ impl Drafter for MtpDrafter {
     }
 
     fn check_target(&self, target: &ModelConfig) -> Result<()> {
-        if target.hidden != self.hidden || target.n_layers != self.layers[0] + 1 {
+        if target.hidden != self.hidden || target.n_layers != self.target_layers {
             return Err(Error::Config(format!(
                 "the MTP head {} was made for another target (hidden {}, {} layers)",
-                self.name,
-                self.hidden,
-                self.layers[0] + 1
+                self.name, self.hidden, self.target_layers
             )));
         }
         Ok(())

@@ -176,6 +176,9 @@ pub struct MtpHead {
     /// The reduced vocabulary the head drafts among ([`crate::model::draft_vocab`]), if its file
     /// has one.
     vocab: Option<HeadVocab>,
+    /// Several target layers fused into the hidden state it reads ([`fusion`]), if its file
+    /// fuses them; else it reads the last layer.
+    fusion: Option<Fusion>,
     /// On a GPU, the block, its final norm and cache as a one-layer pass of the GPU step (fed
     /// the input projection's rows), built on the first forward there: `Some(Err(why))` when
     /// the step cannot run these weights (an f32 head: `treespec export-head` writes Q8_0) and
@@ -187,6 +190,13 @@ pub struct MtpHead {
 }
 
 mod check;
+pub mod fusion;
+
+/// A head's fused target layers ([`fusion`]) and their projection.
+struct Fusion {
+    layers: Vec<usize>,
+    proj: Linear,
+}
 
 impl MtpHead {
     /// Load head `i` in `layout` from the target's checkpoint, with a cache of `context`
@@ -254,6 +264,7 @@ impl MtpHead {
         } else {
             None
         };
+        let fusion = Self::load_fusion(store, cfg, names)?;
         let norm = |store: &mut WeightStore, name: &str| norm_weight(store, name, cfg);
         Ok(MtpHead {
             token_norm: norm(store, &names.token_norm)?,
@@ -269,18 +280,60 @@ impl MtpHead {
             reads: names.reads,
             cfg: cfg.clone(),
             vocab,
+            fusion,
             step: None,
             chain: None,
         })
     }
 
-    /// The head's input from the target's hidden states `h` (`[n, hidden]`, the last layer's
-    /// output before the final norm, as the drafter collects them): `h` itself, or for a head
-    /// that reads them after the final norm (Qwen3.5), the norm's output.
+    /// The fused target layers and their projection, where the head's file has them; refused for
+    /// a head that reads the target's normed state (a native Qwen3.5 head fuses nothing).
+    fn load_fusion(
+        store: &mut WeightStore,
+        cfg: &ModelConfig,
+        names: &MtpNames,
+    ) -> Result<Option<Fusion>> {
+        let layers_name = format!("{}.{}", names.block, fusion::STEM_LAYERS);
+        if !store.contains(&layers_name) {
+            return Ok(None);
+        }
+        let bad = |why: String| Error::Config(format!("the MTP head's fused features: {why}"));
+        if names.reads != HiddenRead::PreNorm {
+            return Err(bad(
+                "only a head that reads the target's pre-norm states fuses layers".into(),
+            ));
+        }
+        let layers =
+            fusion::layers_of(&store.get_dense(&layers_name)?).map_err(|e| bad(e.to_string()))?;
+        fusion::check_layers(&layers, cfg.n_layers).map_err(|e| bad(e.to_string()))?;
+        let h = cfg.hidden;
+        let proj_name = format!("{}.{}", names.block, fusion::STEM_PROJ);
+        let proj = Linear::new(store.get_checked(&proj_name, &[h, layers.len() * h])?, None)?;
+        Ok(Some(Fusion { layers, proj }))
+    }
+
+    /// The target layers whose outputs the head reads, side by side in that order (what
+    /// [`MtpHead::target_hidden`] takes): the fused ones, else the last.
+    pub fn feature_layers(&self) -> Vec<usize> {
+        match &self.fusion {
+            Some(f) => f.layers.clone(),
+            None => vec![self.cfg.n_layers - 1],
+        }
+    }
+
+    /// The head's input from the target's hidden states `h` (`[n, layers * hidden]`: the
+    /// outputs of [`MtpHead::feature_layers`] side by side, as the drafter collects them): the
+    /// last layer's itself, or for a head that reads it after the final norm (Qwen3.5), the
+    /// norm's output, or for a head that fuses layers, their fusion ([`fusion`]).
     pub fn target_hidden(&self, target: &Decoder, h: &Tensor) -> Result<Tensor> {
-        match self.reads {
-            HiddenRead::PreNorm => Ok(h.clone()),
-            HiddenRead::PostNorm => target.final_norm(h),
+        match (&self.fusion, self.reads) {
+            (Some(f), _) => {
+                let eps = self.cfg.rms_eps;
+                let parts = fusion::normalised_parts(h, f.layers.len(), eps)?;
+                Ok(f.proj.forward(&parts)?)
+            }
+            (None, HiddenRead::PreNorm) => Ok(h.clone()),
+            (None, HiddenRead::PostNorm) => target.final_norm(h),
         }
     }
 

@@ -10,6 +10,7 @@ use crate::arch::config::{ModelConfig, RopeStyle};
 use crate::arch::weights::hf_name;
 use crate::error::Result;
 use crate::model::decoder::MASKED;
+use crate::model::mtp::fusion;
 use candle_core::{DType, Device, Tensor, D};
 use candle_nn::{Init, VarMap};
 
@@ -26,6 +27,8 @@ pub type LayerSource<'a> = dyn Fn(&str) -> Option<Tensor> + 'a;
 pub struct TrainableHead {
     vars: VarMap,
     cfg: ModelConfig,
+    /// The target layers it fuses ([`crate::model::mtp::fusion`]), if it fuses several.
+    fused: Option<Vec<usize>>,
 }
 
 /// What a forward pass over a batch of sequences gives: per chain step, its `o` rows
@@ -107,19 +110,74 @@ impl TrainableHead {
         Ok(TrainableHead {
             vars,
             cfg: cfg.clone(),
+            fused: None,
         })
+    }
+
+    /// The head fed the fusion of the target layers `layers` ([`crate::model::mtp::fusion`])
+    /// instead of the last layer alone: its projection starts as the selection of the last
+    /// layer where it is listed (the unfused head's input), else as the mean of the parts.
+    pub fn with_feature_layers(mut self, layers: Vec<usize>) -> Result<Self> {
+        fusion::check_layers(&layers, self.cfg.n_layers)?;
+        let h = self.cfg.hidden;
+        let name = saved_name(fusion::STEM_PROJ);
+        let device = self
+            .locked()?
+            .values()
+            .next()
+            .map(|v| v.device().clone())
+            .unwrap_or(Device::Cpu);
+        let start = fusion::initial_projection(&layers, self.cfg.n_layers - 1, h, &device)?;
+        self.vars.get(
+            (h, layers.len() * h),
+            &name,
+            Init::Const(0.0),
+            DType::F32,
+            &device,
+        )?;
+        self.vars.set_one(&name, start)?;
+        self.fused = Some(layers);
+        Ok(self)
+    }
+
+    /// The target layers whose outputs it reads, side by side in that order: the fused ones,
+    /// else the last.
+    pub fn feature_layers(&self) -> Vec<usize> {
+        self.fused
+            .clone()
+            .unwrap_or_else(|| vec![self.cfg.n_layers - 1])
     }
 
     /// Set every parameter from `tensors` (by GGUF-style stem, as [`crate::model::mtp_gguf::read_f32`]
     /// gives them): a head trained before, to go on training from. Every parameter must be
     /// there, shaped as here.
     pub fn set_from(&mut self, tensors: &[(String, Tensor)]) -> Result<()> {
-        let data = self.locked()?;
         let given: std::collections::HashMap<String, &Tensor> = tensors
             .iter()
             .map(|(stem, t)| (saved_name(stem), t))
             .collect();
+        let theirs = match given.get(&saved_name(fusion::STEM_LAYERS)) {
+            Some(t) => Some(fusion::layers_of(t)?),
+            None => None,
+        };
+        if theirs.is_some() && theirs != self.fused {
+            return Err(crate::error::Error::InvalidArgument(format!(
+                "the head to start from fuses target layers {:?}; train it with --feature-layers {}",
+                theirs.unwrap_or_default(),
+                self.feature_layers()
+                    .iter()
+                    .map(|l| l.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )));
+        }
+        let proj = saved_name(fusion::STEM_PROJ);
+        let data = self.locked()?;
         for (name, var) in data.iter() {
+            if theirs.is_none() && *name == proj {
+                // An unfused head to start from: the projection keeps its start.
+                continue;
+            }
             let t = given.get(name).ok_or_else(|| {
                 crate::error::Error::InvalidArgument(format!(
                     "the head to start from has no {name}"
@@ -147,13 +205,21 @@ impl TrainableHead {
         &mut self.vars
     }
 
-    /// The parameters by saved name, as they are now (to save them).
+    /// The parameters by saved name, as they are now (to save them), and the fused layers'
+    /// indices where it fuses several.
     pub fn tensors(&self) -> Result<std::collections::HashMap<String, Tensor>> {
-        Ok(self
+        let mut out: std::collections::HashMap<String, Tensor> = self
             .locked()?
             .iter()
             .map(|(n, v)| (n.clone(), v.as_tensor().clone()))
-            .collect())
+            .collect();
+        if let Some(layers) = &self.fused {
+            out.insert(
+                saved_name(fusion::STEM_LAYERS),
+                fusion::layers_tensor(layers)?,
+            );
+        }
+        Ok(out)
     }
 
     fn locked(
@@ -301,6 +367,18 @@ impl TrainableHead {
         Ok((&x + self.linear(&(g * up)?, "ffn_down", false)?)?)
     }
 
+    /// The hidden state step 1 reads from the target's rows `x` `[rows, layers * hidden]`: the
+    /// last layer's, or the fused layers' ([`crate::model::mtp::fusion`]).
+    fn target_hidden(&self, x: &Tensor) -> Result<Tensor> {
+        match &self.fused {
+            None => Ok(x.clone()),
+            Some(layers) => {
+                let parts = fusion::normalised_parts(x, layers.len(), self.cfg.rms_eps)?;
+                self.linear(&parts, "feature_proj", false)
+            }
+        }
+    }
+
     /// The head's input rows: `input_proj(cat[hidden_norm(g), token_norm(e)])`.
     fn input(&self, g: &Tensor, e: &Tensor) -> Result<Tensor> {
         let g = self.norm(g, "hidden_norm.weight")?;
@@ -309,8 +387,8 @@ impl TrainableHead {
     }
 
     /// Unrolled forward over `b` sequences of `t` positions side by side (shorter ones padded
-    /// at the end: no row sees a later one): `hidden` `[b, t, h]` (the target's pre-norm last
-    /// hidden states), `embeds` `[b, t + k, h]` (the target's embeddings of the tokens, zero
+    /// at the end: no row sees a later one): `hidden` `[b, t, layers * h]` (the target's
+    /// outputs of [`TrainableHead::feature_layers`], side by side), `embeds` `[b, t + k, h]` (the target's embeddings of the tokens, zero
     /// past each sequence's end), `cos`, `sin` `[t + k, hd / 2]` (rows by position), for `k`
     /// chain steps. Every step has `t` rows a sequence (row p of step j at position p + j - 1,
     /// fed token p + j): those past a sequence's end are computed and meant to be ignored.
@@ -322,7 +400,8 @@ impl TrainableHead {
         sin: &Tensor,
         k: usize,
     ) -> Result<Unrolled> {
-        let (b, t, h) = hidden.dims3()?;
+        let (b, t, width) = hidden.dims3()?;
+        let h = self.cfg.hidden;
         let device = hidden.device();
         let flat = |x: Tensor| x.reshape((b * t, h));
         // Step 1: (h_p, x_{p+1}) at position p, the embedding zeroed at p = 0.
@@ -334,7 +413,8 @@ impl TrainableHead {
             device,
         )?;
         let e1 = flat(embeds.narrow(1, 1, t)?.broadcast_mul(&keep)?)?;
-        let u = self.input(&flat(hidden.clone())?, &e1)?;
+        let g1 = self.target_hidden(&hidden.reshape((b * t, width))?)?;
+        let u = self.input(&g1, &e1)?;
         let (cos1, sin1) = (cos.narrow(0, 0, t)?, sin.narrow(0, 0, t)?);
         let (q, k1, v1) = self.qkv(&u, b, &cos1, &sin1)?;
         let causal: Vec<f32> = (0..t)

@@ -220,6 +220,7 @@ impl Trainer {
         )?;
         let cfg = target.config();
         let (cos, sin) = rope_tables(cfg, opts.max_len + opts.k, None, target.device())?;
+        let layers = head.feature_layers();
         Ok(Trainer {
             head,
             opt,
@@ -228,7 +229,7 @@ impl Trainer {
             cos,
             sin,
             opts,
-            cache: TargetCache::new(opts.cache_bytes),
+            cache: TargetCache::new(opts.cache_bytes, layers),
         })
     }
 

@@ -43,6 +43,9 @@ pub struct RunConfig {
     /// Tokens the head drafts among: the most frequent in the training answers
     /// ([`crate::model::draft_vocab`]); 0 or the vocabulary's size: all.
     pub draft_vocab: usize,
+    /// Target layers fused into the head's input ([`crate::model::mtp::fusion::parse_layers`]'s
+    /// spelling); `None`: the last layer alone.
+    pub feature_layers: Option<String>,
     /// Prompts the target writes itself before answering them (Magpie-style; 0: none).
     pub self_prompts: usize,
     /// System prompts that steer the self-written prompts, shared out evenly among them (empty:
@@ -76,6 +79,10 @@ pub struct RunRecord {
     /// Tokens the head drafts among (the target's vocabulary size where it drafts among all).
     #[serde(default)]
     pub draft_vocab: usize,
+    /// The target layers the head reads (several: fused); empty in records of heads that read
+    /// the last layer alone, from before heads fused layers.
+    #[serde(default)]
+    pub feature_layers: Vec<usize>,
     /// Sequences trained on and held out.
     pub sequences: usize,
     /// Held-out sequences (the last ones).
@@ -283,7 +290,12 @@ fn start_head(
         }
     });
     let init = |name: &str| store.borrow_mut().get_dense(name).ok();
-    let mut head = TrainableHead::new(t.decoder.config(), &device, cfg.seed, Some(&init))?;
+    let target_cfg = t.decoder.config();
+    let mut head = TrainableHead::new(target_cfg, &device, cfg.seed, Some(&init))?;
+    if let Some(spec) = &cfg.feature_layers {
+        let layers = crate::model::mtp::fusion::parse_layers(spec, target_cfg.n_layers)?;
+        head = head.with_feature_layers(layers)?;
+    }
     let mut step = 0;
     let mut resumed_vocab = None;
     if cfg.out.exists() {
@@ -297,6 +309,13 @@ fn start_head(
                     cfg.out.display(),
                     r.data,
                     data_lines
+                )));
+            }
+            if !r.feature_layers.is_empty() && r.feature_layers != head.feature_layers() {
+                return Err(Error::InvalidArgument(format!(
+                    "{} reads target layers {:?}; resume it with the same --feature-layers",
+                    cfg.out.display(),
+                    r.feature_layers
                 )));
             }
             head.vars_mut().load(&cfg.out)?;
@@ -464,6 +483,7 @@ impl Recorder<'_> {
             data: self.data_lines.clone(),
             init: cfg.init.as_ref().map(|p| p.display().to_string()),
             draft_vocab: self.draft_vocab,
+            feature_layers: trainer.head().feature_layers(),
             sequences: self.sequences,
             held_out: self.held_out.len(),
             k: cfg.opts.k,

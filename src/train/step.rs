@@ -192,13 +192,15 @@ fn side_by_side(
     k: usize,
 ) -> Result<(Tensor, Tensor)> {
     let device = target.device();
-    let h = target.config().hidden;
     let padded = |x: &Tensor, to: usize| -> Result<Tensor> {
-        let n = x.dim(0)?;
+        let (n, width) = x.dims2()?;
         Ok(if n == to {
             x.clone()
         } else {
-            Tensor::cat(&[x, &Tensor::zeros((to - n, h), DType::F32, device)?], 0)?
+            Tensor::cat(
+                &[x, &Tensor::zeros((to - n, width), DType::F32, device)?],
+                0,
+            )?
         })
     };
     let hidden = Tensor::stack(

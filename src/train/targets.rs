@@ -1,4 +1,4 @@
-//! What the frozen target gives each training sequence (its pre-norm last hidden states and its
+//! What the frozen target gives each training sequence (the hidden states the head reads and its
 //! distribution at every position, as sparse soft targets), computed by one pass of the
 //! target's own kernels the first time the sequence is trained on or evaluated, and kept on the
 //! device up to a budget: later epochs and held-out records then cost the head alone.
@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 /// The target's outputs for one sequence.
 pub struct SequenceTargets {
-    /// Pre-norm hidden states of the last layer, `[t, hidden]` f32.
+    /// The outputs of the layers the head reads (its last, or those it fuses), side by side,
+    /// `[t, layers * hidden]` f32.
     pub hidden: Tensor,
     /// Per position, the target's most likely tokens `[t, K]` (u32, most likely first), as rows
     /// of the LM head trained through (with a reduced vocabulary, those in it).
@@ -23,19 +24,19 @@ pub struct SequenceTargets {
 }
 
 impl SequenceTargets {
-    /// The target's pass over `seq` (from an empty cache, which it leaves empty); with a reduced
-    /// vocabulary, `index` maps a token to its row there.
+    /// The target's pass over `seq` (from an empty cache, which it leaves empty), with the
+    /// outputs of `layers`; with a reduced vocabulary, `index` maps a token to its row there.
     pub fn compute(
         target: &mut Decoder,
         seq: &[u32],
         index: Option<&[Option<u32>]>,
+        layers: &[usize],
     ) -> Result<Self> {
-        let last = target.config().n_layers - 1;
         target.reset();
         let out = target.forward(
             &Batch::causal(seq, 0)
                 .all_logits()
-                .with_hidden_layers(vec![last]),
+                .with_hidden_layers(layers.to_vec()),
         );
         target.reset();
         let out = out?;
@@ -44,13 +45,17 @@ impl SequenceTargets {
             .ok_or_else(|| Error::InvalidArgument("the target gave no logits".into()))?;
         let top = crate::gpu::row_top_k(&logits, super::loss::TARGET_TOP_K)?;
         let (ids, weights, best) = super::loss::sparse_targets(&top, index, target.device())?;
-        let hidden = out
+        if out.hidden.len() != layers.len() || layers.is_empty() {
+            return Err(Error::InvalidArgument(
+                "the target gave no hidden states".into(),
+            ));
+        }
+        let parts = out
             .hidden
-            .into_iter()
-            .next()
-            .ok_or_else(|| Error::InvalidArgument("the target gave no hidden states".into()))?
-            .to_dtype(DType::F32)?
-            .detach();
+            .iter()
+            .map(|h| h.to_dtype(DType::F32))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let hidden = Tensor::cat(&parts, 1)?.detach();
         Ok(SequenceTargets {
             hidden,
             ids,
@@ -76,16 +81,19 @@ pub struct TargetCache {
     budget: usize,
     /// A reduced vocabulary's rows by token ([`SequenceTargets::compute`]).
     index: Option<Vec<Option<u32>>>,
+    /// The target layers whose outputs are kept (the head's [`super::head::TrainableHead::feature_layers`]).
+    layers: Vec<usize>,
 }
 
 impl TargetCache {
-    /// An empty cache that keeps up to `budget` bytes.
-    pub fn new(budget: usize) -> Self {
+    /// An empty cache of the outputs of target layers `layers` that keeps up to `budget` bytes.
+    pub fn new(budget: usize, layers: Vec<usize>) -> Self {
         TargetCache {
             kept: HashMap::new(),
             bytes: 0,
             budget,
             index: None,
+            layers,
         }
     }
 
@@ -106,6 +114,7 @@ impl TargetCache {
             target,
             seq,
             self.index.as_deref(),
+            &self.layers,
         )?);
         let size = t.bytes();
         if self.bytes + size <= self.budget {

@@ -72,18 +72,18 @@ impl MtpHead {
                 "the MTP head's GPU step check needs a GPU (--device cuda)".into(),
             ));
         }
-        let last = target.config().n_layers - 1;
         target.reset();
-        let hidden = target
+        let parts = target
             .forward(
                 &Batch::causal(tokens, 0)
                     .with_logits_rows(vec![])
-                    .with_hidden_layers(vec![last]),
+                    .with_hidden_layers(self.feature_layers()),
             )?
-            .hidden
-            .into_iter()
-            .next()
-            .ok_or_else(|| Error::Device("the target gave no hidden states".into()))?;
+            .hidden;
+        if parts.is_empty() {
+            return Err(Error::Device("the target gave no hidden states".into()));
+        }
+        let hidden = Tensor::cat(&parts, 1)?;
         let hidden = self.target_hidden(target, &hidden)?;
         target.reset();
         // The first pass over the context, then chain steps fed back their own outputs.
