@@ -14,7 +14,6 @@ use treespec::model::decoder::{rope_tables, Batch, Decoder};
 use treespec::model::mtp::{MtpHead, MtpLayout};
 use treespec::model::weights::{gguf_layer_name, WeightStore};
 use treespec::train::head::TrainableHead;
-use treespec::train::TrainOptions;
 
 /// A tiny target of four layers (so that a fused list can skip one).
 fn four_layers(seed: u64) -> Decoder {
@@ -198,42 +197,10 @@ fn bad_feature_layers_are_refused_in_one_line() {
 fn a_fused_run_starts_from_a_head_trains_and_drafts() {
     use treespec::engine::{Mode, Settings};
     use treespec::model::mtp_gguf;
-    use treespec::train::run::{run, RunConfig};
+    use treespec::train::run::run;
     let dir = tempfile::tempdir().unwrap();
-    let gguf = common::write_tiny_gguf(dir.path(), "qwen2", 8);
-    let prompts = dir.path().join("prompts.jsonl");
-    std::fs::write(
-        &prompts,
-        "{\"prompt\": \"abc\"}\n{\"prompt\": \"hello there\"}\n{\"prompt\": \"xyz\"}\n",
-    )
-    .unwrap();
-    let plain_out = dir.path().join("plain.safetensors");
-    let mut cfg = RunConfig {
-        target: gguf.display().to_string(),
-        out: plain_out.clone(),
-        steps: 4,
-        opts: TrainOptions {
-            k: 2,
-            lr: 1e-3,
-            max_len: 64,
-            ..Default::default()
-        },
-        data: vec![prompts],
-        extra_data: vec![],
-        init: None,
-        draft_vocab: 0,
-        feature_layers: None,
-        self_prompts: 0,
-        self_prompt_systems: vec![],
-        eval: None,
-        answer_tokens: 6,
-        seed: 1,
-        load: treespec::model::LoadOptions {
-            context: 128,
-            ..Default::default()
-        },
-        command: "test".into(),
-    };
+    let mut cfg = common::tiny_train_run(dir.path(), 4);
+    let (gguf, plain_out) = (std::path::PathBuf::from(&cfg.target), cfg.out.clone());
     let plain = run(&cfg).unwrap();
     assert_eq!(plain.feature_layers, vec![1]);
     let m = treespec::load::load_model(&gguf.display().to_string(), &cfg.load).unwrap();

@@ -559,48 +559,17 @@ fn batches_cover_every_sequence_within_the_budget() {
 #[test]
 fn a_run_writes_a_head_that_resumes_and_drafts() {
     use treespec::engine::{Mode, Settings};
-    use treespec::train::run::{run, RunConfig};
+    use treespec::train::run::run;
     let dir = tempfile::tempdir().unwrap();
-    let gguf = common::write_tiny_gguf(dir.path(), "qwen2", 8);
-    let prompts = dir.path().join("prompts.jsonl");
-    std::fs::write(
-        &prompts,
-        "{\"prompt\": \"abc\"}\n{\"prompt\": \"hello there\"}\n{\"prompt\": \"xyz\"}\n",
-    )
-    .unwrap();
     let held_set = dir.path().join("unseen.jsonl");
     std::fs::write(
         &held_set,
         "{\"prompt\": \"never seen\"}\n{\"prompt\": \"nor this\"}\n",
     )
     .unwrap();
-    let out = dir.path().join("head.safetensors");
-    let mut cfg = RunConfig {
-        target: gguf.display().to_string(),
-        out: out.clone(),
-        steps: 6,
-        opts: TrainOptions {
-            k: 2,
-            lr: 1e-3,
-            max_len: 64,
-            ..Default::default()
-        },
-        data: vec![prompts],
-        extra_data: vec![],
-        init: None,
-        draft_vocab: 0,
-        feature_layers: None,
-        self_prompts: 0,
-        self_prompt_systems: vec![],
-        eval: Some(vec![held_set]),
-        answer_tokens: 6,
-        seed: 1,
-        load: treespec::model::LoadOptions {
-            context: 128,
-            ..Default::default()
-        },
-        command: "test".into(),
-    };
+    let mut cfg = common::tiny_train_run(dir.path(), 6);
+    cfg.eval = Some(vec![held_set]);
+    let (gguf, out) = (std::path::PathBuf::from(&cfg.target), cfg.out.clone());
     let first = run(&cfg).unwrap();
     assert_eq!(first.step, 6);
     assert_eq!((first.sequences, first.held_out), (3, 1));

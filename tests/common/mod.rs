@@ -438,3 +438,42 @@ pub fn write_tiny_dflash(
     candle_core::safetensors::save(&m, out.join("model.safetensors")).unwrap();
     out
 }
+
+/// A `train-drafter` run as the run tests start one: a tiny Qwen2 GGUF target and a file of
+/// three prompts written into `dir`, the head at `dir/head.safetensors`, two chain steps, six
+/// answer tokens, no evaluation sets.
+pub fn tiny_train_run(dir: &Path, steps: usize) -> treespec::train::run::RunConfig {
+    let gguf = write_tiny_gguf(dir, "qwen2", 8);
+    let prompts = dir.join("prompts.jsonl");
+    std::fs::write(
+        &prompts,
+        "{\"prompt\": \"abc\"}\n{\"prompt\": \"hello there\"}\n{\"prompt\": \"xyz\"}\n",
+    )
+    .unwrap();
+    treespec::train::run::RunConfig {
+        target: gguf.display().to_string(),
+        out: dir.join("head.safetensors"),
+        steps,
+        opts: treespec::train::TrainOptions {
+            k: 2,
+            lr: 1e-3,
+            max_len: 64,
+            ..Default::default()
+        },
+        data: vec![prompts],
+        extra_data: vec![],
+        init: None,
+        draft_vocab: 0,
+        feature_layers: None,
+        self_prompts: 0,
+        self_prompt_systems: vec![],
+        eval: None,
+        answer_tokens: 6,
+        seed: 1,
+        load: treespec::model::LoadOptions {
+            context: 128,
+            ..Default::default()
+        },
+        command: "test".into(),
+    }
+}
