@@ -122,22 +122,15 @@ fn the_training_forward_is_the_runtime_head() {
                 3,
             )
             .unwrap();
-        for p in [0usize, 4, 8] {
-            // First pass over slots 0..=p, then two chain steps fed the true tokens.
-            runtime.truncate(0);
-            let o1 = runtime
-                .forward(&t, &hidden.narrow(0, 0, p + 1).unwrap(), &seq[1..p + 2])
-                .unwrap();
-            let diff = common::max_abs_diff(&o1, &trained.outputs[0].narrow(0, 0, p + 1).unwrap());
-            assert!(diff < 1e-4, "{family:?} first pass to {p}: {diff}");
-            let mut o = o1.narrow(0, p, 1).unwrap();
-            for j in 2..=3 {
-                o = runtime.forward(&t, &o, &[seq[p + j]]).unwrap();
-                let want = trained.outputs[j - 1].narrow(0, p, 1).unwrap();
-                let diff = common::max_abs_diff(&o, &want);
-                assert!(diff < 1e-4, "{family:?} chain step {j} from {p}: {diff}");
-            }
-        }
+        let what = format!("{family:?}");
+        common::assert_head_is_trained_forward(
+            &mut runtime,
+            &t,
+            &hidden,
+            &seq,
+            &trained.outputs,
+            &what,
+        );
     }
 }
 

@@ -477,3 +477,32 @@ pub fn tiny_train_run(dir: &Path, steps: usize) -> treespec::train::run::RunConf
         command: "test".into(),
     }
 }
+
+/// The runtime `head` against the training forward's `outputs` (chain step j's rows, step 1
+/// first) over `seq`: its first pass over positions 0..=p from the hidden states `g` (what
+/// `MtpHead::target_hidden` gives), then two chain steps fed the true tokens, each within 1e-4,
+/// for p = 0, 4, 8 (`seq` of 11 tokens at least).
+pub fn assert_head_is_trained_forward(
+    head: &mut MtpHead,
+    t: &Decoder,
+    g: &Tensor,
+    seq: &[u32],
+    outputs: &[Tensor],
+    what: &str,
+) {
+    for p in [0usize, 4, 8] {
+        head.truncate(0);
+        let o1 = head
+            .forward(t, &g.narrow(0, 0, p + 1).unwrap(), &seq[1..p + 2])
+            .unwrap();
+        let diff = max_abs_diff(&o1, &outputs[0].narrow(0, 0, p + 1).unwrap());
+        assert!(diff < 1e-4, "{what}: first pass to {p}: {diff}");
+        let mut o = o1.narrow(0, p, 1).unwrap();
+        for j in 2..=3 {
+            o = head.forward(t, &o, &[seq[p + j]]).unwrap();
+            let want = outputs[j - 1].narrow(0, p, 1).unwrap();
+            let diff = max_abs_diff(&o, &want);
+            assert!(diff < 1e-4, "{what}: chain step {j} from {p}: {diff}");
+        }
+    }
+}
