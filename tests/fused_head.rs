@@ -8,7 +8,6 @@ mod common;
 
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
-use treespec::load::DrafterChoice;
 use treespec::model::config::{Family, ModelConfig};
 use treespec::model::decoder::{rope_tables, Batch, Decoder};
 use treespec::model::mtp::{MtpHead, MtpLayout};
@@ -185,7 +184,7 @@ fn bad_feature_layers_are_refused_in_one_line() {
 /// refuses to resume without them, and its exported Q8_0 file drafts exactly `ar`'s tokens.
 #[test]
 fn a_fused_run_starts_from_a_head_trains_and_drafts() {
-    use treespec::engine::{Mode, Settings};
+    use treespec::engine::Mode;
     use treespec::model::mtp_gguf;
     use treespec::train::run::run;
     let dir = tempfile::tempdir().unwrap();
@@ -229,35 +228,5 @@ fn a_fused_run_starts_from_a_head_trains_and_drafts() {
     let fused_gguf = dir.path().join("fused.gguf");
     let q8 = candle_core::quantized::GgmlDType::Q8_0;
     mtp_gguf::export(&cfg.out, &fused_gguf, q8, &target, "test").unwrap();
-    let opts = treespec::model::LoadOptions {
-        context: 128,
-        ..Default::default()
-    };
-    let s = |mode| Settings {
-        mode,
-        gamma: 3,
-        ..Settings::default()
-    };
-    let head = fused_gguf.display().to_string();
-    let (mut e, _) = treespec::load::build_engine(
-        &gguf.display().to_string(),
-        DrafterChoice::Named(&head),
-        None,
-        s(Mode::Ar),
-        0,
-        &opts,
-    )
-    .unwrap();
-    assert_eq!(e.drafter().unwrap().kind(), "MTP head");
-    let prompt = [10u32, 20, 30, 40];
-    let ar = e.generate(&prompt, 16, |_| true).unwrap().tokens;
-    for mode in [Mode::Mtp, Mode::Tree] {
-        e.set_settings(s(mode)).unwrap();
-        e.reset();
-        assert_eq!(
-            e.generate(&prompt, 16, |_| true).unwrap().tokens,
-            ar,
-            "{mode:?}"
-        );
-    }
+    common::head_drafts_as_ar(&gguf, &fused_gguf, &[Mode::Mtp, Mode::Tree]);
 }

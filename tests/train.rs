@@ -551,7 +551,7 @@ fn batches_cover_every_sequence_within_the_budget() {
 /// `--drafter FILE`, and greedy `mtp` with it emits exactly the `ar` tokens.
 #[test]
 fn a_run_writes_a_head_that_resumes_and_drafts() {
-    use treespec::engine::{Mode, Settings};
+    use treespec::engine::Mode;
     use treespec::train::run::run;
     let dir = tempfile::tempdir().unwrap();
     let held_set = dir.path().join("unseen.jsonl");
@@ -617,32 +617,7 @@ fn a_run_writes_a_head_that_resumes_and_drafts() {
         "{refused}"
     );
 
-    let spec = gguf.display().to_string();
-    let head = out.display().to_string();
-    let opts = treespec::model::LoadOptions {
-        context: 128,
-        ..Default::default()
-    };
-    let s = |mode| Settings {
-        mode,
-        gamma: 3,
-        ..Settings::default()
-    };
-    let (mut e, _) = treespec::load::build_engine(
-        &spec,
-        DrafterChoice::Named(&head),
-        None,
-        s(Mode::Ar),
-        0,
-        &opts,
-    )
-    .unwrap();
-    assert_eq!(e.drafter().unwrap().kind(), "MTP head");
-    let prompt = [10u32, 20, 30, 40];
-    let ar = e.generate(&prompt, 16, |_| true).unwrap().tokens;
-    e.set_settings(s(Mode::Mtp)).unwrap();
-    e.reset();
-    assert_eq!(e.generate(&prompt, 16, |_| true).unwrap().tokens, ar);
+    common::head_drafts_as_ar(&gguf, &out, &[Mode::Mtp]);
 }
 
 /// `--self-prompts N`: the target writes N prompts itself, answers them, and trains on both; the

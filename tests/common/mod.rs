@@ -506,3 +506,37 @@ pub fn assert_head_is_trained_forward(
         }
     }
 }
+
+/// The head file `head` loaded as the drafter of the GGUF target `target` (an MTP head), and
+/// greedy decoding in each of `modes` emitting exactly `ar`'s 16 tokens.
+pub fn head_drafts_as_ar(target: &Path, head: &Path, modes: &[treespec::engine::Mode]) {
+    use treespec::engine::{Mode, Settings};
+    let opts = treespec::model::LoadOptions {
+        context: 128,
+        ..Default::default()
+    };
+    let s = |mode| Settings {
+        mode,
+        gamma: 3,
+        ..Settings::default()
+    };
+    let head = head.display().to_string();
+    let (mut e, _) = treespec::load::build_engine(
+        &target.display().to_string(),
+        treespec::load::DrafterChoice::Named(&head),
+        None,
+        s(Mode::Ar),
+        0,
+        &opts,
+    )
+    .unwrap();
+    assert_eq!(e.drafter().unwrap().kind(), "MTP head");
+    let prompt = [10u32, 20, 30, 40];
+    let ar = e.generate(&prompt, 16, |_| true).unwrap().tokens;
+    for &mode in modes {
+        e.set_settings(s(mode)).unwrap();
+        e.reset();
+        let got = e.generate(&prompt, 16, |_| true).unwrap().tokens;
+        assert_eq!(got, ar, "{mode:?}");
+    }
+}
