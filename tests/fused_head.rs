@@ -198,7 +198,8 @@ fn a_fused_run_starts_from_a_head_trains_and_drafts() {
     let f32 = candle_core::quantized::GgmlDType::F32;
     mtp_gguf::export(&plain_out, &plain_gguf, f32, &target, "test").unwrap();
 
-    cfg.out = dir.path().join("fused.safetensors");
+    // In a folder not made yet: the run makes it.
+    cfg.out = dir.path().join("fused").join("head.safetensors");
     cfg.feature_layers = Some("eagle3".into());
     cfg.init = Some(plain_gguf);
     cfg.steps = 0;

@@ -240,6 +240,10 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
                 .into(),
         ));
     }
+    // The head's folder, made before the target's answers are written into it.
+    if let Some(dir) = cfg.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    }
     let mut t = crate::load::load_model(&cfg.target, &cfg.load)?;
     let data = training_data(cfg, &mut t)?;
     let sequences = data.examples();
