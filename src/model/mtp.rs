@@ -192,10 +192,12 @@ pub struct MtpHead {
 mod check;
 pub mod fusion;
 
-/// A head's fused target layers ([`fusion`]) and their projection.
+/// A head's fused target layers ([`fusion`]), their projection, and the unit weight of the
+/// parts' normalisation.
 struct Fusion {
     layers: Vec<usize>,
     proj: Linear,
+    ones: Tensor,
 }
 
 impl MtpHead {
@@ -309,7 +311,8 @@ impl MtpHead {
         let h = cfg.hidden;
         let proj_name = format!("{}.{}", names.block, fusion::STEM_PROJ);
         let proj = Linear::new(store.get_checked(&proj_name, &[h, layers.len() * h])?, None)?;
-        Ok(Some(Fusion { layers, proj }))
+        let ones = Tensor::ones(h, DType::F32, store.device())?;
+        Ok(Some(Fusion { layers, proj, ones }))
     }
 
     /// The target layers whose outputs the head reads, side by side in that order (what
@@ -329,7 +332,7 @@ impl MtpHead {
         match (&self.fusion, self.reads) {
             (Some(f), _) => {
                 let eps = self.cfg.rms_eps;
-                let parts = fusion::normalised_parts(h, f.layers.len(), eps)?;
+                let parts = fusion::normalised_parts(h, f.layers.len(), eps, Some(&f.ones))?;
                 Ok(f.proj.forward(&parts)?)
             }
             (None, HiddenRead::PreNorm) => Ok(h.clone()),

@@ -373,7 +373,7 @@ impl TrainableHead {
         match &self.fused {
             None => Ok(x.clone()),
             Some(layers) => {
-                let parts = fusion::normalised_parts(x, layers.len(), self.cfg.rms_eps)?;
+                let parts = fusion::normalised_parts(x, layers.len(), self.cfg.rms_eps, None)?;
                 self.linear(&parts, "feature_proj", false)
             }
         }

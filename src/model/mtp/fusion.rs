@@ -84,8 +84,15 @@ pub fn parse_layers(spec: &str, n_layers: usize) -> Result<Vec<usize>> {
 
 /// `x` `[rows, parts * hidden]` (the layers' hidden states side by side) with each part of each
 /// row divided by its root mean square (`eps` inside the root, as RMSNorm): the projection's
-/// input. In f32; differentiable.
-pub fn normalised_parts(x: &Tensor, parts: usize, eps: f64) -> Result<Tensor> {
+/// input, in f32. `ones` is a vector of `hidden` ones on `x`'s device: with it, candle's fused
+/// RMSNorm (one launch on a GPU; the runtime's way), without it differentiable ops (the
+/// trainer's); the same values either way.
+pub fn normalised_parts(
+    x: &Tensor,
+    parts: usize,
+    eps: f64,
+    ones: Option<&Tensor>,
+) -> Result<Tensor> {
     let (rows, width) = x.dims2()?;
     if parts == 0 || width % parts != 0 {
         return Err(Error::InvalidArgument(format!(
@@ -94,9 +101,15 @@ pub fn normalised_parts(x: &Tensor, parts: usize, eps: f64) -> Result<Tensor> {
     }
     let x = x
         .to_dtype(DType::F32)?
-        .reshape((rows, parts, width / parts))?;
-    let rms = (x.sqr()?.mean_keepdim(D::Minus1)? + eps)?.sqrt()?;
-    Ok(x.broadcast_div(&rms)?.reshape((rows, width))?)
+        .reshape((rows * parts, width / parts))?;
+    let y = match ones {
+        Some(w) => candle_nn::ops::rms_norm(&x, w, eps as f32)?,
+        None => {
+            let rms = (x.sqr()?.mean_keepdim(D::Minus1)? + eps)?.sqrt()?;
+            x.broadcast_div(&rms)?
+        }
+    };
+    Ok(y.reshape((rows, width))?)
 }
 
 /// The projection a fused head starts from (`[hidden, layers.len() * hidden]`, f32 on `device`):
@@ -174,7 +187,7 @@ mod tests {
         let rms = (12.5f32).sqrt();
         assert!((y[0][0] - 3.0 / rms).abs() < 1e-6 && (y[0][1] - 4.0 / rms).abs() < 1e-6);
         assert!((y[0][2]).abs() < 1e-6 && (y[0][3] - 2f32.sqrt()).abs() < 1e-5);
-        assert!(normalised_parts(&x, 3, 0.0).is_err());
+        assert!(normalised_parts(&x, 3, 0.0, None).is_err());
     }
 
     #[test]
