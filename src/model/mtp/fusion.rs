@@ -180,10 +180,13 @@ mod tests {
     #[test]
     fn parts_are_normalised_each_on_its_own() {
         let x = Tensor::from_vec(vec![3f32, 4.0, 0.0, 0.02], (1, 4), &Device::Cpu).unwrap();
-        let y = normalised_parts(&x, 2, 0.0)
-            .unwrap()
-            .to_vec2::<f32>()
-            .unwrap();
+        let y = normalised_parts(&x, 2, 0.0, None).unwrap();
+        // candle's fused RMSNorm with a unit weight: the same values.
+        let ones = Tensor::ones(2, DType::F32, &Device::Cpu).unwrap();
+        let fused = normalised_parts(&x, 2, 0.0, Some(&ones)).unwrap();
+        let diff = (fused - &y).unwrap().abs().unwrap().max_all().unwrap();
+        assert!(diff.to_scalar::<f32>().unwrap() < 1e-6);
+        let y = y.to_vec2::<f32>().unwrap();
         let rms = (12.5f32).sqrt();
         assert!((y[0][0] - 3.0 / rms).abs() < 1e-6 && (y[0][1] - 4.0 / rms).abs() < 1e-6);
         assert!((y[0][2]).abs() < 1e-6 && (y[0][3] - 2f32.sqrt()).abs() < 1e-5);
