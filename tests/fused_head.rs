@@ -230,4 +230,23 @@ fn a_fused_run_starts_from_a_head_trains_and_drafts() {
     let q8 = candle_core::quantized::GgmlDType::Q8_0;
     mtp_gguf::export(&cfg.out, &fused_gguf, q8, &target, "test").unwrap();
     common::head_drafts_as_ar(&gguf, &fused_gguf, &[Mode::Mtp, Mode::Tree]);
+    let cfg = treespec::model::LoadOptions::default();
+    let m = treespec::load::load_model(&gguf.display().to_string(), &cfg).unwrap();
+    let head = treespec::model::mtp_gguf::load(
+        &fused_gguf,
+        read_header(&fused_gguf),
+        &m.name,
+        m.decoder.config(),
+        &cfg,
+        64,
+    )
+    .unwrap();
+    let drafter = treespec::draft::mtp::MtpDrafter::new(head, m.decoder.config(), "head");
+    use treespec::draft::Drafter;
+    assert_eq!(drafter.name(), "head, reading target layers [0, 1]");
+}
+
+fn read_header(path: &std::path::Path) -> candle_core::quantized::gguf_file::Content {
+    let mut f = std::fs::File::open(path).unwrap();
+    candle_core::quantized::gguf_file::Content::read(&mut f).unwrap()
 }

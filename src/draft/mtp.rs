@@ -54,8 +54,12 @@ impl MtpDrafter {
         if let Some(v) = &vocab {
             name = format!("{name}, drafting among {} tokens", v.len());
         }
+        let layers = head.feature_layers();
+        if layers.len() > 1 {
+            name = format!("{name}, reading target layers {layers:?}");
+        }
         MtpDrafter {
-            layers: head.feature_layers(),
+            layers,
             head,
             name,
             hidden: target.hidden,

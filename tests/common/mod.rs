@@ -533,10 +533,11 @@ pub fn head_drafts_as_ar(target: &Path, head: &Path, modes: &[treespec::engine::
     assert_eq!(e.drafter().unwrap().kind(), "MTP head");
     let prompt = [10u32, 20, 30, 40];
     let ar = e.generate(&prompt, 16, |_| true).unwrap().tokens;
+    let name = e.drafter().unwrap().name().to_string();
     for &mode in modes {
         e.set_settings(s(mode)).unwrap();
         e.reset();
         let got = e.generate(&prompt, 16, |_| true).unwrap().tokens;
-        assert_eq!(got, ar, "{mode:?}");
+        assert_eq!(got, ar, "{mode:?} with {name}");
     }
 }
