@@ -339,22 +339,28 @@ __device__ __forceinline__ void gdn_tree_run(
   }
 }
 
-#define GDN_TREE(COLS)                                                                         \
-  extern "C" __global__ void __launch_bounds__(GDN_PARTS * COLS) gdn_tree##COLS(               \
+// gdn_tree{COLS} for any key width, gdn_tree{COLS}_full for key heads of GDN_MAX_DK (the
+// update's bound checks compiled out: the same arithmetic, fewer instructions a row).
+#define GDN_TREE(COLS, NAME, FULL)                                                             \
+  extern "C" __global__ void __launch_bounds__(GDN_PARTS * COLS) NAME(                         \
       const float *__restrict__ u, const float *__restrict__ a, const float *__restrict__ b,   \
       const float *__restrict__ z, const float *__restrict__ a_neg,                           \
       const float *__restrict__ dt_bias, const float *__restrict__ norm_w, const float *s0,   \
       const unsigned *__restrict__ sched, float *out, float *s_out, int n, int slots,         \
       int state_row, int k_heads, int v_heads, int k_dim, int v_dim, int v_tiled, float eps,  \
       int ab_stride, int z_stride) {                                                          \
-    gdn_tree_run<COLS>(u, a, b, z, a_neg, dt_bias, norm_w, s0, sched, out, s_out, n, slots,   \
-                       state_row, k_heads, v_heads, k_dim, v_dim, v_tiled, eps, ab_stride,    \
-                       z_stride);                                                             \
+    gdn_tree_run<COLS, FULL>(u, a, b, z, a_neg, dt_bias, norm_w, s0, sched, out, s_out, n,    \
+                             slots, state_row, k_heads, v_heads, k_dim, v_dim, v_tiled, eps,  \
+                             ab_stride, z_stride);                                            \
   }
-GDN_TREE(8)
-GDN_TREE(16)
-GDN_TREE(32)
-GDN_TREE(128)
+GDN_TREE(8, gdn_tree8, false)
+GDN_TREE(16, gdn_tree16, false)
+GDN_TREE(32, gdn_tree32, false)
+GDN_TREE(128, gdn_tree128, false)
+GDN_TREE(8, gdn_tree8_full, true)
+GDN_TREE(16, gdn_tree16_full, true)
+GDN_TREE(32, gdn_tree32_full, true)
+GDN_TREE(128, gdn_tree128_full, true)
 
 // Grid (n, v_heads), block GDN_PARTS * dv rounded up to a warp: `gdn_tree`'s raw outputs `out`
 // [n, hv * dv] gated and normed in place (gdn_norm_out, as the whole-head width does it).

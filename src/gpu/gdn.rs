@@ -51,17 +51,18 @@ pub fn tree_static(cols: usize) -> u32 {
     (4 * (2 * win * 2 * 4 * 36 + 2 * win * cols + 2 * win * 2 + win * 2 + 32)) as u32
 }
 
-/// The launch that walks `rows` rows of a layer whose value heads are `v_dim` wide, in order or
-/// (`scheduled`) by a schedule read into shared memory, which may branch: 16 value columns a
-/// block, or 8 where a tree's saved states would not fit [`TREE_DYNAMIC`] (the widths measured
-/// fastest on the 27B's layer, for chains, trees and one row alike: BENCHMARKS.md section 42).
-/// `TREESPEC_GDN_COLS` or the selftest may choose another width (the whole head a block gates
-/// and norms its rows itself; the others leave that to `gdn_norm`).
+/// The launch that walks `rows` rows of a layer whose key and value heads are `k_dim` and
+/// `v_dim` wide, in order or (`scheduled`) by a schedule read into shared memory, which may
+/// branch: 16 value columns a block, or 8 where a tree's saved states would not fit
+/// [`TREE_DYNAMIC`] (the widths measured fastest on the 27B's layer, for chains, trees and one
+/// row alike: BENCHMARKS.md section 42); the kernel without bound checks where the key heads are
+/// [`MAX_K_DIM`] wide. `TREESPEC_GDN_COLS` or the selftest may choose another width (the whole
+/// head a block gates and norms its rows itself; the others leave that to `gdn_norm`).
 pub fn tree_launch(
     rows: usize,
     scheduled: bool,
     branching: bool,
-    v_dim: usize,
+    (k_dim, v_dim): (usize, usize),
 ) -> Result<TreeLaunch> {
     let forced = match COLS_OVERRIDE.load(std::sync::atomic::Ordering::Relaxed) {
         0 => std::env::var("TREESPEC_GDN_COLS")
@@ -74,7 +75,9 @@ pub fn tree_launch(
         .unwrap_or(2);
     let branching = branching && gdn_walk::slots(rows) > 0;
     let slots = if branching { gdn_walk::slots(rows) } else { 0 };
-    for (&cols, &kernel) in TREE_COLS.iter().zip(&TREE_KERNELS).skip(first) {
+    let full = usize::from(k_dim == MAX_K_DIM);
+    for (&cols, kernels) in TREE_COLS.iter().zip(&TREE_KERNELS).skip(first) {
+        let kernel = kernels[full];
         let fused = cols >= v_dim;
         let threads = lane_threads(cols.min(v_dim));
         let entries = if scheduled { rows + 1 } else { 0 };
@@ -98,8 +101,15 @@ pub fn tree_launch(
 
 /// The widths `gdn_tree` is built for, widest first (`GDN_TREE` in the kernel).
 const TREE_COLS: [usize; 4] = [MAX_V_DIM, 32, 16, 8];
-/// Their kernels, in the same order.
-pub const TREE_KERNELS: [&str; 4] = ["gdn_tree128", "gdn_tree32", "gdn_tree16", "gdn_tree8"];
+/// Their kernels, in the same order: for any key width, and for key heads of [`MAX_K_DIM`] (the
+/// update's bound checks compiled out: the same bits, 25-30% faster on the 27B's layer,
+/// BENCHMARKS.md section 43).
+pub const TREE_KERNELS: [[&str; 2]; 4] = [
+    ["gdn_tree128", "gdn_tree128_full"],
+    ["gdn_tree32", "gdn_tree32_full"],
+    ["gdn_tree16", "gdn_tree16_full"],
+    ["gdn_tree8", "gdn_tree8_full"],
+];
 /// Threads of a block over `cols` value columns (`gdn_tree`, `gdn_norm`, `gdn_commit`): four
 /// lanes a column (`GDN_PARTS`), whole warps.
 pub fn lane_threads(cols: usize) -> u32 {
@@ -468,7 +478,7 @@ pub(crate) mod cuda {
         let l = &w.shape;
         let rows = walk.map_or(block.rows, |s| s.len() - 1);
         let branching = walk.is_some_and(|s| s.iter().any(|&op| op >> 16 != 0));
-        let launch = super::tree_launch(rows, walk.is_some(), branching, l.v_dim)?;
+        let launch = super::tree_launch(rows, walk.is_some(), branching, (l.k_dim, l.v_dim))?;
         let stream = dev.cuda_stream();
         let f = func(dev, Module::Gdn, launch.kernel)?;
         allow_tree_shared(&f)?;
@@ -625,22 +635,22 @@ mod tests {
     #[test]
     fn a_walk_takes_sixteen_columns_a_block_where_its_saved_states_fit() {
         for (rows, scheduled) in [(1, true), (64, false), (4096, false)] {
-            let l = tree_launch(rows, scheduled, false, 128).unwrap();
+            let l = tree_launch(rows, scheduled, false, (128, 128)).unwrap();
             assert_eq!(
                 (l.kernel, l.threads, l.fused, l.slots),
-                ("gdn_tree16", 64, false, 0)
+                ("gdn_tree16_full", 64, false, 0)
             );
             assert_eq!(l.shared, if scheduled { 8 } else { 0 });
         }
-        let l = tree_launch(64, true, true, 128).unwrap();
+        let l = tree_launch(64, true, true, (128, 128)).unwrap();
         assert_eq!(
             (l.kernel, l.cols, l.fused, l.slots),
-            ("gdn_tree16", 16, false, 5)
+            ("gdn_tree16_full", 16, false, 5)
         );
         assert_eq!(l.shared, 5 * 32 * 64 * 4 + 4 * 65);
         // A narrow head: the whole head in one block of the threads its columns need.
-        let l = tree_launch(3, false, false, 16).unwrap();
-        assert_eq!((l.threads, l.fused), (64, true));
+        let l = tree_launch(3, false, false, (24, 16)).unwrap();
+        assert_eq!((l.kernel, l.threads, l.fused), ("gdn_tree16", 64, true));
     }
 
     #[test]
@@ -655,10 +665,12 @@ mod tests {
 
     #[test]
     fn a_large_tree_takes_a_narrower_slice_and_a_larger_none() {
-        let l = tree_launch(1024, true, true, 128).unwrap();
+        let l = tree_launch(1024, true, true, (128, 128)).unwrap();
         assert_eq!((l.cols, l.slots), (8, 9));
         assert!(l.shared <= TREE_DYNAMIC);
-        let e = tree_launch(16384, true, true, 128).unwrap_err().to_string();
+        let e = tree_launch(16384, true, true, (128, 128))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("16384 rows"), "{e}");
     }
 }

@@ -198,7 +198,7 @@ impl GpuStep {
         let s_out = if whole { state } else { 0 };
         let state_row = if whole { n as i32 - 1 } else { -1 };
         let walk = if whole { 0 } else { parents + 4 * n as u64 };
-        let launch = crate::gpu::gdn::tree_launch(n, !whole, !whole, vd)?;
+        let launch = crate::gpu::gdn::tree_launch(n, !whole, !whole, (sh.k_dim, vd))?;
         let tree = f.tree(launch.kernel)?;
         let zf = if launch.fused { zp } else { 0 };
         let (n_i, slots) = (n as i32, launch.slots as i32);

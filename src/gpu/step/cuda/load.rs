@@ -382,6 +382,7 @@ pub(super) fn load_funcs(
                     conv: g("gdn_conv")?,
                     trees: crate::gpu::gdn::TREE_KERNELS
                         .iter()
+                        .flatten()
                         .map(|&k| {
                             let f = g(k)?;
                             crate::gpu::gdn::cuda::allow_tree_shared(&f)?;
