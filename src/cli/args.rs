@@ -179,8 +179,8 @@ pub(crate) struct SelftestArgs {
     /// ops and for batch invariance.
     #[arg(long = "model", short = 'm')]
     pub(crate) models: Vec<String>,
-    /// Also check this MTP head (a GGUF file from `export-head`) on the GPU step against
-    /// candle's ops, over the first model given with -m.
+    /// Also check this MTP head (a GGUF file from `export-head`, or `mtp`: the model's own) on
+    /// the GPU step against candle's ops, over the first model given with -m.
     #[arg(long)]
     pub(crate) head: Option<PathBuf>,
 }

@@ -115,10 +115,14 @@ pub(crate) fn run_selftest(a: SelftestArgs) -> anyhow::Result<()> {
             println!("{}: {line}", m.name);
         }
         if let (Some(path), true) = (&a.head, Some(spec) == a.models.first()) {
-            let header = treespec::model::weights::read_gguf_header(path)?;
             let (cfg, context) = (m.decoder.config().clone(), m.decoder.context());
-            let mut head =
-                treespec::model::mtp_gguf::load(path, header, &m.name, &cfg, &opts, context)?;
+            // `mtp`: the target's own head; else a head file from `export-head`.
+            let mut head = if path.as_os_str() == load::MTP_DRAFTER {
+                treespec::model::load_mtp_head(&m.files, &cfg, 0, &opts, context)?
+            } else {
+                let header = treespec::model::weights::read_gguf_header(path)?;
+                treespec::model::mtp_gguf::load(path, header, &m.name, &cfg, &opts, context)?
+            };
             for line in head.check_gpu_step(&mut m.decoder, &ids)? {
                 println!("{}: {line}", path.display());
             }
