@@ -392,13 +392,9 @@ impl MtpHead {
             return Ok(None);
         }
         if self.step.is_none() {
-            // A gated attention block (Qwen3.5's head) stays on candle's ops until its
-            // chains through the step are checked on a GPU.
-            let gated = matches!(
-                self.block.step_weights().map(|b| b.mixer),
-                Some(crate::gpu::step::MixerKind::Attention { gated: true })
-            );
-            let Some(block) = self.block.step_weights().filter(|_| !gated) else {
+            // Any block the step runs, the gated attention of Qwen3.5's head included
+            // (`selftest --head mtp` checks it against candle's ops).
+            let Some(block) = self.block.step_weights() else {
                 return Ok(None);
             };
             let built = GpuStep::new(
