@@ -224,7 +224,19 @@ fn a_fused_run_starts_from_a_head_trains_and_drafts() {
         .err()
         .map(|e| e.to_string())
         .unwrap_or_default();
-    assert!(e.contains("reads target layers [0, 1]"), "{e}");
+    assert!(
+        e.contains("reads target layers [0, 1]; resume it with --feature-layers 0,1"),
+        "{e}"
+    );
+    let mut typo = cfg.clone();
+    typo.out = dir.path().join("typo").join("head.safetensors");
+    typo.feature_layers = Some("0,9".into());
+    let e = run(&typo).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(e.contains("the target has layers 0 to 1"), "{e}");
+    assert!(
+        !dir.path().join("typo/head.safetensors.data.json").exists(),
+        "refused before the target answers anything"
+    );
 
     let fused_gguf = dir.path().join("fused.gguf");
     let q8 = candle_core::quantized::GgmlDType::Q8_0;

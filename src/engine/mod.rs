@@ -171,11 +171,11 @@ impl Engine {
 
     /// Add a drafter (its target checked by the caller) and the target layers it reads.
     fn push_drafter(&mut self, d: Box<dyn Drafter>) {
-        for &l in d.feature_layers() {
-            if !self.feature_layers.contains(&l) {
-                self.feature_layers.push(l);
-            }
-        }
+        // Ascending, as the GPU step's graphs key them ([`Engine::features`] finds each by
+        // value).
+        self.feature_layers.extend(d.feature_layers());
+        self.feature_layers.sort_unstable();
+        self.feature_layers.dedup();
         self.drafters.push(d);
     }
 

@@ -160,15 +160,11 @@ impl TrainableHead {
             Some(t) => Some(fusion::layers_of(t)?),
             None => None,
         };
-        if theirs.is_some() && theirs != self.fused {
+        if let Some(layers) = theirs.as_ref().filter(|&l| Some(l) != self.fused.as_ref()) {
+            let spelled: Vec<String> = layers.iter().map(|l| l.to_string()).collect();
             return Err(crate::error::Error::InvalidArgument(format!(
-                "the head to start from fuses target layers {:?}; train it with --feature-layers {}",
-                theirs.unwrap_or_default(),
-                self.feature_layers()
-                    .iter()
-                    .map(|l| l.to_string())
-                    .collect::<Vec<_>>()
-                    .join(",")
+                "the head to start from fuses target layers {layers:?}; train it with --feature-layers {}",
+                spelled.join(",")
             )));
         }
         let proj = saved_name(fusion::STEM_PROJ);

@@ -245,6 +245,8 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     }
     let mut t = crate::load::load_model(&cfg.target, &cfg.load)?;
+    let record_path = beside(&cfg.out, ".json");
+    let fused = fused_layers(cfg, &t, &record_path)?;
     let data = training_data(cfg, &mut t)?;
     let sequences = data.examples();
     let eval_data = eval_sets(cfg, &mut t)?;
@@ -259,8 +261,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
 
     // What the run trains on, as its record says it.
     let data_lines = data_lines(cfg, &data.earlier);
-    let record_path = beside(&cfg.out, ".json");
-    let (head, step, resumed_vocab) = start_head(cfg, &t, &data_lines, &record_path)?;
+    let (head, step, resumed_vocab) = start_head(cfg, &t, fused, &data_lines, &record_path)?;
     let (trainer, vocab_len) = trainer_for(cfg, &t, head, train, resumed_vocab)?;
     let epochs = Epochs::at_step(cfg, train, step);
     let recorder = Recorder {
@@ -275,13 +276,66 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     train_steps(&mut t, trainer, epochs, &recorder, step)
 }
 
+/// The record beside a checkpoint, where there is one and it reads.
+fn read_record(cfg: &RunConfig, record_path: &Path) -> Option<RunRecord> {
+    if !cfg.out.exists() {
+        return None;
+    }
+    std::fs::read_to_string(record_path)
+        .ok()
+        .and_then(|s| serde_json::from_str::<RunRecord>(&s).ok())
+}
+
+/// The target layers the head fuses (`--feature-layers` for the target `t`; `None`: it reads the
+/// last), refused before any answer is generated where the spelling is bad or a checkpoint to
+/// resume (its record at `record_path`) reads other layers.
+fn fused_layers(
+    cfg: &RunConfig,
+    t: &LoadedModel,
+    record_path: &Path,
+) -> Result<Option<Vec<usize>>> {
+    let n = t.decoder.config().n_layers;
+    let fused = match &cfg.feature_layers {
+        Some(spec) => Some(crate::model::mtp::fusion::parse_layers(spec, n)?),
+        None => None,
+    };
+    let reads = fused.clone().unwrap_or_else(|| vec![n - 1]);
+    if let Some(r) = read_record(cfg, record_path) {
+        // Records from before heads fused layers name none: the last.
+        let recorded = match r.feature_layers {
+            l if l.is_empty() => vec![n - 1],
+            l => l,
+        };
+        if recorded != reads {
+            let how = match recorded.len() {
+                1 => "without --feature-layers".to_string(),
+                _ => format!(
+                    "with --feature-layers {}",
+                    recorded
+                        .iter()
+                        .map(|l| l.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+            };
+            return Err(Error::InvalidArgument(format!(
+                "{} reads target layers {recorded:?}; resume it {how}",
+                cfg.out.display()
+            )));
+        }
+    }
+    Ok(fused)
+}
+
 /// The head a run starts from, the step it starts at, and the draft vocabulary's size a resumed
 /// head was trained with (where its record names one). The head is the target's last layer as
-/// its block; where `cfg.out` holds a checkpoint with its record (`record_path`), that checkpoint
-/// (an error unless its record's data are `data_lines`); at step 0 with `--init`, that head.
+/// its block, fed the layers `fused` where given; where `cfg.out` holds a checkpoint with its
+/// record (`record_path`), that checkpoint (an error unless its record's data are
+/// `data_lines`); at step 0 with `--init`, that head.
 fn start_head(
     cfg: &RunConfig,
     t: &LoadedModel,
+    fused: Option<Vec<usize>>,
     data_lines: &[String],
     record_path: &Path,
 ) -> Result<(TrainableHead, usize, Option<usize>)> {
@@ -296,36 +350,23 @@ fn start_head(
     let init = |name: &str| store.borrow_mut().get_dense(name).ok();
     let target_cfg = t.decoder.config();
     let mut head = TrainableHead::new(target_cfg, &device, cfg.seed, Some(&init))?;
-    if let Some(spec) = &cfg.feature_layers {
-        let layers = crate::model::mtp::fusion::parse_layers(spec, target_cfg.n_layers)?;
+    if let Some(layers) = fused {
         head = head.with_feature_layers(layers)?;
     }
     let mut step = 0;
     let mut resumed_vocab = None;
-    if cfg.out.exists() {
-        if let Some(r) = std::fs::read_to_string(record_path)
-            .ok()
-            .and_then(|s| serde_json::from_str::<RunRecord>(&s).ok())
-        {
-            if r.data != data_lines {
-                return Err(Error::InvalidArgument(format!(
-                    "{} was trained on {:?}; resume it with the same data, not {:?}",
-                    cfg.out.display(),
-                    r.data,
-                    data_lines
-                )));
-            }
-            if !r.feature_layers.is_empty() && r.feature_layers != head.feature_layers() {
-                return Err(Error::InvalidArgument(format!(
-                    "{} reads target layers {:?}; resume it with the same --feature-layers",
-                    cfg.out.display(),
-                    r.feature_layers
-                )));
-            }
-            head.vars_mut().load(&cfg.out)?;
-            step = r.step;
-            resumed_vocab = Some(r.draft_vocab).filter(|&v| v > 0);
+    if let Some(r) = read_record(cfg, record_path) {
+        if r.data != data_lines {
+            return Err(Error::InvalidArgument(format!(
+                "{} was trained on {:?}; resume it with the same data, not {:?}",
+                cfg.out.display(),
+                r.data,
+                data_lines
+            )));
         }
+        head.vars_mut().load(&cfg.out)?;
+        step = r.step;
+        resumed_vocab = Some(r.draft_vocab).filter(|&v| v > 0);
     }
     if step == 0 {
         if let Some(init) = &cfg.init {

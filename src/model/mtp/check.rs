@@ -73,15 +73,20 @@ impl MtpHead {
             ));
         }
         target.reset();
+        let layers = self.feature_layers();
         let parts = target
             .forward(
                 &Batch::causal(tokens, 0)
                     .with_logits_rows(vec![])
-                    .with_hidden_layers(self.feature_layers()),
+                    .with_hidden_layers(layers.clone()),
             )?
             .hidden;
-        if parts.is_empty() {
-            return Err(Error::Device("the target gave no hidden states".into()));
+        if parts.len() != layers.len() {
+            return Err(Error::Device(format!(
+                "the target gave {} hidden states of the {} layers the head reads",
+                parts.len(),
+                layers.len()
+            )));
         }
         let hidden = Tensor::cat(&parts, 1)?;
         let hidden = self.target_hidden(target, &hidden)?;
