@@ -12,7 +12,5 @@ timeout 100 $B selftest --device cuda -m $S/q08.gguf --head mtp > $OUT/selftest-
 echo "head rc=$?"; grep "^mtp:" $OUT/selftest-head.txt | cut -c1-220; tail -2 $OUT/selftest-head.txt | cut -c1-200
 timeout 90 $B bench --device cuda --target $S/q27.gguf --drafter $S/q08.gguf --modes ar,tree:16x4,mtp --limit 1 --max-tokens 24 --require-identical > $OUT/identical27.md 2>&1
 echo "identical rc=$? at ${SECONDS}s: $(grep -i "every mode\|differ" $OUT/identical27.md | head -2)"
-TREESPEC_MMQ=1 timeout 60 $B bench --device cuda --costs --target $S/q27.gguf --drafter $S/q08.gguf --cost-rows 1,8,64 > $OUT/costs27.md 2>&1
+TREESPEC_MMQ=1 timeout 60 $B bench --device cuda --costs --target $S/q27.gguf --drafter $S/q08.gguf --cost-rows 1,64 > $OUT/costs27.md 2>&1
 grep "target verify pass\|target decode step" $OUT/costs27.md | cut -c1-110
-TREESPEC_MMQ=1 TREESPEC_PROFILE=1 TREESPEC_CUDA_GRAPHS=0 timeout 60 $B bench --device cuda --costs --target $S/q27.gguf --drafter $S/q08.gguf --cost-rows 1,64 > /dev/null 2> $OUT/profile27.txt
-grep "gpu 64L  64 rows\|gpu 64L   1 rows" $OUT/profile27.txt | cut -c1-100 | head -50
