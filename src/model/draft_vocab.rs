@@ -91,13 +91,24 @@ pub fn to_tensor(ids: &[u32]) -> Result<Tensor> {
     Ok(Tensor::from_vec(as_f32, ids.len(), &Device::Cpu)?)
 }
 
-/// The set from the vector a head file keeps ([`to_tensor`]).
+/// The set from the vector a head file keeps ([`to_tensor`]); refused where an entry is no
+/// index (negative, fractional or past u32). Also how a head keeps its fused target layers
+/// ([`crate::model::mtp::fusion`]).
 pub fn from_tensor(t: &Tensor) -> Result<Vec<u32>> {
-    Ok(t.to_dtype(DType::F32)?
+    t.to_dtype(DType::F32)?
+        .flatten_all()?
         .to_vec1::<f32>()?
         .into_iter()
-        .map(|x| x as u32)
-        .collect())
+        .map(|x| {
+            if x >= 0.0 && x.fract() == 0.0 && x <= u32::MAX as f32 {
+                Ok(x as u32)
+            } else {
+                Err(crate::error::Error::InvalidArgument(format!(
+                    "a head file's index vector holds {x}, not an index"
+                )))
+            }
+        })
+        .collect()
 }
 
 /// For each token of a vocabulary of `vocab`, its index in the set `ids` (ascending), if it is

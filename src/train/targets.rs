@@ -5,7 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::decoder::{Batch, Decoder};
-use candle_core::{DType, Tensor};
+use candle_core::Tensor;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -45,17 +45,7 @@ impl SequenceTargets {
             .ok_or_else(|| Error::InvalidArgument("the target gave no logits".into()))?;
         let top = crate::gpu::row_top_k(&logits, super::loss::TARGET_TOP_K)?;
         let (ids, weights, best) = super::loss::sparse_targets(&top, index, target.device())?;
-        if out.hidden.len() != layers.len() || layers.is_empty() {
-            return Err(Error::InvalidArgument(
-                "the target gave no hidden states".into(),
-            ));
-        }
-        let parts = out
-            .hidden
-            .iter()
-            .map(|h| h.to_dtype(DType::F32))
-            .collect::<candle_core::Result<Vec<_>>>()?;
-        let hidden = Tensor::cat(&parts, 1)?.detach();
+        let hidden = crate::model::mtp::fusion::side_by_side(&out.hidden, layers.len())?.detach();
         Ok(SequenceTargets {
             hidden,
             ids,

@@ -81,14 +81,7 @@ impl MtpHead {
                     .with_hidden_layers(layers.clone()),
             )?
             .hidden;
-        if parts.len() != layers.len() {
-            return Err(Error::Device(format!(
-                "the target gave {} hidden states of the {} layers the head reads",
-                parts.len(),
-                layers.len()
-            )));
-        }
-        let hidden = Tensor::cat(&parts, 1)?;
+        let hidden = fusion::side_by_side(&parts, layers.len())?;
         let hidden = self.target_hidden(target, &hidden)?;
         target.reset();
         // The first pass over the context, then chain steps fed back their own outputs.

@@ -135,29 +135,36 @@ pub fn initial_projection(
     Ok(Tensor::from_vec(w, (hidden, parts * hidden), device)?)
 }
 
-/// The layers as a head file keeps them: their indices as an f32 vector on the host.
+/// The layers as a head file keeps them: as the draft vocabulary's ids
+/// ([`crate::model::draft_vocab::to_tensor`]).
 pub fn layers_tensor(layers: &[usize]) -> Result<Tensor> {
-    let v: Vec<f32> = layers.iter().map(|&l| l as f32).collect();
-    Ok(Tensor::from_vec(v, layers.len(), &Device::Cpu)?)
+    let ids: Vec<u32> = layers.iter().map(|&l| l as u32).collect();
+    crate::model::draft_vocab::to_tensor(&ids)
 }
 
 /// The layers from the vector a head file keeps ([`layers_tensor`]); refused where an entry is
-/// no layer index.
+/// no index.
 pub fn layers_of(t: &Tensor) -> Result<Vec<usize>> {
-    t.to_dtype(DType::F32)?
-        .flatten_all()?
-        .to_vec1::<f32>()?
-        .into_iter()
-        .map(|x| {
-            if x >= 0.0 && x.fract() == 0.0 && x < 1e6 {
-                Ok(x as usize)
-            } else {
-                Err(Error::InvalidArgument(format!(
-                    "the MTP head's feature layers hold {x}, not a layer index"
-                )))
-            }
-        })
-        .collect()
+    let ids = crate::model::draft_vocab::from_tensor(t)?;
+    Ok(ids.into_iter().map(|l| l as usize).collect())
+}
+
+/// A forward's hidden states of the `layers` layers a head reads (`parts`, one a layer, in the
+/// order asked) side by side in f32, `[rows, layers * hidden]`: what
+/// [`super::MtpHead::target_hidden`] and the trainer take; an error where the target gave
+/// another count.
+pub fn side_by_side(parts: &[Tensor], layers: usize) -> Result<Tensor> {
+    if parts.len() != layers || layers == 0 {
+        return Err(Error::InvalidArgument(format!(
+            "the target gave {} hidden states of the {layers} layers the head reads",
+            parts.len()
+        )));
+    }
+    let parts = parts
+        .iter()
+        .map(|h| h.to_dtype(DType::F32))
+        .collect::<candle_core::Result<Vec<_>>>()?;
+    Ok(Tensor::cat(&parts, 1)?)
 }
 
 #[cfg(test)]
