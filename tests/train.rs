@@ -625,34 +625,17 @@ fn a_run_writes_a_head_that_resumes_and_drafts() {
 /// prompts; the bundled benchmark prompts are left out.
 #[test]
 fn self_written_prompts_are_written_once_and_trained_on() {
-    use treespec::train::run::{run, RunConfig};
-    let make = |dir: &std::path::Path, steps: usize| RunConfig {
-        target: common::write_tiny_gguf(dir, "qwen2", 8)
-            .display()
-            .to_string(),
-        out: dir.join("head.safetensors"),
-        steps,
-        opts: TrainOptions {
-            k: 2,
-            lr: 1e-3,
-            max_len: 160,
-            ..Default::default()
-        },
-        data: vec![],
-        extra_data: vec![],
-        init: None,
-        draft_vocab: 0,
-        feature_layers: None,
-        self_prompts: 3,
-        self_prompt_systems: vec![],
-        eval: None,
-        answer_tokens: 4,
-        seed: 5,
-        load: treespec::model::LoadOptions {
-            context: 256,
-            ..Default::default()
-        },
-        command: "test".into(),
+    use treespec::train::run::run;
+    // The run fixture's target, with self-written prompts only.
+    let make = |dir: &std::path::Path, steps: usize| {
+        let mut cfg = common::tiny_train_run(dir, steps);
+        cfg.opts.max_len = 160;
+        cfg.data = vec![];
+        cfg.self_prompts = 3;
+        cfg.answer_tokens = 4;
+        cfg.seed = 5;
+        cfg.load.context = 256;
+        cfg
     };
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let first = run(&make(a.path(), 2)).unwrap();
