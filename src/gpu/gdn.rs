@@ -477,7 +477,7 @@ pub(crate) mod cuda {
     ) -> Result<()> {
         let l = &w.shape;
         let rows = walk.map_or(block.rows, |s| s.len() - 1);
-        let branching = walk.is_some_and(|s| s.iter().any(|&op| op >> 16 != 0));
+        let branching = walk.is_some_and(gdn_walk::branches);
         let launch = super::tree_launch(rows, walk.is_some(), branching, (l.k_dim, l.v_dim))?;
         let stream = dev.cuda_stream();
         let f = func(dev, Module::Gdn, launch.kernel)?;

@@ -29,6 +29,12 @@ pub fn shared_bytes(slots: usize, threads: u32, entries: usize) -> u32 {
     (slots * 32 * threads as usize * 4 + 4 * entries) as u32
 }
 
+/// Whether a walk ([`schedule`]) saves or restores any state: a tree (or several rows continuing
+/// the committed state), not a chain walked in order, which needs no slots.
+pub fn branches(walk: &[u32]) -> bool {
+    walk.first().is_some_and(|&e| e != 0) || walk.iter().skip(1).any(|&op| op >> 16 != 0)
+}
+
 /// The walk of a block whose row `i` continues `parents[i]` (each below `i`; `None`: the
 /// committed state), as the kernel reads it (module comment).
 pub fn schedule(parents: &[Option<usize>]) -> Result<Vec<u32>> {
@@ -170,6 +176,12 @@ mod tests {
     fn a_chain_walks_in_order_with_no_slot() {
         let s = schedule(&[None, Some(0), Some(1)]).unwrap();
         assert_eq!(s, vec![0, 0, 1, 2]);
+        assert!(!branches(&s));
+        let chain: Vec<_> = (0..64).map(|i: usize| i.checked_sub(1)).collect();
+        assert!(!branches(&schedule(&chain).unwrap()));
+        // A fork, and two rows on the committed state, save and restore.
+        assert!(branches(&schedule(&[None, Some(0), Some(0)]).unwrap()));
+        assert!(branches(&schedule(&[None, None]).unwrap()));
         assert_eq!(slots(1), 0);
         assert_eq!(slots(64), 5);
         assert_eq!(slots(256), 7);

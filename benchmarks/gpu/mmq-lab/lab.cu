@@ -23,6 +23,8 @@
 #include "mmq.cu"
 
 #include "meta.cuh"
+#include "fold.cuh"
+#include "pk.cuh"
 
 
 typedef void (*TileFn)(const void *, const void *, const void *, int, int, const void *, float *,
@@ -94,6 +96,8 @@ int main(int argc, char **argv) {
   CK(cudaMemset(counters, 0, 1 << 20));
   TileMeta *gmeta;
   CK(cudaMalloc(&gmeta, (size_t)max_n * nsb * sizeof(TileMeta)));
+  uint8_t *gpk;  // pk.cuh: the activations' values without block headers
+  CK(cudaMalloc(&gpk, (size_t)max_n * nsb * 256));
   const int cs = std::max(1, (nsb + 7) / 8);  // chunk_size
   const int chunks = (nsb + cs - 1) / cs;
   // The family's tile kernels, each with 2, 4 and 8 warps a block (the runtime's choice:
@@ -118,10 +122,16 @@ int main(int argc, char **argv) {
       p = end;
     }
   }
+  const TileFn q4fold[4] = {labf_q4_k_t1, labf_q4_k_t2, labf_q4_k_t4, labf_q4_k_t8};
   for (int i = 0; i < 4; ++i)
-    for (int w : warps)
+    for (int w : warps) {
       ks.push_back({"t" + std::to_string(1 << i) + "w" + std::to_string(w), 1 << i,
                     q6 ? q6f[i] : q4[i], w});
+      // fold.cuh: the Q4_K scales folded into the MMA's A operand.
+      if (!q6)
+        ks.push_back({"fold t" + std::to_string(1 << i) + "w" + std::to_string(w), 1 << i,
+                      q4fold[i], w});
+    }
   const int slot = q6 ? 224 : 144;
   const int reps = getenv("LAB_REPS") ? atoi(getenv("LAB_REPS")) : 30;
   const char *only = getenv("LAB_ONLY");  // one kernel by name (for ncu)
@@ -163,9 +173,10 @@ int main(int argc, char **argv) {
     // `lab_meta` and the tile timed together.
     typedef void (*MetaFn)(const uint8_t *, const uint8_t *, const TileMeta *, float *, int, int,
                            int, int, int, int);
-    const MetaFn mf[2] = {q6 ? labm_q6_k_t4 : labm_q4_k_t4, q6 ? labm_q6_k_t8 : labm_q4_k_t8};
-    for (int v = 0; v < 2 && !only; ++v) {
-      const int nt = v ? 8 : 4;
+    const MetaFn mf[4] = {q6 ? labm_q6_k_t4 : labm_q4_k_t4, q6 ? labm_q6_k_t8 : labm_q4_k_t8,
+                          labm_q4_k_fold_t4, labm_q4_k_fold_t8};
+    for (int v = 0; v < (q6 ? 2 : 4) && !only; ++v) {
+      const int nt = v & 1 ? 8 : 4;
       if (8 * nt > 4 * n) continue;
       for (int w : {4, 8}) {
         const int wm = std::min(w, std::max(1, rows / 16));
@@ -181,8 +192,35 @@ int main(int argc, char **argv) {
         std::vector<float> out((size_t)n * rows);
         CK(cudaMemcpy(out.data(), dst, out.size() * 4, cudaMemcpyDeviceToHost));
         const bool same = !first.empty() && memcmp(first.data(), out.data(), out.size() * 4) == 0;
-        printf("| | %d | meta t%dw%d | %dx%dx1 | %.1f | %.2f | %.0f | %s |\n", n, nt, wm, gx, gy,
+        printf("| | %d | meta%s t%dw%d | %dx%dx1 | %.1f | %.2f | %.0f | %s |\n", n,
+               v >= 2 ? " fold" : "", nt, wm, gx, gy,
                us, wbytes / us / 1e6, 2.0 * rows * cols * n / us / 1e6, same ? "yes" : "NO");
+      }
+    }
+    // pk.cuh: the activations packed once a launch (`lab_pack` timed with the tile), B
+    // fragments by ldmatrix, one barrier a super-block; Q4_K also with the folded scales.
+    const PkFn pf[6] = {labp_q4_k_t4, labp_q4_k_t8, labp_q4_k_fold_t4, labp_q4_k_fold_t8,
+                        labp_q6_k_t4, labp_q6_k_t8};
+    for (int v = q6 ? 4 : 0; v < (q6 ? 6 : 4) && !only; ++v) {
+      const int nt = v & 1 ? 8 : 4;
+      if (8 * nt > 4 * n) continue;
+      for (int w : {4, 8}) {
+        const int wm = std::min(w, std::max(1, rows / 16));
+        const int gx = (rows + 16 * wm - 1) / (16 * wm), gy = (n + 8 * nt - 1) / (8 * nt);
+        const int smem = TILE_STAGES * (8 * nt * PK_ROW + 16 * wm * slot + 8 * nt * 32);
+        CK(cudaFuncSetAttribute(pf[v], cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        CK(cudaMemset(dst, 0xFF, (size_t)n * rows * 4));
+        const float us = median_us(3, reps, [&](int r) {
+          lab_pack<<<(n * nsb + 127) / 128, 128>>>(dy, gpk, gmeta, n, nsb, yq);
+          pf[v]<<<dim3(gx, gy), dim3(32, wm), smem>>>(dw[r & 1], gpk, gmeta, dst, cols, rows,
+                                                     rows, n, cs);
+        });
+        std::vector<float> out((size_t)n * rows);
+        CK(cudaMemcpy(out.data(), dst, out.size() * 4, cudaMemcpyDeviceToHost));
+        const bool same = !first.empty() && memcmp(first.data(), out.data(), out.size() * 4) == 0;
+        printf("| | %d | pk%s t%dw%d | %dx%dx1 | %.1f | %.2f | %.0f | %s |\n", n,
+               v == 2 || v == 3 ? " fold" : "", nt, wm, gx, gy, us, wbytes / us / 1e6,
+               2.0 * rows * cols * n / us / 1e6, same ? "yes" : "NO");
       }
     }
   }

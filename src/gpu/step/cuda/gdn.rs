@@ -8,7 +8,8 @@ use super::*;
 
 impl GpuStep {
     /// Write a pass's fold, parents and walk into its metadata (`meta`: the block from [`Meta::gdn`]).
-    pub(super) fn place_fold(&self, g: &GdnPass, n: usize, meta: &mut [u32]) -> Result<()> {
+    /// Returns whether the rows' walk saves and restores states (a tree, not a chain).
+    pub(super) fn place_fold(&self, g: &GdnPass, n: usize, meta: &mut [u32]) -> Result<bool> {
         let fold = g.fold;
         if g.parents.len() != n {
             return Err(Error::InvalidArgument(format!(
@@ -38,11 +39,12 @@ impl GpuStep {
         for (slot, p) in meta[GDN_FOLD..GDN_FOLD + n].iter_mut().zip(g.parents) {
             *slot = p.map_or(u32::MAX, |p| p as u32);
         }
-        if n <= GDN_STASH_ROWS {
-            let walk = crate::gpu::gdn_walk::schedule(g.parents)?;
-            meta[GDN_FOLD + n..GDN_FOLD + 2 * n + 1].copy_from_slice(&walk);
+        if n > GDN_STASH_ROWS {
+            return Ok(false);
         }
-        Ok(())
+        let walk = crate::gpu::gdn_walk::schedule(g.parents)?;
+        meta[GDN_FOLD + n..GDN_FOLD + 2 * n + 1].copy_from_slice(&walk);
+        Ok(crate::gpu::gdn_walk::branches(&walk))
     }
 
     /// The stash, made on first need for blocks of up to [`GDN_STASH_ROWS`] rows (once: a
@@ -198,7 +200,10 @@ impl GpuStep {
         let s_out = if whole { state } else { 0 };
         let state_row = if whole { n as i32 - 1 } else { -1 };
         let walk = if whole { 0 } else { parents + 4 * n as u64 };
-        let launch = crate::gpu::gdn::tree_launch(n, !whole, !whole, (sh.k_dim, vd))?;
+        // Shared memory for saved states only where the walk saves any (a tree: the graph key
+        // says so), so a chain's blocks stay small enough to share a multiprocessor.
+        let branching = !whole && self.branching_now;
+        let launch = crate::gpu::gdn::tree_launch(n, !whole, branching, (sh.k_dim, vd))?;
         let tree = f.tree(launch.kernel)?;
         let zf = if launch.fused { zp } else { 0 };
         let (n_i, slots) = (n as i32, launch.slots as i32);

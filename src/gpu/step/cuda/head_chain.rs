@@ -152,6 +152,7 @@ impl GpuStep {
     ) -> Result<Vec<DepthTopK>> {
         // A chain's passes never take the wide products (their graph keys do not say so).
         self.wide_now = false;
+        self.branching_now = false;
         let Some(head) = &self.head else {
             return Err(Error::Device("the step has no MTP head stage".into()));
         };
@@ -237,6 +238,7 @@ impl GpuStep {
             hidden: 0,
             embed: false,
             chain: depth,
+            branching: false,
         };
         let layout = ChainMeta { cu, meta, cu_len };
         if self.graphs_on {

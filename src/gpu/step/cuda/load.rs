@@ -141,6 +141,7 @@ impl GpuStep {
             wide_verify: false,
             wide_source,
             wide_now: false,
+            branching_now: false,
             shadow,
             shadow_stale: false,
             kv_table,

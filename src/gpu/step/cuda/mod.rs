@@ -204,6 +204,9 @@ struct GraphKey {
     /// An MTP head's greedy chain of this many depths (`head_chain`; `m` is then its top-k),
     /// or 0 for a pass.
     chain: usize,
+    /// Whether a hybrid's Gated DeltaNet walk saves and restores states (a tree): only then do
+    /// its recurrence launches reserve shared memory for the saved states.
+    branching: bool,
 }
 
 /// The layers of `layers` as bits of a graph key (whose replays fill the slots in the
@@ -338,6 +341,8 @@ pub struct GpuStep {
     wide_source: crate::gpu::wide::WideSource,
     /// The pass being launched goes through `wide` (set by `forward` for its launches).
     wide_now: bool,
+    /// Whether the pass being launched is a tree over Gated DeltaNet layers ([`GraphKey::branching`]).
+    branching_now: bool,
     /// The K/V caches' f16 shadows (K and V of each layer), kept beside them where the step
     /// has wide products: written by every pass, compacted with the caches ([`Self::keep`]).
     shadow: Vec<CudaSlice<u16>>,

@@ -33,15 +33,15 @@ impl GpuStep {
             host[meta.out_slots + r] = slot as u32;
         }
         host[meta.table..meta.gdn].copy_from_slice(&input.keys.packed_to(width));
-        match (&input.gdn, &self.linear) {
+        let branching = match (&input.gdn, &self.linear) {
             (Some(g), _) => self.place_fold(g, n, &mut host[meta.gdn..])?,
             (None, Some(_)) => {
                 return Err(Error::InvalidArgument(
                     "a hybrid model's GPU pass without its rows' parents".into(),
                 ))
             }
-            (None, None) => {}
-        }
+            (None, None) => false,
+        };
         self.ensure(n.max(m), chunks, meta.len, input.hidden_layers.len())?;
         self.ensure_stash()?;
         let bufs = self.bufs.as_mut().expect("ensured");
@@ -73,8 +73,10 @@ impl GpuStep {
             hidden: bits.unwrap_or(0),
             embed: input.inputs.is_none(),
             chain: 0,
+            branching,
         };
         self.wide_now = wide;
+        self.branching_now = branching;
         let graphed = self.graphs_on
             && n <= GRAPH_MAX_ROWS
             && !(wide && self.wide_graphs_failed)
