@@ -344,6 +344,90 @@ TREESPEC_MMQ_ROWS(q6_k, Q6kUnit, 210, row, 1)
 TREESPEC_MMQ_ROWS(q6_k, Q6kUnit, 210, rows2, 2)
 TREESPEC_MMQ_ROWS(q6_k, Q6kUnit, 210, rows4, 4)
 
+// ---- One activation row, a warp a weight row, a lane group a chunk ----
+//
+// The same terms as `mmq_rows`, laid out so that no lane folds another's: lane group k (lanes
+// 4k .. 4k + 3) takes chunk k of the row (rule 4: at most eight chunks of `cs` super-blocks), a
+// lane a quarter (unit) of each of the chunk's super-blocks in turn; the group's four integer
+// sums are added by two shuffles (exact), each of its lanes makes the same term and adds it to
+// the chunk's sum in super-block order, and lane 0 adds the chunks' sums in chunk order. A block
+// is WARP_ROWS weight rows (a warp each, one row: no loop over rows), and a lane holds WARP_UNITS
+// super-blocks' units in flight, so that the kernel stays within 64 registers and four blocks fit a
+// multiprocessor (the tensor-core family's `_warp2` taught this: BENCHMARKS.md section 39). The
+// activation row is staged as for `mmq_rows`.
+
+#define WARP_ROWS 8
+#define WARP_UNITS 2
+
+template <typename Unit, int bytes>
+static __device__ __forceinline__ void mmq_warp(const void *vx0, const void *vx1, const void *vx2,
+                                                int row1, int row2, const uint8_t *vy, float *dst,
+                                                int ncols, int nrows, int stride_y, int n,
+                                                int cs) {
+  extern __shared__ int4 staged[];
+  const int lane = threadIdx.x, q = lane & 3;
+  const int row = blockIdx.x * blockDim.y + threadIdx.y;
+  const bool live = row < nrows;
+  const int nsb = ncols / 256, nblk = ncols / 32;
+  // This group's chunk: super-blocks [sb0, sb_end), empty for groups past the row's chunks.
+  const int sb0 = (lane >> 2) * cs, sb_end = min(nsb, sb0 + cs);
+  const uint8_t *wrow = nullptr;
+  Unit batch[WARP_UNITS];
+  auto load = [&](int i0) {
+#pragma unroll
+    for (int i = 0; i < WARP_UNITS; ++i) {
+      const int sb = sb0 + i0 + i;
+      if (sb < sb_end) batch[i].load(wrow, 4 * sb + q);
+    }
+  };
+  if (live) {
+    int w0;
+    const uint8_t *vx = (const uint8_t *)stacked(vx0, vx1, vx2, row1, row2, row, &w0);
+    wrow = vx + (size_t)(row - w0) * nsb * bytes;
+    load(0);
+  }
+  pdl_enter();  // the first weights were loaded while the previous kernel finished (pdl.cuh)
+  stage_rows<1>(vy, nblk, stride_y, n, staged);
+  if (!live) return;  // uniform over the warp, after the block's barrier
+  float part = 0.0f;
+  for (int i0 = 0; i0 < cs; i0 += WARP_UNITS) {
+    if (i0 > 0) load(i0);
+#pragma unroll
+    for (int i = 0; i < WARP_UNITS; ++i) {
+      if (i0 + i >= cs) break;  // uniform: the shuffles need every lane
+      const int sb = sb0 + i0 + i;
+      const bool in = sb < sb_end;
+      int isum = 0, msum = 0;
+      if (in) batch[i].sums(staged, 4 * sb + q, isum, msum);
+      isum += __shfl_xor_sync(FULL_MASK, isum, 1);
+      isum += __shfl_xor_sync(FULL_MASK, isum, 2);
+      msum += __shfl_xor_sync(FULL_MASK, msum, 1);
+      msum += __shfl_xor_sync(FULL_MASK, msum, 2);
+      if (in) part = __fadd_rn(part, batch[i].term(__int_as_float(staged[3 * 8 * sb + 2].x), isum, msum));
+    }
+  }
+  const int chunks = (nsb + cs - 1) / cs;
+  float total = 0.0f;
+  for (int c = 0; c < chunks; ++c) total = __fadd_rn(total, __shfl_sync(FULL_MASK, part, 4 * c));
+  if (lane == 0) dst[row] = total;
+}
+
+// Entry points: grid ceil(rows / WARP_ROWS), block (32, WARP_ROWS), dynamic shared memory 48
+// bytes a Q8_1 block of the activation row; arguments as `mmq_<fmt>_row`'s (n = 1, stride_dst
+// unused).
+#define TREESPEC_MMQ_WARP(tag, Unit, bytes)                                                      \
+  extern "C" __global__ void __launch_bounds__(32 * WARP_ROWS, 4) mmq_##tag##_warp(              \
+      const void *__restrict__ vx0, const void *__restrict__ vx1,                              \
+      const void *__restrict__ vx2, const int row1, const int row2,                            \
+      const void *__restrict__ vy, float *__restrict__ dst, const int ncols, const int nrows,  \
+      const int stride_y, const int, const int n, const int cs) {                              \
+    mmq_warp<Unit, bytes>(vx0, vx1, vx2, row1, row2, (const uint8_t *)vy, dst, ncols, nrows,   \
+                          stride_y, n, cs);                                                    \
+  }
+
+TREESPEC_MMQ_WARP(q4_k, Q4kUnit, 144)
+TREESPEC_MMQ_WARP(q6_k, Q6kUnit, 210)
+
 // ---- Many activation rows: int8 tensor cores ----
 //
 // Block (32, WM): warp wm takes weight rows 16 wm .. 16 wm + 15 of the block's 16 WM (WM up to

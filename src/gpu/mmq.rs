@@ -281,7 +281,7 @@ mod cuda {
                         0
                     }
                 }
-                Mmq::Rows(_) => 0,
+                Mmq::Rows(_) | Mmq::Warp => 0,
             }
         }
     }
@@ -333,6 +333,20 @@ mod cuda {
                 let cfg = LaunchConfig {
                     grid_dim: (blocks as u32, 1, 1),
                     block_dim: (32, ROW_WARPS, 1),
+                    shared_mem_bytes: shared as u32,
+                };
+                (cfg, shared)
+            }
+            Mmq::Warp => {
+                if n > 1 {
+                    return Err(Error::Device(format!(
+                        "a product of {n} activation rows given the one-row kernel"
+                    )));
+                }
+                let shared = rows_shared(1, cols);
+                let cfg = LaunchConfig {
+                    grid_dim: (rows.div_ceil(WARP_ROWS) as u32, 1, 1),
+                    block_dim: (32, WARP_ROWS as u32, 1),
                     shared_mem_bytes: shared as u32,
                 };
                 (cfg, shared)
@@ -463,7 +477,12 @@ mod cuda {
             for n in [1usize, 2, 4, 8, 16, 32, 64, 128, 256] {
                 let picked = mmq_kernel(n, rows, cols);
                 let mut kernels = vec![picked];
-                for other in [Mmq::Rows(n.next_power_of_two()), Mmq::Tile(1)] {
+                let one = [Mmq::Warp, Mmq::Rows(1)];
+                let others: &[Mmq] = match n {
+                    1 => &one,
+                    _ => &[Mmq::Rows(n.next_power_of_two())],
+                };
+                for &other in others.iter().chain(&[Mmq::Tile(1)]) {
                     if n <= 4 && other != picked {
                         kernels.push(other);
                     }

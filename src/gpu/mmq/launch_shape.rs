@@ -28,13 +28,17 @@ pub(crate) const SPLIT_BELOW_WAVES: usize = 2;
 pub(crate) enum Mmq {
     /// Up to 1, 2 or 4 activation rows on dp4a (`mmq_<tag>_row`, `_rows2`, `_rows4`).
     Rows(usize),
+    /// One activation row on dp4a, a warp a weight row and a lane group a chunk
+    /// (`mmq_<tag>_warp`).
+    Warp,
     /// Tensor cores, 8·NT activation rows a block (`mmq_<tag>_t<NT>`, NT 1, 2, 4 or 8).
     Tile(usize),
 }
 
 impl Mmq {
     /// Every kernel of a format.
-    pub(crate) const ALL: [Mmq; 7] = [
+    pub(crate) const ALL: [Mmq; 8] = [
+        Mmq::Warp,
         Mmq::Rows(1),
         Mmq::Rows(2),
         Mmq::Rows(4),
@@ -47,6 +51,7 @@ impl Mmq {
     /// The entry point's name for format `tag`.
     pub(crate) fn name(self, tag: &str) -> String {
         match self {
+            Mmq::Warp => format!("mmq_{tag}_warp"),
             Mmq::Rows(1) => format!("mmq_{tag}_row"),
             Mmq::Rows(r) => format!("mmq_{tag}_rows{r}"),
             Mmq::Tile(nt) => format!("mmq_{tag}_t{nt}"),
@@ -103,7 +108,10 @@ pub(crate) fn mmq_kernel(n: usize, rows: usize, cols: usize) -> Mmq {
         (None, _) => 1,
     };
     if nr <= upto && rows_shared(nr, cols) <= ROWS_SHARED {
-        return Mmq::Rows(nr);
+        return match nr {
+            1 if warp_rows() => Mmq::Warp,
+            _ => Mmq::Rows(nr),
+        };
     }
     Mmq::Tile(match n {
         0..=8 => 1,
@@ -128,6 +136,16 @@ pub(crate) fn rows_upto() -> Option<usize> {
         _ => None,
     })
 }
+
+/// Whether one activation row takes [`Mmq::Warp`] (`TREESPEC_MMQ_WARP=0`: the grid-stride
+/// kernel `mmq_<tag>_row` instead).
+pub(crate) fn warp_rows() -> bool {
+    static WARP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WARP.get_or_init(|| std::env::var("TREESPEC_MMQ_WARP").as_deref() != Ok("0"))
+}
+
+/// Weight rows (a warp each) a block of [`Mmq::Warp`] takes (`WARP_ROWS`).
+pub(crate) const WARP_ROWS: usize = 8;
 
 /// A tile pass's grid without a split, and its warps along the weight rows: as many as
 /// [`tile_warps`] and the rows allow, fewer where the block's shared memory would pass
@@ -161,7 +179,7 @@ pub(crate) fn split_chunks((gx, gy): (usize, usize), cols: usize, sms: usize) ->
 pub(crate) fn needs_opt_in(kernel: Mmq, shared: usize) -> bool {
     let fixed = match kernel {
         Mmq::Tile(_) => TILE_STATIC,
-        Mmq::Rows(_) => 0,
+        Mmq::Rows(_) | Mmq::Warp => 0,
     };
     shared + fixed > 48 * 1024
 }
@@ -213,7 +231,7 @@ mod tests {
         let gate_up = tile_grid(24_576, 256, 8, 144, CARDS[1]).0;
         assert_eq!(split_chunks(gate_up, 4096, 132), 1);
         assert_eq!(Mmq::Tile(4).name("q4_k"), "mmq_q4_k_t4");
-        assert_eq!(Mmq::ALL.len(), 7);
+        assert_eq!(Mmq::ALL.len(), 8);
     }
 
     #[test]

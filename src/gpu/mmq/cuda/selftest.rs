@@ -55,6 +55,8 @@ pub(crate) fn selftest(
         };
         let mut launches: Vec<(usize, Mmq)> = vec![
             (1, Mmq::Tile(1)),
+            (1, Mmq::Rows(1)),
+            (1, Mmq::Warp),
             (3, Mmq::Rows(4)),
             (5, Mmq::Tile(1)),
             (max_n, Mmq::Tile(1)),
@@ -153,6 +155,7 @@ pub(crate) fn selftest_stacked(
             for kernel in Mmq::ALL {
                 let nk = match kernel {
                     Mmq::Rows(r) => r,
+                    Mmq::Warp => 1,
                     Mmq::Tile(_) => n,
                 };
                 let f = mmq_func(dev, tag, kernel)?;
