@@ -344,22 +344,26 @@ TREESPEC_MMQ_ROWS(q6_k, Q6kUnit, 210, row, 1)
 TREESPEC_MMQ_ROWS(q6_k, Q6kUnit, 210, rows2, 2)
 TREESPEC_MMQ_ROWS(q6_k, Q6kUnit, 210, rows4, 4)
 
-// ---- One activation row, a warp a weight row, a lane group a chunk ----
+// ---- One activation row, a warp a weight row ----
 //
-// The same terms as `mmq_rows`, laid out so that no lane folds another's: lane group k (lanes
-// 4k .. 4k + 3) takes chunk k of the row (rule 4: at most eight chunks of `cs` super-blocks), a
-// lane a quarter (unit) of each of the chunk's super-blocks in turn; the group's four integer
-// sums are added by two shuffles (exact), each of its lanes makes the same term and adds it to
-// the chunk's sum in super-block order, and lane 0 adds the chunks' sums in chunk order. A block
-// is WARP_ROWS weight rows (a warp each, one row: no loop over rows), and a lane holds WARP_UNITS
-// super-blocks' units in flight, so that the kernel stays within 64 registers and four blocks fit a
-// multiprocessor (the tensor-core family's `_warp2` taught this: BENCHMARKS.md section 39). The
-// activation row is staged as for `mmq_rows`.
+// The same terms as `mmq_rows`, a warp a weight row and no loop over rows: a block is WARP_ROWS
+// weight rows, and a lane holds UW super-blocks' units in flight, so that the kernel stays within
+// 64 registers (UW = 2) and four blocks fit a multiprocessor (the tensor-core family's `_warp2`
+// taught this: BENCHMARKS.md section 39). The activation row is staged as for `mmq_rows`. Two
+// layouts of a row's units over the lanes:
+//
+// - by chunk (`mmq_<fmt>_warp`, `_warp4`): lane group k (lanes 4k .. 4k + 3) takes chunk k of
+//   the row (rule 4: at most eight chunks of `cs` super-blocks), a lane a quarter (unit) of each
+//   of the chunk's super-blocks in turn; the group's four integer sums are added by two shuffles
+//   (exact), each of its lanes makes the same term and adds it to the chunk's sum in super-block
+//   order, and lane 0 adds the chunks' sums in chunk order. No lane folds another's terms, but a
+//   load touches eight pieces of the row `cs` super-blocks apart.
+// - contiguous (`mmq_<fmt>_warpc`): lane l takes units l, l + 32, ... as `mmq_rows` does (a load
+//   is 32 neighbouring units), and every lane folds each pass's eight terms in order.
 
 #define WARP_ROWS 8
-#define WARP_UNITS 2
 
-template <typename Unit, int bytes>
+template <typename Unit, int bytes, int UW>
 static __device__ __forceinline__ void mmq_warp(const void *vx0, const void *vx1, const void *vx2,
                                                 int row1, int row2, const uint8_t *vy, float *dst,
                                                 int ncols, int nrows, int stride_y, int n,
@@ -372,10 +376,10 @@ static __device__ __forceinline__ void mmq_warp(const void *vx0, const void *vx1
   // This group's chunk: super-blocks [sb0, sb_end), empty for groups past the row's chunks.
   const int sb0 = (lane >> 2) * cs, sb_end = min(nsb, sb0 + cs);
   const uint8_t *wrow = nullptr;
-  Unit batch[WARP_UNITS];
+  Unit batch[UW];
   auto load = [&](int i0) {
 #pragma unroll
-    for (int i = 0; i < WARP_UNITS; ++i) {
+    for (int i = 0; i < UW; ++i) {
       const int sb = sb0 + i0 + i;
       if (sb < sb_end) batch[i].load(wrow, 4 * sb + q);
     }
@@ -390,10 +394,10 @@ static __device__ __forceinline__ void mmq_warp(const void *vx0, const void *vx1
   stage_rows<1>(vy, nblk, stride_y, n, staged);
   if (!live) return;  // uniform over the warp, after the block's barrier
   float part = 0.0f;
-  for (int i0 = 0; i0 < cs; i0 += WARP_UNITS) {
+  for (int i0 = 0; i0 < cs; i0 += UW) {
     if (i0 > 0) load(i0);
 #pragma unroll
-    for (int i = 0; i < WARP_UNITS; ++i) {
+    for (int i = 0; i < UW; ++i) {
       if (i0 + i >= cs) break;  // uniform: the shuffles need every lane
       const int sb = sb0 + i0 + i;
       const bool in = sb < sb_end;
@@ -412,21 +416,87 @@ static __device__ __forceinline__ void mmq_warp(const void *vx0, const void *vx1
   if (lane == 0) dst[row] = total;
 }
 
+template <typename Unit, int bytes, int UW>
+static __device__ __forceinline__ void mmq_warpc(const void *vx0, const void *vx1,
+                                                 const void *vx2, int row1, int row2,
+                                                 const uint8_t *vy, float *dst, int ncols,
+                                                 int nrows, int stride_y, int n, int cs) {
+  extern __shared__ int4 staged[];
+  const int lane = threadIdx.x;
+  const int row = blockIdx.x * blockDim.y + threadIdx.y;
+  const bool live = row < nrows;
+  const int nsb = ncols / 256, units = 4 * nsb, nblk = ncols / 32;
+  const uint8_t *wrow = nullptr;
+  Unit batch[UW];
+  auto load = [&](int base) {
+#pragma unroll
+    for (int i = 0; i < UW; ++i) {
+      const int u = base + 32 * i + lane;
+      if (u < units) batch[i].load(wrow, u);
+    }
+  };
+  if (live) {
+    int w0;
+    const uint8_t *vx = (const uint8_t *)stacked(vx0, vx1, vx2, row1, row2, row, &w0);
+    wrow = vx + (size_t)(row - w0) * nsb * bytes;
+    load(0);
+  }
+  pdl_enter();
+  stage_rows<1>(vy, nblk, stride_y, n, staged);
+  if (!live) return;
+  float part = 0.0f, total = 0.0f;
+  int s_next = 0, in_chunk = 0;  // the next super-block to fold; its chunk's folded so far
+  for (int base = 0;;) {
+#pragma unroll
+    for (int i = 0; i < UW; ++i) {
+      const int u = base + 32 * i + lane;
+      if (base + 32 * i >= units) break;  // uniform
+      int isum = 0, msum = 0;
+      if (u < units) batch[i].sums(staged, u, isum, msum);
+      isum += __shfl_xor_sync(FULL_MASK, isum, 1);
+      isum += __shfl_xor_sync(FULL_MASK, isum, 2);
+      msum += __shfl_xor_sync(FULL_MASK, msum, 1);
+      msum += __shfl_xor_sync(FULL_MASK, msum, 2);
+      const float t =
+          u < units ? batch[i].term(__int_as_float(staged[3 * 8 * (u >> 2) + 2].x), isum, msum)
+                    : 0.0f;
+      const int pass_sbs = min(8, nsb - s_next);
+      for (int k = 0; k < pass_sbs; ++k, ++s_next) {
+        part = __fadd_rn(part, __shfl_sync(FULL_MASK, t, 4 * k));
+        if (++in_chunk == cs) {
+          total = __fadd_rn(total, part);
+          part = 0.0f;
+          in_chunk = 0;
+        }
+      }
+    }
+    base += 32 * UW;
+    if (base >= units) break;
+    load(base);
+  }
+  if (in_chunk > 0) total = __fadd_rn(total, part);
+  if (lane == 0) dst[row] = total;
+}
+
 // Entry points: grid ceil(rows / WARP_ROWS), block (32, WARP_ROWS), dynamic shared memory 48
 // bytes a Q8_1 block of the activation row; arguments as `mmq_<fmt>_row`'s (n = 1, stride_dst
 // unused).
-#define TREESPEC_MMQ_WARP(tag, Unit, bytes)                                                      \
-  extern "C" __global__ void __launch_bounds__(32 * WARP_ROWS, 4) mmq_##tag##_warp(              \
+#define TREESPEC_MMQ_WARP(tag, Unit, bytes, name, body, UW, MIN_BLOCKS)                          \
+  extern "C" __global__ void __launch_bounds__(32 * WARP_ROWS, MIN_BLOCKS) mmq_##tag##_##name(    \
       const void *__restrict__ vx0, const void *__restrict__ vx1,                              \
       const void *__restrict__ vx2, const int row1, const int row2,                            \
       const void *__restrict__ vy, float *__restrict__ dst, const int ncols, const int nrows,  \
       const int stride_y, const int, const int n, const int cs) {                              \
-    mmq_warp<Unit, bytes>(vx0, vx1, vx2, row1, row2, (const uint8_t *)vy, dst, ncols, nrows,   \
+    body<Unit, bytes, UW>(vx0, vx1, vx2, row1, row2, (const uint8_t *)vy, dst, ncols, nrows,   \
                           stride_y, n, cs);                                                    \
   }
 
-TREESPEC_MMQ_WARP(q4_k, Q4kUnit, 144)
-TREESPEC_MMQ_WARP(q6_k, Q6kUnit, 210)
+TREESPEC_MMQ_WARP(q4_k, Q4kUnit, 144, warp, mmq_warp, 2, 4)
+TREESPEC_MMQ_WARP(q4_k, Q4kUnit, 144, warp4, mmq_warp, 4, 2)
+TREESPEC_MMQ_WARP(q4_k, Q4kUnit, 144, warpc, mmq_warpc, 2, 4)
+TREESPEC_MMQ_WARP(q6_k, Q6kUnit, 210, warp, mmq_warp, 2, 4)
+TREESPEC_MMQ_WARP(q6_k, Q6kUnit, 210, warp4, mmq_warp, 4, 2)
+TREESPEC_MMQ_WARP(q6_k, Q6kUnit, 210, warpc, mmq_warpc, 2, 4)
 
 // ---- Many activation rows: int8 tensor cores ----
 //

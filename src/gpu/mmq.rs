@@ -281,7 +281,7 @@ mod cuda {
                         0
                     }
                 }
-                Mmq::Rows(_) | Mmq::Warp => 0,
+                Mmq::Rows(_) | Mmq::Warp(_) => 0,
             }
         }
     }
@@ -337,7 +337,7 @@ mod cuda {
                 };
                 (cfg, shared)
             }
-            Mmq::Warp => {
+            Mmq::Warp(_) => {
                 if n > 1 {
                     return Err(Error::Device(format!(
                         "a product of {n} activation rows given the one-row kernel"
@@ -440,8 +440,8 @@ mod cuda {
     mod selftest;
     pub(crate) use selftest::{selftest, selftest_stacked};
 
-    /// Time the family's kernels on the shapes of Qwen2.5-1.5B's and Qwen3-8B's matrices (random
-    /// weights) for 1 to 256 activation rows, each launch replayed from a CUDA graph of 20: a
+    /// Time the family's kernels on the shapes of Qwen2.5-1.5B's, Qwen3-8B's and Qwen3.6-27B's
+    /// matrices (random weights) for 1 to 256 activation rows, each launch replayed from a CUDA graph of 20: a
     /// markdown table of microseconds a launch and the weight bandwidth it reaches.
     pub fn bench(dev: &candle_core::CudaDevice) -> Result<String> {
         let stream = dev.cuda_stream();
@@ -463,6 +463,9 @@ mod cuda {
             ("8B down", GgmlDType::Q4K, "q4_k", 4096, 12288),
             ("8B down", GgmlDType::Q6K, "q6_k", 4096, 12288),
             ("8B LM head", GgmlDType::Q6K, "q6_k", 151_936, 4096),
+            // Qwen3.6-27B's widest (as `bench --products` times them on the other families).
+            ("27B gate+up", GgmlDType::Q4K, "q4_k", 34_816, 5120),
+            ("27B down", GgmlDType::Q6K, "q6_k", 5120, 17_408),
         ] {
             let (q, _) = random_matrix(&device, &mut rng, dtype, (rows, cols))?;
             let w_ptr = q.device_ptr()? as u64;
@@ -477,7 +480,12 @@ mod cuda {
             for n in [1usize, 2, 4, 8, 16, 32, 64, 128, 256] {
                 let picked = mmq_kernel(n, rows, cols);
                 let mut kernels = vec![picked];
-                let one = [Mmq::Warp, Mmq::Rows(1)];
+                let one = [
+                    Mmq::Warp(WarpLayout::Chunks),
+                    Mmq::Warp(WarpLayout::Chunks4),
+                    Mmq::Warp(WarpLayout::Contiguous),
+                    Mmq::Rows(1),
+                ];
                 let others: &[Mmq] = match n {
                     1 => &one,
                     _ => &[Mmq::Rows(n.next_power_of_two())],

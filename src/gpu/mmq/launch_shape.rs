@@ -23,22 +23,34 @@ pub(crate) const ROWS_SHARED: usize = 96 * 1024;
 /// this many waves of the GPU's multiprocessors.
 pub(crate) const SPLIT_BELOW_WAVES: usize = 2;
 
+/// How [`Mmq::Warp`] lays a weight row's units over a warp's lanes (`kernels/mmq.cu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum WarpLayout {
+    /// A lane group a chunk of the row, two super-blocks in flight (`mmq_<tag>_warp`).
+    Chunks,
+    /// The same, four in flight (`_warp4`).
+    Chunks4,
+    /// Lanes over neighbouring units, each pass's terms folded by every lane (`_warpc`).
+    Contiguous,
+}
+
 /// A kernel of the family (every one computes a row as the others do).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Mmq {
     /// Up to 1, 2 or 4 activation rows on dp4a (`mmq_<tag>_row`, `_rows2`, `_rows4`).
     Rows(usize),
-    /// One activation row on dp4a, a warp a weight row and a lane group a chunk
-    /// (`mmq_<tag>_warp`).
-    Warp,
+    /// One activation row on dp4a, a warp a weight row (`mmq_<tag>_warp`, `_warp4`, `_warpc`).
+    Warp(WarpLayout),
     /// Tensor cores, 8·NT activation rows a block (`mmq_<tag>_t<NT>`, NT 1, 2, 4 or 8).
     Tile(usize),
 }
 
 impl Mmq {
     /// Every kernel of a format.
-    pub(crate) const ALL: [Mmq; 8] = [
-        Mmq::Warp,
+    pub(crate) const ALL: [Mmq; 10] = [
+        Mmq::Warp(WarpLayout::Chunks),
+        Mmq::Warp(WarpLayout::Chunks4),
+        Mmq::Warp(WarpLayout::Contiguous),
         Mmq::Rows(1),
         Mmq::Rows(2),
         Mmq::Rows(4),
@@ -51,7 +63,9 @@ impl Mmq {
     /// The entry point's name for format `tag`.
     pub(crate) fn name(self, tag: &str) -> String {
         match self {
-            Mmq::Warp => format!("mmq_{tag}_warp"),
+            Mmq::Warp(WarpLayout::Chunks) => format!("mmq_{tag}_warp"),
+            Mmq::Warp(WarpLayout::Chunks4) => format!("mmq_{tag}_warp4"),
+            Mmq::Warp(WarpLayout::Contiguous) => format!("mmq_{tag}_warpc"),
             Mmq::Rows(1) => format!("mmq_{tag}_row"),
             Mmq::Rows(r) => format!("mmq_{tag}_rows{r}"),
             Mmq::Tile(nt) => format!("mmq_{tag}_t{nt}"),
@@ -108,8 +122,8 @@ pub(crate) fn mmq_kernel(n: usize, rows: usize, cols: usize) -> Mmq {
         (None, _) => 1,
     };
     if nr <= upto && rows_shared(nr, cols) <= ROWS_SHARED {
-        return match nr {
-            1 if warp_rows() => Mmq::Warp,
+        return match (nr, warp_rows()) {
+            (1, Some(layout)) => Mmq::Warp(layout),
             _ => Mmq::Rows(nr),
         };
     }
@@ -137,11 +151,17 @@ pub(crate) fn rows_upto() -> Option<usize> {
     })
 }
 
-/// Whether one activation row takes [`Mmq::Warp`] (`TREESPEC_MMQ_WARP=0`: the grid-stride
-/// kernel `mmq_<tag>_row` instead).
-pub(crate) fn warp_rows() -> bool {
-    static WARP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *WARP.get_or_init(|| std::env::var("TREESPEC_MMQ_WARP").as_deref() != Ok("0"))
+/// Which [`Mmq::Warp`] one activation row takes, or `None` for the grid-stride kernel
+/// `mmq_<tag>_row` (`TREESPEC_MMQ_WARP`: `0` none, `4` [`WarpLayout::Chunks4`], `c`
+/// [`WarpLayout::Contiguous`], else [`WarpLayout::Chunks`]).
+pub(crate) fn warp_rows() -> Option<WarpLayout> {
+    static WARP: std::sync::OnceLock<Option<WarpLayout>> = std::sync::OnceLock::new();
+    *WARP.get_or_init(|| match std::env::var("TREESPEC_MMQ_WARP").as_deref() {
+        Ok("0") => None,
+        Ok("4") => Some(WarpLayout::Chunks4),
+        Ok("c") => Some(WarpLayout::Contiguous),
+        _ => Some(WarpLayout::Chunks),
+    })
 }
 
 /// Weight rows (a warp each) a block of [`Mmq::Warp`] takes (`WARP_ROWS`).
@@ -179,7 +199,7 @@ pub(crate) fn split_chunks((gx, gy): (usize, usize), cols: usize, sms: usize) ->
 pub(crate) fn needs_opt_in(kernel: Mmq, shared: usize) -> bool {
     let fixed = match kernel {
         Mmq::Tile(_) => TILE_STATIC,
-        Mmq::Rows(_) | Mmq::Warp => 0,
+        Mmq::Rows(_) | Mmq::Warp(_) => 0,
     };
     shared + fixed > 48 * 1024
 }
@@ -231,7 +251,7 @@ mod tests {
         let gate_up = tile_grid(24_576, 256, 8, 144, CARDS[1]).0;
         assert_eq!(split_chunks(gate_up, 4096, 132), 1);
         assert_eq!(Mmq::Tile(4).name("q4_k"), "mmq_q4_k_t4");
-        assert_eq!(Mmq::ALL.len(), 8);
+        assert_eq!(Mmq::ALL.len(), 10);
     }
 
     #[test]

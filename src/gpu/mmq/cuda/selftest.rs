@@ -56,7 +56,9 @@ pub(crate) fn selftest(
         let mut launches: Vec<(usize, Mmq)> = vec![
             (1, Mmq::Tile(1)),
             (1, Mmq::Rows(1)),
-            (1, Mmq::Warp),
+            (1, Mmq::Warp(WarpLayout::Chunks)),
+            (1, Mmq::Warp(WarpLayout::Chunks4)),
+            (1, Mmq::Warp(WarpLayout::Contiguous)),
             (3, Mmq::Rows(4)),
             (5, Mmq::Tile(1)),
             (max_n, Mmq::Tile(1)),
@@ -155,7 +157,7 @@ pub(crate) fn selftest_stacked(
             for kernel in Mmq::ALL {
                 let nk = match kernel {
                     Mmq::Rows(r) => r,
-                    Mmq::Warp => 1,
+                    Mmq::Warp(_) => 1,
                     Mmq::Tile(_) => n,
                 };
                 let f = mmq_func(dev, tag, kernel)?;

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Session 30, call 5 (carry [".stage/bin/treespec.xz", ".stage/tok"]; a fresh machine): the K-quant
+# family's one-row kernels side by side. The binary has three (`mmq_<fmt>_warp`: a lane group a
+# chunk, two super-blocks in flight; `_warp4`: four; `_warpc`: lanes over neighbouring units, the
+# terms folded by every lane) beside the old `mmq_<fmt>_row`. The selftest checks each bit for bit;
+# `bench --products` times them beside the tensor-core family's one-row kernels on the same
+# shapes; `generate --mode ar` on the 8B- and 27B-shaped files with each, interleaved with the
+# default products.
+nvidia-smi --query-gpu=name --format=csv,noheader
+source benchmarks/gpu/lib.sh
+stage_synth q08 q27 q8b
+timeout 150 $B bench --products --device cuda > $OUT/products.md 2>&1
+echo "products rc=$? at ${SECONDS}s"; grep -E "\| 1 \|" $OUT/products.md | grep -E "27B|8B" | cut -c1-150
+wait; echo "synth at ${SECONDS}s"
+TREESPEC_MMQ=1 timeout 100 $B selftest --device cuda -m $S/q08.gguf > $OUT/selftest-q08.txt 2>&1
+echo "selftest q08 rc=$? at ${SECONDS}s: $(tail -1 $OUT/selftest-q08.txt | cut -c1-100)"; grep -i "differ\|error\|product q" $OUT/selftest-q08.txt | cut -c1-160 | head -8
+P="Write a short story about a lighthouse keeper who finds a message in a bottle."
+gen() {
+  env $2 timeout 70 $B generate --device cuda -m $S/$1.gguf --mode ar -p "$P" --max-tokens 128 > $OUT/gen.txt 2>$OUT/g.err
+  echo "generate $1 [$2] rc=$? at ${SECONDS}s: $(tail -1 $OUT/g.err | sed 's/.*decode //')"
+}
+for m in q8b q27; do
+  for v in X=1 TREESPEC_MMQ=1 "TREESPEC_MMQ=1 TREESPEC_MMQ_WARP=4" "TREESPEC_MMQ=1 TREESPEC_MMQ_WARP=c" X=1 TREESPEC_MMQ=1; do
+    [ $SECONDS -lt 560 ] && gen $m "$v"
+  done
+done
