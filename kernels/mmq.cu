@@ -1,6 +1,6 @@
 // Quantised products of GGUF K-quant weights (Q4_K, Q6_K) with Q8_1 activation rows, one family
-// for every row count: a one-row kernel on dp4a for the decoding step (`mmq_<fmt>_row`, up to four
-// rows: `_rows2`, `_rows4`) and tile kernels on int8 tensor cores for passes of 2 to any number of
+// for every row count: one-row kernels on dp4a for the decoding step (`mmq_<fmt>_warp`, a warp a
+// weight row; `mmq_<fmt>_row`, up to four rows: `_rows2`, `_rows4`) and tile kernels on int8 tensor cores for passes of 2 to any number of
 // rows (`mmq_<fmt>_t<NT>`, 8 * NT activation rows a block). Every kernel computes each output
 // bit for bit as every other does (batch invariance by construction), because they all follow one
 // summation contract:
@@ -235,6 +235,22 @@ struct Q6kUnit {
   }
 };
 
+// A super-block's term from its four lanes (lanes 4k .. 4k + 3, unit u = 4 sb + lane % 4 each):
+// each lane's integer sums with staged activation row `act`, added over the four by two shuffles
+// (exact), then the float term (rule 3), the same on each of the four lanes; 0 where `live` is
+// false (every lane must call this: the shuffles need the whole warp).
+template <typename Unit>
+static __device__ __forceinline__ float group_term(const Unit &unit, const int4 *act, int u,
+                                                   bool live) {
+  int isum = 0, msum = 0;
+  if (live) unit.sums(act, u, isum, msum);
+  isum += __shfl_xor_sync(FULL_MASK, isum, 1);
+  isum += __shfl_xor_sync(FULL_MASK, isum, 2);
+  msum += __shfl_xor_sync(FULL_MASK, msum, 1);
+  msum += __shfl_xor_sync(FULL_MASK, msum, 2);
+  return live ? unit.term(__int_as_float(act[3 * 8 * (u >> 2) + 2].x), isum, msum) : 0.0f;
+}
+
 // The product of NR (at most; `n` live) activation rows with the rows of a stack of weights
 // (`Unit`: Q4kUnit or Q6kUnit, `bytes` a super-block). Block (32, ROW_WARPS); warp w of block b
 // takes weight rows b * ROW_WARPS + w, + gridDim.x * ROW_WARPS, ...
@@ -287,18 +303,7 @@ static __device__ __forceinline__ void mmq_rows(const void *vx0, const void *vx1
         if (u - lane >= units) break;
         float t[NR];
 #pragma unroll
-        for (int c = 0; c < NR; ++c) {
-          const int4 *act = staged + 3 * c * nblk;
-          int isum = 0, msum = 0;
-          if (u < units) batch[i].sums(act, u, isum, msum);
-          isum += __shfl_xor_sync(FULL_MASK, isum, 1);
-          isum += __shfl_xor_sync(FULL_MASK, isum, 2);
-          msum += __shfl_xor_sync(FULL_MASK, msum, 1);
-          msum += __shfl_xor_sync(FULL_MASK, msum, 2);
-          t[c] = 0.0f;
-          if (u < units && (u & 3) == 0)
-            t[c] = batch[i].term(__int_as_float(act[3 * (u >> 2) * 8 + 2].x), isum, msum);
-        }
+        for (int c = 0; c < NR; ++c) t[c] = group_term(batch[i], staged + 3 * c * nblk, u, u < units);
         const int pass_sbs = min(8, nsb - s_next);
         for (int k = 0; k < pass_sbs; ++k, ++s_next) {
 #pragma unroll
@@ -356,12 +361,12 @@ TREESPEC_MMQ_ROWS(q6_k, Q6kUnit, 210, rows4, 4)
 //   the row (rule 4: at most eight chunks of `cs` super-blocks), a lane a quarter (unit) of each
 //   of the chunk's super-blocks in turn; the group's four integer sums are added by two shuffles
 //   (exact), each of its lanes makes the same term and adds it to the chunk's sum in super-block
-//   order, and lane 0 adds the chunks' sums in chunk order. No lane folds another's terms, but a
-//   load touches eight pieces of the row `cs` super-blocks apart.
+//   order, and the chunks' sums are added in chunk order (lane 0 stores). No lane folds another
+//   group's terms, but a load touches eight pieces of the row `cs` super-blocks apart.
 // - contiguous (`mmq_<fmt>_warpc`): lane l takes units l, l + 32, ... as `mmq_rows` does (a load
 //   is 32 neighbouring units), and every lane folds each pass's eight terms in order.
 
-#define WARP_ROWS 8
+#define WARP_ROWS 8  // src/gpu/mmq/launch_shape.rs `WARP_ROWS`
 
 template <typename Unit, int bytes, int UW>
 static __device__ __forceinline__ void mmq_warp(const void *vx0, const void *vx1, const void *vx2,
@@ -393,7 +398,8 @@ static __device__ __forceinline__ void mmq_warp(const void *vx0, const void *vx1
   pdl_enter();  // the first weights were loaded while the previous kernel finished (pdl.cuh)
   stage_rows<1>(vy, nblk, stride_y, n, staged);
   if (!live) return;  // uniform over the warp, after the block's barrier
-  float part = 0.0f;
+  Fold fold;
+  fold.start();
   for (int i0 = 0; i0 < cs; i0 += UW) {
     if (i0 > 0) load(i0);
 #pragma unroll
@@ -401,19 +407,18 @@ static __device__ __forceinline__ void mmq_warp(const void *vx0, const void *vx1
       if (i0 + i >= cs) break;  // uniform: the shuffles need every lane
       const int sb = sb0 + i0 + i;
       const bool in = sb < sb_end;
-      int isum = 0, msum = 0;
-      if (in) batch[i].sums(staged, 4 * sb + q, isum, msum);
-      isum += __shfl_xor_sync(FULL_MASK, isum, 1);
-      isum += __shfl_xor_sync(FULL_MASK, isum, 2);
-      msum += __shfl_xor_sync(FULL_MASK, msum, 1);
-      msum += __shfl_xor_sync(FULL_MASK, msum, 2);
-      if (in) part = __fadd_rn(part, batch[i].term(__int_as_float(staged[3 * 8 * sb + 2].x), isum, msum));
+      const float t = group_term(batch[i], staged, 4 * sb + q, in);
+      if (in) fold.add(t);
     }
   }
+  // The chunks' sums in chunk order (every lane runs the shuffles; lane 0 stores).
   const int chunks = (nsb + cs - 1) / cs;
-  float total = 0.0f;
-  for (int c = 0; c < chunks; ++c) total = __fadd_rn(total, __shfl_sync(FULL_MASK, part, 4 * c));
-  if (lane == 0) dst[row] = total;
+  const float mine = fold.part;  // this lane's group's chunk sum
+  for (int c = 0; c < chunks; ++c) {
+    fold.part = __shfl_sync(FULL_MASK, mine, 4 * c);
+    fold.end_chunk();
+  }
+  if (lane == 0) dst[row] = fold.total;
 }
 
 template <typename Unit, int bytes, int UW>
@@ -444,29 +449,21 @@ static __device__ __forceinline__ void mmq_warpc(const void *vx0, const void *vx
   pdl_enter();
   stage_rows<1>(vy, nblk, stride_y, n, staged);
   if (!live) return;
-  float part = 0.0f, total = 0.0f;
+  Fold fold;
+  fold.start();
   int s_next = 0, in_chunk = 0;  // the next super-block to fold; its chunk's folded so far
   for (int base = 0;;) {
 #pragma unroll
     for (int i = 0; i < UW; ++i) {
       const int u = base + 32 * i + lane;
       if (base + 32 * i >= units) break;  // uniform
-      int isum = 0, msum = 0;
-      if (u < units) batch[i].sums(staged, u, isum, msum);
-      isum += __shfl_xor_sync(FULL_MASK, isum, 1);
-      isum += __shfl_xor_sync(FULL_MASK, isum, 2);
-      msum += __shfl_xor_sync(FULL_MASK, msum, 1);
-      msum += __shfl_xor_sync(FULL_MASK, msum, 2);
-      const float t =
-          u < units ? batch[i].term(__int_as_float(staged[3 * 8 * (u >> 2) + 2].x), isum, msum)
-                    : 0.0f;
+      const float t = group_term(batch[i], staged, u, u < units);
       const int pass_sbs = min(8, nsb - s_next);
       for (int k = 0; k < pass_sbs; ++k, ++s_next) {
-        part = __fadd_rn(part, __shfl_sync(FULL_MASK, t, 4 * k));
-        if (++in_chunk == cs) {
-          total = __fadd_rn(total, part);
-          part = 0.0f;
+        fold.add(__shfl_sync(FULL_MASK, t, 4 * k));
+        if (++in_chunk == cs || s_next + 1 == nsb) {
           in_chunk = 0;
+          fold.end_chunk();
         }
       }
     }
@@ -474,8 +471,7 @@ static __device__ __forceinline__ void mmq_warpc(const void *vx0, const void *vx
     if (base >= units) break;
     load(base);
   }
-  if (in_chunk > 0) total = __fadd_rn(total, part);
-  if (lane == 0) dst[row] = total;
+  if (lane == 0) dst[row] = fold.total;
 }
 
 // Entry points: grid ceil(rows / WARP_ROWS), block (32, WARP_ROWS), dynamic shared memory 48

@@ -12,8 +12,8 @@
 //!
 //! [`reference`](fn@reference) is the contract on the CPU, bit for bit what every kernel computes;
 //! `treespec selftest` checks each kernel against it and every row of a launch against the same
-//! row launched alone. The kernels: `mmq_<fmt>_row` (`_rows2`, `_rows4`) on dp4a for one to four
-//! activation rows, `mmq_<fmt>_t<NT>` on int8 tensor cores (8·NT rows a block) for more; a pass
+//! row launched alone. The kernels: `mmq_<fmt>_warp` on dp4a for one activation row (a warp a
+//! weight row), `mmq_<fmt>_row` (`_rows2`, `_rows4`) for one to four, `mmq_<fmt>_t<NT>` on int8 tensor cores (8·NT rows a block) for more; a pass
 //! whose tiles would not fill the GPU splits each row over its chunks, and the tile's last block
 //! adds the chunks' sums in order (rule 4 makes the split free of any effect on the result).
 

@@ -108,7 +108,7 @@ pub(crate) fn tile_warps(nt: usize) -> usize {
 }
 
 /// The kernel for `n` activation rows of a stack of `rows x cols`: the one-row kernel for
-/// one row, for two on matrices of up to [`ROWS2_UPTO`] values, where their staged rows fit
+/// one row ([`warp_rows`]'s, `TREESPEC_MMQ_WARP`), for two on matrices of up to [`ROWS2_UPTO`] values, where their staged rows fit
 /// (`TREESPEC_MMQ_ROWS=N`, 0, 1, 2 or 4, moves the row bound: 0 puts every pass on the tiles);
 /// the tiles beyond. On the H200 (BENCHMARKS.md section 35) two rows on dp4a beat the 8-row
 /// tile on the 1.5B's q/o and down (3.1 us against 6.5, 14.6 against 18.8) and lost on every
@@ -252,6 +252,18 @@ mod tests {
         assert_eq!(split_chunks(gate_up, 4096, 132), 1);
         assert_eq!(Mmq::Tile(4).name("q4_k"), "mmq_q4_k_t4");
         assert_eq!(Mmq::ALL.len(), 10);
+    }
+
+    #[test]
+    fn one_row_takes_a_warp_a_weight_row() {
+        if std::env::var("TREESPEC_MMQ_WARP").is_err() && rows_upto().is_none() {
+            assert_eq!(mmq_kernel(1, 24_576, 4096), Mmq::Warp(WarpLayout::Chunks));
+            assert_eq!(mmq_kernel(2, 1536, 1536), Mmq::Rows(2));
+        }
+        assert_eq!(
+            Mmq::Warp(WarpLayout::Contiguous).name("q6_k"),
+            "mmq_q6_k_warpc"
+        );
     }
 
     #[test]

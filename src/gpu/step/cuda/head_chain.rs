@@ -152,6 +152,7 @@ impl GpuStep {
     ) -> Result<Vec<DepthTopK>> {
         // A chain's passes never take the wide products (their graph keys do not say so).
         self.wide_now = false;
+        // The head's block is full attention: no Gated DeltaNet walk, so no saved states.
         self.branching_now = false;
         let Some(head) = &self.head else {
             return Err(Error::Device("the step has no MTP head stage".into()));
