@@ -9,11 +9,12 @@
 nvidia-smi --query-gpu=name --format=csv,noheader
 source benchmarks/gpu/lib.sh
 stage_synth q08 q27
+while [ ! -f $S/q08.gguf ] || pgrep -f "out $S/q08.gguf" > /dev/null; do sleep 1; done
+TREESPEC_MMQ=1 timeout 100 $B selftest --device cuda -m $S/q08.gguf > $OUT/selftest-q08.txt 2>&1
+echo "selftest q08 rc=$? at ${SECONDS}s: $(tail -1 $OUT/selftest-q08.txt | cut -c1-100)"; grep -i "differ\|error\|product q" $OUT/selftest-q08.txt | cut -c1-160 | head -8
 timeout 150 $B bench --products --device cuda > $OUT/products.md 2>&1
 echo "products rc=$? at ${SECONDS}s"; grep -E "\| 1 \|" $OUT/products.md | grep -E "27B|8B" | cut -c1-150
 wait; echo "synth at ${SECONDS}s"
-TREESPEC_MMQ=1 timeout 100 $B selftest --device cuda -m $S/q08.gguf > $OUT/selftest-q08.txt 2>&1
-echo "selftest q08 rc=$? at ${SECONDS}s: $(tail -1 $OUT/selftest-q08.txt | cut -c1-100)"; grep -i "differ\|error\|product q" $OUT/selftest-q08.txt | cut -c1-160 | head -8
 P="Write a short story about a lighthouse keeper who finds a message in a bottle."
 gen() {
   env $2 timeout 70 $B generate --device cuda -m $S/$1.gguf --mode ar -p "$P" --max-tokens 128 > $OUT/gen.txt 2>$OUT/g.err
