@@ -4,8 +4,9 @@
 # chunk, two super-blocks in flight; `_warp4`: four; `_warpc`: lanes over neighbouring units, the
 # terms folded by every lane) beside the old `mmq_<fmt>_row`. The selftest checks each bit for bit;
 # `bench --products` times them beside the tensor-core family's one-row kernels on the same
-# shapes; `generate --mode ar` on the 27B-shaped file with each beside the default products (cut
-# to fit the session's last device minutes).
+# shapes; every mode = `ar` on the 27B shape with the family now the hybrids' default; `generate
+# --mode ar` on the 27B-shaped file with each beside the tensor-core family (`TREESPEC_MMQ=0`)
+# (cut to fit the session's last device minutes).
 nvidia-smi --query-gpu=name --format=csv,noheader
 source benchmarks/gpu/lib.sh
 stage_synth q08 q27
@@ -15,11 +16,13 @@ echo "selftest q08 rc=$? at ${SECONDS}s: $(tail -1 $OUT/selftest-q08.txt | cut -
 timeout 150 $B bench --products --device cuda > $OUT/products.md 2>&1
 echo "products rc=$? at ${SECONDS}s"; grep -E "\| 1 \|" $OUT/products.md | grep -E "27B|8B" | cut -c1-150
 wait; echo "synth at ${SECONDS}s"
+timeout 90 $B bench --device cuda --target $S/q27.gguf --drafter $S/q08.gguf --modes ar,mtp,tree:16x4 --limit 1 --max-tokens 24 --require-identical > $OUT/identical27.md 2>&1
+echo "identical (K-quant family, now the hybrids' default) rc=$? at ${SECONDS}s: $(grep -i "every mode\|differ\|products" $OUT/identical27.md | head -3)"
 P="Write a short story about a lighthouse keeper who finds a message in a bottle."
 gen() {
   env $2 timeout 70 $B generate --device cuda -m $S/$1.gguf --mode ar -p "$P" --max-tokens 128 > $OUT/gen.txt 2>$OUT/g.err
   echo "generate $1 [$2] rc=$? at ${SECONDS}s: $(tail -1 $OUT/g.err | sed 's/.*decode //')"
 }
-for v in X=1 TREESPEC_MMQ=1 "TREESPEC_MMQ=1 TREESPEC_MMQ_WARP=c" "TREESPEC_MMQ=1 TREESPEC_MMQ_WARP=4"; do
+for v in TREESPEC_MMQ=0 X=1 TREESPEC_MMQ_WARP=c TREESPEC_MMQ_WARP=4; do
   [ $SECONDS -lt 300 ] && gen q27 "$v"
 done

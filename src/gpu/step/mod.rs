@@ -14,8 +14,8 @@
 //! one launch (chunks of four activation rows, or 8-row tensor-core tiles, along the grid)
 //! instead of one launch per four rows. A target's Q4_K / Q6_K products run on tensor cores
 //! (`kernels/mmtc.cu`) for passes of several rows and on a one-row kernel that sums in the same
-//! order ([`tensor_cores_for`]), or with `TREESPEC_MMQ=1` in the K-quant family of one summation
-//! contract ([`crate::gpu::mmq`], [`mmq_requested`]), whose activations the quantisers then write
+//! order ([`tensor_cores_for`]), or (hybrid models; `TREESPEC_MMQ`) in the K-quant family of one summation
+//! contract ([`crate::gpu::mmq`], [`mmq_wanted`]), whose activations the quantisers then write
 //! with one scale a super-block of 256 values; the rest on dp4a. q/k/v and gate/up run
 //! stacked in one launch where they share a format and kernel. On sm_90 and later (with a build
 //! for it) the step's row, attention and tensor-core kernels are programmatic dependent launches
@@ -227,7 +227,7 @@ pub enum ChainStart<'a> {
 pub use cuda::GpuStep;
 
 /// Whether a model's Q4_K / Q6_K products run on tensor cores (`kernels/mmtc.cu`, or the K-quant
-/// family of [`crate::gpu::mmq`] where [`mmq_requested`]; GPUs from sm_80 on): a target's do (on
+/// family of [`crate::gpu::mmq`] where [`mmq_wanted`]; GPUs from sm_80 on): a target's do (on
 /// the H200 a verify pass of 2-8 rows then costs 1.35-1.5 one-row steps against 1.5-2.1, and its
 /// one-row steps take a dp4a kernel that sums in the same order), a drafter's do not (its passes
 /// are mostly one row). `TREESPEC_TENSOR_CORES=1` or `=0` sets both.
@@ -239,13 +239,21 @@ pub fn tensor_cores_for(drafter: bool) -> bool {
     }
 }
 
-/// `TREESPEC_MMQ=1`: a model whose products run on tensor cores ([`tensor_cores_for`]) takes the
-/// K-quant family of one summation contract ([`crate::gpu::mmq`]: int8 tensor cores with a float
-/// term a super-block, one order for every row count) instead of `kernels/mmtc.cu`. Opt-in
-/// while its one-row step is slower (BENCHMARKS.md section 35: on the H200 the 8B shape's step
-/// 3.80 ms against 3.33, its verify pass of 64 rows 18.4 ms against 24.7).
-pub fn mmq_requested() -> bool {
-    std::env::var("TREESPEC_MMQ").as_deref() == Ok("1")
+/// Whether a model whose products run on tensor cores ([`tensor_cores_for`]) takes the K-quant
+/// family of one summation contract ([`crate::gpu::mmq`]: int8 tensor cores with a float term a
+/// super-block, one order for every row count) instead of `kernels/mmtc.cu`: `TREESPEC_MMQ=1`
+/// always, `0` never; unset, the hybrid (Gated DeltaNet) models. Their users verify their MTP
+/// head's drafts, and there the family's passes are 2-3x cheaper for a one-row step 7% slower
+/// (BENCHMARKS.md section 44, the 27B shape on the H100: a 4-row pass 12.4 ms against 20.9, a
+/// 64-row pass 35.2 against 96.8, the step 9.80 ms against 9.38); dense models keep the
+/// default products, whose step is 3% faster at the 8B shape and whose plain decoding is what
+/// their users compare.
+pub fn mmq_wanted(hybrid: bool) -> bool {
+    match std::env::var("TREESPEC_MMQ").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => hybrid,
+    }
 }
 
 /// A step's wide products ([`crate::gpu::wide`]), for its runtime line and its callers.

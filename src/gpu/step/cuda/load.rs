@@ -75,8 +75,22 @@ impl GpuStep {
             .compute_capability()
             .map_err(|e| e.to_string())?;
         let group = cfg.n_heads / cfg.n_kv_heads;
-        let f = load_funcs(dev, &layers, &lm_head, &embed, major >= 8, (hd, group))
-            .map_err(|e| e.to_string())?;
+        let mmq = super::mmq_wanted(linear.is_some())
+            && h.is_multiple_of(ACT_GROUP)
+            && ACT_GROUP.is_multiple_of(hd)
+            && (cfg.n_heads * hd).is_multiple_of(ACT_GROUP)
+            && linear
+                .as_ref()
+                .is_none_or(|(l, _)| (l.v_heads * l.v_dim).is_multiple_of(ACT_GROUP));
+        let f = load_funcs(
+            dev,
+            &layers,
+            &lm_head,
+            &embed,
+            (major >= 8, mmq),
+            (hd, group),
+        )
+        .map_err(|e| e.to_string())?;
         if linear.is_some() && f.gdn.is_none() {
             return Err("Gated DeltaNet kernels missing".into());
         }
@@ -126,13 +140,7 @@ impl GpuStep {
             wide_graphs_failed: false,
             cold: 0,
             tensor_cores: false,
-            mmq: super::mmq_requested()
-                && h.is_multiple_of(ACT_GROUP)
-                && ACT_GROUP.is_multiple_of(hd)
-                && (cfg.n_heads * hd).is_multiple_of(ACT_GROUP)
-                && linear
-                    .as_ref()
-                    .is_none_or(|(l, _)| (l.v_heads * l.v_dim).is_multiple_of(ACT_GROUP)),
+            mmq,
             linear,
             replay_on: None,
             pdl,
@@ -301,7 +309,7 @@ pub(super) fn load_funcs(
     layers: &[Layer],
     lm_head: &Mat,
     embed: &Embed,
-    tensor_cores: bool,
+    (tensor_cores, k_quant): (bool, bool),
     (head_dim, group): (usize, usize),
 ) -> Result<Funcs> {
     let step =
@@ -331,7 +339,7 @@ pub(super) fn load_funcs(
         for kernel in Mmtc::all() {
             mmtc.insert((tag, kernel), mmtc_func(dev, tag, kernel)?);
         }
-        for kernel in Mmq::ALL.into_iter().filter(|_| super::mmq_requested()) {
+        for kernel in Mmq::ALL.into_iter().filter(|_| k_quant) {
             mmq.insert((tag, kernel), mmq_func(dev, tag, kernel)?);
         }
     }

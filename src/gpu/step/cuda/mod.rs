@@ -320,7 +320,7 @@ pub struct GpuStep {
     cold: u64,
     /// Q4_K / Q6_K products on tensor cores rather than on the dp4a kernel.
     tensor_cores: bool,
-    /// Those products in the K-quant family (`kernels/mmq.cu`, [`super::mmq_requested`] and
+    /// Those products in the K-quant family (`kernels/mmq.cu`, [`super::mmq_wanted`] and
     /// a model shape it fits: the hidden size and the attention output, whose combine kernel
     /// quantises whole heads, in super-blocks) rather than `kernels/mmtc.cu`; the
     /// activations then share a scale a super-block ([`Self::act_group`]).
