@@ -75,13 +75,7 @@ impl GpuStep {
             .compute_capability()
             .map_err(|e| e.to_string())?;
         let group = cfg.n_heads / cfg.n_kv_heads;
-        let mmq = super::mmq_wanted(linear.is_some())
-            && h.is_multiple_of(ACT_GROUP)
-            && ACT_GROUP.is_multiple_of(hd)
-            && (cfg.n_heads * hd).is_multiple_of(ACT_GROUP)
-            && linear
-                .as_ref()
-                .is_none_or(|(l, _)| (l.v_heads * l.v_dim).is_multiple_of(ACT_GROUP));
+        let mmq = super::mmq_wanted(linear.is_some()) && mmq_fits(cfg);
         let f = load_funcs(
             dev,
             &layers,
@@ -157,6 +151,20 @@ impl GpuStep {
             _keep: keep,
         })
     }
+}
+
+/// Whether the K-quant family's products take this model's widths: the activations quantised in
+/// groups of [`ACT_GROUP`] along the hidden size, the attention output and a Gated DeltaNet
+/// layer's value width, with a head never split across groups.
+fn mmq_fits(cfg: &ModelConfig) -> bool {
+    let hd = cfg.head_dim;
+    cfg.hidden.is_multiple_of(ACT_GROUP)
+        && ACT_GROUP.is_multiple_of(hd)
+        && (cfg.n_heads * hd).is_multiple_of(ACT_GROUP)
+        && cfg
+            .linear
+            .as_ref()
+            .is_none_or(|l| (l.v_heads * l.v_dim).is_multiple_of(ACT_GROUP))
 }
 
 /// Layer `i` of the step: its products grouped as it runs them, its norms' and small weights'
