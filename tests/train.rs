@@ -755,3 +755,115 @@ fn self_written_prompts_are_written_once_and_trained_on() {
         "{refused}"
     );
 }
+
+/// `--turns 2`: each conversation goes on with a follow-up the target writes as the user and
+/// its greedy answer (the one-at-a-time reference), the first turn as a one-turn run has it,
+/// trained on from the first answer; recorded, reused on resume, refused out of range.
+#[test]
+fn conversations_go_on_for_their_turns() {
+    use treespec::model::chat_template::{ChatMessage, Role};
+    use treespec::train::run::run;
+    let make = |dir: &std::path::Path, turns: usize| {
+        let mut cfg = common::tiny_train_run(dir, 1);
+        cfg.opts.max_len = 256;
+        cfg.answer_tokens = 4;
+        cfg.seed = 3;
+        cfg.load.context = 256;
+        cfg.turns = turns;
+        cfg
+    };
+    let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    run(&make(one.path(), 1)).unwrap();
+    let cfg = make(two.path(), 2);
+    let r = run(&cfg).unwrap();
+    assert_eq!(r.sequences, 3);
+    assert!(r.data.contains(&"turns: 2".to_string()), "{:?}", r.data);
+    let read = |p: &std::path::Path| -> serde_json::Value {
+        serde_json::from_str(
+            &std::fs::read_to_string(p.join("head.safetensors.data.json")).unwrap(),
+        )
+        .unwrap()
+    };
+    let (d1, d2) = (read(one.path()), read(two.path()));
+    assert_eq!(d2["turns"], 2);
+    assert_eq!(
+        d1["answer_from"], d2["answer_from"],
+        "trained from the first answer"
+    );
+    let ids = |v: &serde_json::Value| -> Vec<u32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let follow_ups: Vec<String> = d2["follow_ups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect();
+    assert!(!follow_ups.is_empty(), "no conversation went on");
+    let mut m = treespec::load::load_model(&cfg.target, &cfg.load).unwrap();
+    let stops = m.tokenizer.stop_ids().clone();
+    let users = ["abc", "hello there", "xyz"];
+    let mut follow_up = follow_ups.iter();
+    for (i, user) in users.iter().enumerate() {
+        let (s1, s2) = (ids(&d1["sequences"][i]), ids(&d2["sequences"][i]));
+        let from = d1["answer_from"][i].as_u64().unwrap() as usize;
+        assert_eq!(s1[..from], s2[..from], "the first prompt as before");
+        if s1 == s2 {
+            continue;
+        }
+        let mut answer = &s1[from..];
+        if answer.last().is_some_and(|t| stops.contains(t)) {
+            answer = &answer[..answer.len() - 1];
+        }
+        let messages = [
+            ChatMessage::new(Role::User, user.to_string()),
+            ChatMessage::new(Role::Assistant, m.tokenizer.decode(answer).unwrap()),
+            ChatMessage::new(Role::User, follow_up.next().unwrap().clone()),
+        ];
+        let text = m.template.render(&messages, true).unwrap();
+        let prompt = m.tokenizer.encode(&text, true).unwrap();
+        let expected = answers(&mut m.decoder, &[prompt], 4, &stops, |_| ()).unwrap();
+        assert_eq!(
+            s2, expected[0],
+            "conversation {i}: the follow-up's greedy answer"
+        );
+    }
+    assert!(
+        follow_up.next().is_none(),
+        "a follow-up for each conversation that went on"
+    );
+    // Resumed with the same turns: the data read back, not written again; with other turns:
+    // refused (the data would change under the checkpoint) before any answer is generated, the
+    // data file left as it was.
+    let data = two.path().join("head.safetensors.data.json");
+    let written = std::fs::metadata(&data).unwrap().modified().unwrap();
+    let mut more = make(two.path(), 2);
+    more.steps = 2;
+    assert_eq!(run(&more).unwrap().step, 2);
+    assert_eq!(
+        std::fs::metadata(&data).unwrap().modified().unwrap(),
+        written
+    );
+    more.turns = 1;
+    more.steps = 3;
+    let refused = run(&more).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        refused.contains("resume it with the same data"),
+        "{refused}"
+    );
+    assert_eq!(
+        std::fs::metadata(&data).unwrap().modified().unwrap(),
+        written
+    );
+    for turns in [0, 5] {
+        let refused = run(&make(tempfile::tempdir().unwrap().path(), turns))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(refused.contains(&format!("--turns {turns}")), "{refused}");
+    }
+}

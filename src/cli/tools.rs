@@ -192,6 +192,7 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<()> {
         feature_layers: a.feature_layers,
         self_prompts: a.self_prompts,
         self_prompt_systems: a.self_prompt_system,
+        turns: a.turns,
         eval: a.eval,
         answer_tokens: a.answer_tokens,
         seed: a.seed,

@@ -34,6 +34,17 @@ struct DataFile {
     /// The self-written prompts' texts, in the order of their sequences (after the others).
     #[serde(default)]
     self_written: Vec<String>,
+    /// Turns each conversation was taken to (`--turns`; 1: no follow-ups).
+    #[serde(default = "one_turn")]
+    turns: usize,
+    /// The follow-ups the target wrote as the user, turn by turn.
+    #[serde(default)]
+    follow_ups: Vec<String>,
+}
+
+/// The turns of a data file from before `--turns`.
+fn one_turn() -> usize {
+    1
 }
 
 /// Most sequences held out for evaluation (a tenth of them, at least one).
@@ -67,8 +78,8 @@ pub fn trained_answers(path: &Path) -> Result<Vec<Vec<u32>>> {
         .collect())
 }
 
-/// Longest self-written prompt, in tokens.
-const SELF_PROMPT_TOKENS: usize = 96;
+/// Longest self-written prompt (or follow-up), in tokens.
+pub(super) const SELF_PROMPT_TOKENS: usize = 96;
 
 /// System prompts that steer the target's self-written prompts to the kinds of request a chat
 /// user makes (as Magpie steers its queries): the eight categories of the bundled chat and
@@ -105,7 +116,7 @@ fn user_turn(t: &LoadedModel, text: String) -> Result<Vec<u32>> {
 
 /// The target's greedy answers to `prompts` (templated token ids; empty ones left out), up to
 /// `answer_tokens` new tokens each ([`answers_batched`]), each with where its answer starts.
-fn answered(
+pub(super) fn answered(
     t: &mut LoadedModel,
     prompts: &[Vec<u32>],
     answer_tokens: usize,
@@ -119,15 +130,16 @@ fn answered(
 }
 
 /// The token ids of the chat template up to the content of an opened user turn, after the
-/// system prompt `system`.
-fn open_user_turn(t: &LoadedModel, system: &str) -> Result<Vec<u32>> {
-    let text = t.template.render(
-        &[
-            ChatMessage::new(Role::System, system.to_string()),
-            ChatMessage::new(Role::User, USER_MARKER.to_string()),
-        ],
-        true,
-    )?;
+/// system prompt `system` and the conversation's `earlier` messages.
+pub(super) fn open_user_turn(
+    t: &LoadedModel,
+    system: &str,
+    earlier: &[ChatMessage],
+) -> Result<Vec<u32>> {
+    let mut messages = vec![ChatMessage::new(Role::System, system.to_string())];
+    messages.extend_from_slice(earlier);
+    messages.push(ChatMessage::new(Role::User, USER_MARKER.to_string()));
+    let text = t.template.render(&messages, true)?;
     let cut = text.find(USER_MARKER).ok_or_else(|| {
         Error::InvalidArgument("the chat template does not show the user's message".into())
     })?;
@@ -228,16 +240,20 @@ impl TrainingData<'_> {
 }
 
 /// The data of a run of `cfg` over the target `t`: earlier runs' answers (checked before
-/// anything is generated), the target's answers to this run's prompts (generated once), and the
+/// anything is generated, as is a checkpoint to resume, its record at `record_path`, against
+/// this run's own prompts), the target's answers to this run's prompts (generated once), and the
 /// two put together ([`with_earlier`]).
 pub(super) fn training_data<'a>(
     cfg: &'a RunConfig,
     t: &mut LoadedModel,
+    record_path: &Path,
 ) -> Result<TrainingData<'a>> {
     let data_path = beside(&cfg.out, ".data.json");
     // Earlier runs' answers, checked before anything is generated.
     let extra = earlier_data(cfg, &t.name, &data_path)?;
+    super::turns::check(cfg.turns)?;
     let prompts = templated_prompts(cfg, t)?;
+    super::run::same_own_data(cfg, record_path)?;
     // The target's answers, generated once.
     let (sequences, answer_from) = own_answers(cfg, t, &data_path, prompts)?;
     Ok(with_earlier(sequences, answer_from, extra))
@@ -285,10 +301,10 @@ fn earlier_data<'a>(
 }
 
 /// The prompts of `cfg.data` as the target `t` reads them: the chat template around each, as
-/// token ids. An error where no prompts are named and none are to be self-written (the bundled
-/// sets are the benchmarks' and the evaluation's prompts: never trained on), or where they are
-/// fewer than two.
-fn templated_prompts(cfg: &RunConfig, t: &LoadedModel) -> Result<Vec<Vec<u32>>> {
+/// token ids, beside their texts. An error where no prompts are named and none are to be
+/// self-written (the bundled sets are the benchmarks' and the evaluation's prompts: never trained
+/// on), or where they are fewer than two.
+fn templated_prompts(cfg: &RunConfig, t: &LoadedModel) -> Result<(Vec<Vec<u32>>, Vec<String>)> {
     if cfg.data.is_empty() && cfg.self_prompts == 0 {
         return Err(Error::InvalidArgument(
             "nothing to train on: name prompt files with --data FILE, or let the target write              its own with --self-prompts N (the bundled prompt sets are benchmarks, never              trained on)"
@@ -302,8 +318,10 @@ fn templated_prompts(cfg: &RunConfig, t: &LoadedModel) -> Result<Vec<Vec<u32>>> 
         .collect::<Result<_>>()?;
     // A user message as the target reads it: the chat template around it, as token ids.
     let mut prompts = vec![];
+    let mut texts = vec![];
     for p in sets.iter().flat_map(|s| &s.prompts) {
         prompts.push(user_turn(t, p.text.clone())?);
+        texts.push(p.text.clone());
     }
     let asked = prompts.len() + cfg.self_prompts;
     if asked < 2 {
@@ -311,17 +329,18 @@ fn templated_prompts(cfg: &RunConfig, t: &LoadedModel) -> Result<Vec<Vec<u32>>> 
             "training needs at least two prompts (one is held out)".into(),
         ));
     }
-    Ok(prompts)
+    Ok((prompts, texts))
 }
 
-/// The target's answers to `prompts` and to the `cfg.self_prompts` prompts it writes itself
-/// ([`self_written_prompts`]), each with where its answer starts: read from `data_path` where it
-/// holds them for these settings, else generated and written there.
+/// The target's answers to `prompts` (templated, beside their texts) and to the
+/// `cfg.self_prompts` prompts it writes itself ([`self_written_prompts`]), each taken to
+/// `cfg.turns` turns ([`super::turns`]), with where its first answer starts: read from
+/// `data_path` where it holds them for these settings, else generated and written there.
 fn own_answers(
     cfg: &RunConfig,
     t: &mut LoadedModel,
     data_path: &Path,
-    mut prompts: Vec<Vec<u32>>,
+    (mut prompts, mut texts): (Vec<Vec<u32>>, Vec<String>),
 ) -> Result<(Vec<Vec<u32>>, Vec<usize>)> {
     let asked = prompts.len() + cfg.self_prompts;
     let cached: Option<DataFile> = std::fs::read_to_string(data_path)
@@ -333,6 +352,7 @@ fn own_answers(
                 && d.prompts == asked
                 && d.self_prompts == cfg.self_prompts
                 && d.self_prompt_systems == cfg.self_prompt_systems
+                && d.turns == cfg.turns
                 && d.answer_from.len() == d.sequences.len()
         });
     if let Some(d) = cached {
@@ -354,6 +374,16 @@ fn own_answers(
         .into_iter()
         .unzip();
     b.finish_and_clear();
+    texts.extend(self_written.iter().cloned());
+    let c = match cfg.turns {
+        1 => super::turns::Continued {
+            seqs,
+            answer_from,
+            follow_ups: vec![],
+        },
+        _ => super::turns::go_on(cfg, t, &texts, seqs, answer_from)?,
+    };
+    let (seqs, answer_from) = (c.seqs, c.answer_from);
     write_json(
         data_path,
         &DataFile {
@@ -365,6 +395,8 @@ fn own_answers(
             sequences: seqs.clone(),
             answer_from: answer_from.clone(),
             self_written,
+            turns: cfg.turns,
+            follow_ups: c.follow_ups,
         },
     )?;
     Ok((seqs, answer_from))
@@ -397,7 +429,7 @@ fn self_written_prompts(
     let mut done = 0;
     for (i, system) in systems.iter().enumerate() {
         let count = cfg.self_prompts / domains + usize::from(i < cfg.self_prompts % domains);
-        let prefix = open_user_turn(t, system)?;
+        let prefix = open_user_turn(t, system, &[])?;
         by_domain.push(crate::train::self_prompts(
             &mut t.decoder,
             &prefix,
@@ -464,6 +496,9 @@ fn with_earlier<'a>(
     }
 }
 
+/// How a record's line naming an earlier run's answers starts.
+pub(super) const EARLIER_ANSWERS: &str = "earlier answers: ";
+
 /// What a run trains on, as its record says it (a resumed run must train on the same): the
 /// prompt files, the self-written prompts and what steered them, and the earlier runs' answers.
 pub(super) fn data_lines(cfg: &RunConfig, earlier: &[(&PathBuf, usize)]) -> Vec<String> {
@@ -474,9 +509,12 @@ pub(super) fn data_lines(cfg: &RunConfig, earlier: &[(&PathBuf, usize)]) -> Vec<
     for system in &cfg.self_prompt_systems {
         d.push(format!("self-written under: {system}"));
     }
+    if cfg.turns > 1 {
+        d.push(format!("turns: {}", cfg.turns));
+    }
     for (path, n) in earlier {
         d.push(format!(
-            "earlier answers: {} ({n} sequences)",
+            "{EARLIER_ANSWERS}{} ({n} sequences)",
             path.display()
         ));
     }

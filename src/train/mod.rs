@@ -16,6 +16,7 @@ pub mod loss;
 pub mod run;
 mod step;
 pub mod targets;
+mod turns;
 
 use crate::error::{Error, Result};
 use crate::model::decoder::{rope_tables, Batch, Decoder};
@@ -333,10 +334,9 @@ pub fn batches(order: &[usize], len: impl Fn(usize) -> usize, budget: usize) -> 
 const SELF_PROMPT_TOP_K: usize = crate::gpu::TOP_K_MAX;
 
 /// Prompts the target writes itself (as in Magpie): after `prefix` (the chat template up to an
-/// open user turn), `count` user messages sampled from the target (temperature 1 over its top
-/// `SELF_PROMPT_TOP_K` tokens, top-p 0.95) up to a stop token or `max_len` tokens, each
-/// returned as its content's token ids; empty and repetitive draws are drawn again (up to three
-/// more rounds). Decoded side by side as [`answers_batched`] does. Deterministic for a `seed` on one device.
+/// open user turn), `count` user messages sampled from the target ([`user_turns`]), each
+/// returned as its content's token ids; fewer where draws stay empty or repetitive.
+/// Deterministic for a `seed` on one device.
 pub fn self_prompts(
     target: &mut Decoder,
     prefix: &[u32],
@@ -344,12 +344,36 @@ pub fn self_prompts(
     max_len: usize,
     stops: &std::collections::BTreeSet<u32>,
     seed: u64,
-    mut progress: impl FnMut(usize),
+    progress: impl FnMut(usize),
 ) -> Result<Vec<Vec<u32>>> {
-    use rand::SeedableRng;
     if prefix.is_empty() {
         return Err(Error::InvalidArgument(
             "self-written prompts need the chat template's opening of a user turn".into(),
+        ));
+    }
+    let prefixes = vec![prefix.to_vec(); count];
+    let written = user_turns(target, &prefixes, max_len, stops, seed, progress)?;
+    Ok(written.into_iter().flatten().collect())
+}
+
+/// User messages the target writes itself, one after each of `prefixes` (each the chat
+/// template up to an open user turn: a new conversation's, or one that goes on): sampled at
+/// temperature 1 over the target's top `SELF_PROMPT_TOP_K` tokens with top-p 0.95, up to a stop
+/// token or `max_len` tokens, as their contents' token ids. Empty and repetitive draws are drawn
+/// again (up to three more rounds); `None` where every draw was. Decoded side by side as
+/// [`answers_batched`] does. Deterministic for a `seed` on one device.
+pub fn user_turns(
+    target: &mut Decoder,
+    prefixes: &[Vec<u32>],
+    max_len: usize,
+    stops: &std::collections::BTreeSet<u32>,
+    seed: u64,
+    mut progress: impl FnMut(usize),
+) -> Result<Vec<Option<Vec<u32>>>> {
+    use rand::SeedableRng;
+    if prefixes.iter().any(Vec::is_empty) {
+        return Err(Error::InvalidArgument(
+            "a user turn written by the target needs the chat template's opening of it".into(),
         ));
     }
     let params = crate::sampling::SamplingParams {
@@ -370,29 +394,26 @@ pub fn self_prompts(
             })
             .collect())
     };
-    let mut out: Vec<Vec<u32>> = Vec::with_capacity(count);
+    let mut out: Vec<Option<Vec<u32>>> = vec![None; prefixes.len()];
+    let mut done = 0;
     // Empty (a stop token first) and repetitive draws are drawn again, up to three more rounds.
     for _ in 0..4 {
-        let missing = count - out.len();
-        if missing == 0 {
+        let missing: Vec<usize> = (0..out.len()).filter(|&i| out[i].is_none()).collect();
+        if missing.is_empty() {
             break;
         }
-        let done = out.len();
-        let written = side_by_side(
-            target,
-            &vec![prefix.to_vec(); missing],
-            max_len,
-            stops,
-            &mut draw,
-            |i| progress(done + i),
-        )?;
-        for seq in written {
-            let mut content = seq[prefix.len()..].to_vec();
+        let asked: Vec<Vec<u32>> = missing.iter().map(|&i| prefixes[i].clone()).collect();
+        let written = side_by_side(target, &asked, max_len, stops, &mut draw, |i| {
+            progress(done + i)
+        })?;
+        for (&i, seq) in missing.iter().zip(written) {
+            let mut content = seq[prefixes[i].len()..].to_vec();
             if content.last().is_some_and(|t| stops.contains(t)) {
                 content.pop();
             }
             if !content.is_empty() && !degenerate(&content) {
-                out.push(content);
+                out[i] = Some(content);
+                done += 1;
             }
         }
     }

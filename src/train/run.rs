@@ -6,7 +6,7 @@
 //! drafts with it), `HEAD.safetensors.json` (the run's record: command, data, seed, step reached,
 //! held-out figures; read on resume) and `HEAD.safetensors.data.json` (the token ids trained on).
 
-use super::data::{data_lines, eval_sets, held_out_of, training_data, EvalSet};
+use super::data::{data_lines, eval_sets, held_out_of, training_data, EvalSet, EARLIER_ANSWERS};
 pub use super::data::{trained_answers, SELF_PROMPT_DOMAINS};
 use super::head::TrainableHead;
 use super::{batches_of, Example, TrainOptions, Trainer, Walk};
@@ -51,6 +51,9 @@ pub struct RunConfig {
     /// System prompts that steer the self-written prompts, shared out evenly among them (empty:
     /// the eight built-in ones, [`SELF_PROMPT_DOMAINS`]).
     pub self_prompt_systems: Vec<String>,
+    /// Turns each conversation is taken to: after the first, the target writes a follow-up as
+    /// the user and answers it (1: none; at most 4).
+    pub turns: usize,
     /// Prompt sets never trained on, to measure the head on as it trains (the first
     /// [`EVAL_PROMPTS`] of each; empty: none). `Some(vec![])`: the bundled sets.
     pub eval: Option<Vec<PathBuf>>,
@@ -247,7 +250,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     let mut t = crate::load::load_model(&cfg.target, &cfg.load)?;
     let record_path = beside(&cfg.out, ".json");
     let fused = fused_layers(cfg, &t, &record_path)?;
-    let data = training_data(cfg, &mut t)?;
+    let data = training_data(cfg, &mut t, &record_path)?;
     let sequences = data.examples();
     let eval_data = eval_sets(cfg, &mut t)?;
     let own = data.own;
@@ -274,6 +277,34 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
         record_path,
     };
     train_steps(&mut t, trainer, epochs, &recorder, step)
+}
+
+/// A checkpoint to resume (its record at `record_path`) trained on other prompts, self-written
+/// prompts or turns than `cfg` asks for: refused before any answer is generated, so that this
+/// run's data file is not written over (earlier runs' answers are checked once read).
+pub(super) fn same_own_data(cfg: &RunConfig, record_path: &Path) -> Result<()> {
+    let Some(r) = read_record(cfg, record_path) else {
+        return Ok(());
+    };
+    let own: Vec<String> = r
+        .data
+        .iter()
+        .filter(|l| !l.starts_with(EARLIER_ANSWERS))
+        .cloned()
+        .collect();
+    let asked = data_lines(cfg, &[]);
+    match own == asked {
+        true => Ok(()),
+        false => Err(other_data(cfg, &r.data, &asked)),
+    }
+}
+
+/// The refusal of a resume whose record says the head was trained on `had`, not `asked`.
+fn other_data(cfg: &RunConfig, had: &[String], asked: &[String]) -> Error {
+    Error::InvalidArgument(format!(
+        "{} was trained on {had:?}; resume it with the same data, not {asked:?}",
+        cfg.out.display()
+    ))
 }
 
 /// The record beside a checkpoint, where there is one and it reads.
@@ -357,12 +388,7 @@ fn start_head(
     let mut resumed_vocab = None;
     if let Some(r) = read_record(cfg, record_path) {
         if r.data != data_lines {
-            return Err(Error::InvalidArgument(format!(
-                "{} was trained on {:?}; resume it with the same data, not {:?}",
-                cfg.out.display(),
-                r.data,
-                data_lines
-            )));
+            return Err(other_data(cfg, &r.data, data_lines));
         }
         head.vars_mut().load(&cfg.out)?;
         step = r.step;

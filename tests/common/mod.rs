@@ -467,6 +467,7 @@ pub fn tiny_train_run(dir: &Path, steps: usize) -> treespec::train::run::RunConf
         feature_layers: None,
         self_prompts: 0,
         self_prompt_systems: vec![],
+        turns: 1,
         eval: None,
         answer_tokens: 6,
         seed: 1,

@@ -1,0 +1,180 @@
+//! Conversations that go on (`train-drafter --turns N`): each of a run's own sequences (a user
+//! message and the target's answer) continued N - 1 times by a follow-up the target writes itself
+//! as the user (Magpie's multi-turn recipe: the conversation so far, then an open user turn) and
+//! the target's greedy answer to it. Chat users ask again; a head trained on first turns alone
+//! never sees the long shared context of a second one.
+//!
+//! A continued conversation replaces its one-turn sequence (which it holds at its start), and
+//! is trained on from its first answer on. A conversation stops where the context leaves no
+//! room for another turn, where every follow-up drawn was empty or repetitive, or where the chat
+//! template reads its earlier turns differently once more follow (their tokens would change
+//! under the head).
+
+use super::data::{answered, SELF_PROMPT_TOKENS};
+use super::run::{bar, logged, RunConfig};
+use crate::error::{Error, Result};
+use crate::model::chat_template::{ChatMessage, Role};
+use crate::model::LoadedModel;
+
+/// Most turns a conversation is taken to (`--turns`).
+pub const MAX_TURNS: usize = 4;
+
+/// The system prompt that steers the follow-ups the target writes as the user. It only opens
+/// the turn the follow-up is written in; the follow-up is answered under the template's own
+/// system prompt, as the first turn was.
+const FOLLOW_UP_SYSTEM: &str =
+    "You are a helpful assistant. Users ask follow-ups: a question, a change, more detail.";
+
+/// Seeds of the follow-ups' draws: the run's seed, plus this, plus the turn.
+const FOLLOW_UP_SEED: u64 = 1 << 20;
+
+/// `--turns N` checked: 1 (no follow-ups) to [`MAX_TURNS`].
+pub(super) fn check(turns: usize) -> Result<()> {
+    if (1..=MAX_TURNS).contains(&turns) {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument(format!(
+        "--turns {turns}: a conversation of 1 to {MAX_TURNS} turns"
+    )))
+}
+
+/// One of the run's conversations so far: its messages, and its training sequence with where
+/// its first answer starts.
+struct Conversation {
+    messages: Vec<ChatMessage>,
+    seq: Vec<u32>,
+    answer_from: usize,
+}
+
+/// A run's sequences after [`go_on`].
+pub(super) struct Continued {
+    /// Each conversation's token ids, as far as it went.
+    pub(super) seqs: Vec<Vec<u32>>,
+    /// Where each one's first answer starts.
+    pub(super) answer_from: Vec<usize>,
+    /// The follow-ups the target wrote as the user, turn by turn.
+    pub(super) follow_ups: Vec<String>,
+}
+
+/// The run's sequences (`seqs`, each the templated user message `users[i]` and the target's
+/// answer from `answer_from[i]`) taken to `cfg.turns` turns where they can go on.
+pub(super) fn go_on(
+    cfg: &RunConfig,
+    t: &mut LoadedModel,
+    users: &[String],
+    seqs: Vec<Vec<u32>>,
+    answer_from: Vec<usize>,
+) -> Result<Continued> {
+    if users.len() != seqs.len() {
+        return Err(Error::InvalidArgument(format!(
+            "{} answers for {} user messages",
+            seqs.len(),
+            users.len()
+        )));
+    }
+    let mut talks = vec![];
+    for ((user, seq), from) in users.iter().zip(seqs).zip(answer_from) {
+        let answer = answer_text(t, &seq[from.min(seq.len())..])?;
+        talks.push(Conversation {
+            messages: vec![
+                ChatMessage::new(Role::User, user.clone()),
+                ChatMessage::new(Role::Assistant, answer),
+            ],
+            seq,
+            answer_from: from,
+        });
+    }
+    let mut follow_ups = vec![];
+    for turn in 2..=cfg.turns {
+        follow_ups.extend(one_more_turn(cfg, t, &mut talks, turn)?);
+    }
+    let (seqs, answer_from) = talks.into_iter().map(|c| (c.seq, c.answer_from)).unzip();
+    Ok(Continued {
+        seqs,
+        answer_from,
+        follow_ups,
+    })
+}
+
+/// Turn `turn` of every conversation of `talks` that can go on: a follow-up written by the
+/// target as the user, and its answer. The follow-ups' texts, in the order of `talks`.
+fn one_more_turn(
+    cfg: &RunConfig,
+    t: &mut LoadedModel,
+    talks: &mut [Conversation],
+    turn: usize,
+) -> Result<Vec<String>> {
+    let context = t.decoder.context();
+    let stops = t.tokenizer.stop_ids().clone();
+    // The conversations that leave room for a follow-up, each up to its open user turn.
+    let mut asked = vec![];
+    for (i, c) in talks.iter().enumerate() {
+        let prefix = super::data::open_user_turn(t, FOLLOW_UP_SYSTEM, &c.messages)?;
+        if prefix.len() + SELF_PROMPT_TOKENS < context {
+            asked.push((i, prefix));
+        }
+    }
+    let b = bar(
+        asked.len() as u64,
+        &format!("turn {turn}: follow-ups [{{bar:30}}] {{pos}}/{{len}} eta {{eta}}"),
+    );
+    let started = std::time::Instant::now();
+    let prefixes: Vec<Vec<u32>> = asked.iter().map(|(_, p)| p.clone()).collect();
+    let written = crate::train::user_turns(
+        &mut t.decoder,
+        &prefixes,
+        SELF_PROMPT_TOKENS,
+        &stops,
+        cfg.seed + FOLLOW_UP_SEED + turn as u64,
+        |n| logged(&b, "follow-ups", n, started),
+    )?;
+    b.finish_and_clear();
+    // Each follow-up in its conversation as the target reads it; kept where the earlier turns
+    // read as before and an answer has room.
+    let mut going = vec![];
+    for ((i, _), content) in asked.iter().zip(written) {
+        let Some(content) = content else { continue };
+        let text = t.tokenizer.decode(&content)?;
+        let mut messages = talks[*i].messages.clone();
+        messages.push(ChatMessage::new(Role::User, text.clone()));
+        let prompt = t
+            .tokenizer
+            .encode(&t.template.render(&messages, true)?, true)?;
+        let c = &talks[*i];
+        let reads_as_before = prompt.starts_with(&c.seq[..c.answer_from.min(c.seq.len())]);
+        if reads_as_before && prompt.len() + 1 < context {
+            going.push((*i, text, prompt));
+        }
+    }
+    let b = bar(
+        going.len() as u64,
+        &format!("turn {turn}: answers [{{bar:30}}] {{pos}}/{{len}} eta {{eta}}"),
+    );
+    let started = std::time::Instant::now();
+    let prompts: Vec<Vec<u32>> = going.iter().map(|(_, _, p)| p.clone()).collect();
+    let answers = answered(t, &prompts, cfg.answer_tokens, |n| {
+        logged(&b, "follow-ups' answers", n, started)
+    })?;
+    b.finish_and_clear();
+    let mut texts = vec![];
+    for ((i, text, _), (seq, from)) in going.into_iter().zip(answers) {
+        let answer = answer_text(t, &seq[from..])?;
+        let c = &mut talks[i];
+        c.messages.push(ChatMessage::new(Role::User, text.clone()));
+        c.messages.push(ChatMessage::new(Role::Assistant, answer));
+        c.seq = seq;
+        texts.push(text);
+    }
+    Ok(texts)
+}
+
+/// An answer's text as the conversation shows it: its tokens without the stop token that ends
+/// it.
+fn answer_text(t: &LoadedModel, answer: &[u32]) -> Result<String> {
+    let stops = t.tokenizer.stop_ids();
+    let end = match answer.last() {
+        Some(last) if stops.contains(last) => answer.len() - 1,
+        _ => answer.len(),
+    };
+    t.tokenizer.decode(&answer[..end])
+}
