@@ -815,6 +815,7 @@ fn conversations_go_on_for_their_turns() {
         if s1 == s2 {
             continue;
         }
+        assert!(s2.len() > s1.len(), "conversation {i} went on");
         let mut answer = &s1[from..];
         if answer.last().is_some_and(|t| stops.contains(t)) {
             answer = &answer[..answer.len() - 1];
@@ -836,6 +837,13 @@ fn conversations_go_on_for_their_turns() {
         follow_up.next().is_none(),
         "a follow-up for each conversation that went on"
     );
+    // Three turns in a context with no room for a third (the tiny model's 256 tokens): the
+    // conversations stop where two turns left them, the same draws as the two-turn run's.
+    let three = tempfile::tempdir().unwrap();
+    run(&make(three.path(), 3)).unwrap();
+    let d3 = read(three.path());
+    assert_eq!(d3["sequences"], d2["sequences"]);
+    assert_eq!(d3["follow_ups"], d2["follow_ups"]);
     // Resumed with the same turns: the data read back, not written again; with other turns:
     // refused (the data would change under the checkpoint) before any answer is generated, the
     // data file left as it was.

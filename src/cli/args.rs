@@ -133,9 +133,9 @@ pub(crate) struct TrainArgs {
     /// (writing, role-play, reasoning, maths, code, extraction, STEM, humanities).
     #[arg(long, value_name = "TEXT")]
     pub(crate) self_prompt_system: Vec<String>,
-    /// Turns each conversation is taken to (1-4): after the first, the target writes a
-    /// follow-up as the user (steered to follow-up questions and requests) and answers it; the
-    /// whole conversation is trained on from its first answer.
+    /// Turns each conversation is taken to (1-4) while it fits the trained length: after the
+    /// first, the target writes a follow-up as the user (steered to follow-up questions and
+    /// requests) and answers it; the conversation is trained on from its first answer.
     #[arg(long, default_value_t = 1)]
     pub(crate) turns: usize,
     /// Measure the head as it trains on prompt sets it never trains on (JSON lines; the first 16

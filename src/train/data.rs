@@ -251,7 +251,6 @@ pub(super) fn training_data<'a>(
     let data_path = beside(&cfg.out, ".data.json");
     // Earlier runs' answers, checked before anything is generated.
     let extra = earlier_data(cfg, &t.name, &data_path)?;
-    super::turns::check(cfg.turns)?;
     let prompts = templated_prompts(cfg, t)?;
     super::run::same_own_data(cfg, record_path)?;
     // The target's answers, generated once.

@@ -236,6 +236,7 @@ pub(super) fn logged(
 }
 /// Run (or resume) training; returns the final record.
 pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
+    super::turns::check(cfg.turns)?;
     if cfg.self_prompts == 0 && !cfg.self_prompt_systems.is_empty() {
         return Err(Error::InvalidArgument(
             "a self-prompt system prompt steers self-written prompts: ask for some with \

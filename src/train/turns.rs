@@ -5,10 +5,16 @@
 //! never sees the long shared context of a second one.
 //!
 //! A continued conversation replaces its one-turn sequence (which it holds at its start), and
-//! is trained on from its first answer on. A conversation stops where the context leaves no
-//! room for another turn, where every follow-up drawn was empty or repetitive, or where the chat
-//! template reads its earlier turns differently once more follow (their tokens would change
-//! under the head).
+//! is trained on from its first answer on: the follow-ups' positions count too (the head learns
+//! the target's distributions there, which drafting never asks for; masking them is not done).
+//! Earlier turns are in the sequence as the chat template renders them again, as a chat app
+//! feeds a conversation back (a thinking model's template drops the reasoning of earlier
+//! answers; text that does not survive decoding is what the app would show): the head's targets
+//! are the target's own distributions at every position, so they are right for the sequence as
+//! it stands. A conversation stops where the trained length (the context, or the options'
+//! `max_len` where shorter) leaves no room for another turn, where every follow-up drawn was
+//! empty or repetitive, or where the template renders the first prompt otherwise (so that its
+//! answer's start would move). Each turn says how many went on.
 
 use super::data::{answered, SELF_PROMPT_TOKENS};
 use super::run::{bar, logged, RunConfig};
@@ -38,12 +44,13 @@ pub(super) fn check(turns: usize) -> Result<()> {
     )))
 }
 
-/// One of the run's conversations so far: its messages, and its training sequence with where
-/// its first answer starts.
+/// One of the run's conversations so far: its messages, its training sequence with where its
+/// first answer starts, and whether it may go on.
 struct Conversation {
     messages: Vec<ChatMessage>,
     seq: Vec<u32>,
     answer_from: usize,
+    going: bool,
 }
 
 /// A run's sequences after [`go_on`].
@@ -82,6 +89,7 @@ pub(super) fn go_on(
             ],
             seq,
             answer_from: from,
+            going: true,
         });
     }
     let mut follow_ups = vec![];
@@ -97,20 +105,24 @@ pub(super) fn go_on(
 }
 
 /// Turn `turn` of every conversation of `talks` that can go on: a follow-up written by the
-/// target as the user, and its answer. The follow-ups' texts, in the order of `talks`.
+/// target as the user, and its answer; the others stop. The follow-ups' texts, in the order of
+/// `talks`.
 fn one_more_turn(
     cfg: &RunConfig,
     t: &mut LoadedModel,
     talks: &mut [Conversation],
     turn: usize,
 ) -> Result<Vec<String>> {
-    let context = t.decoder.context();
+    // Room: what is trained on of a sequence (tokens past it are cut).
+    let room = t.decoder.context().min(cfg.opts.max_len);
     let stops = t.tokenizer.stop_ids().clone();
+    let going_before = talks.iter().filter(|c| c.going).count();
     // The conversations that leave room for a follow-up, each up to its open user turn.
     let mut asked = vec![];
-    for (i, c) in talks.iter().enumerate() {
+    for (i, c) in talks.iter_mut().enumerate().filter(|(_, c)| c.going) {
+        c.going = false;
         let prefix = super::data::open_user_turn(t, FOLLOW_UP_SYSTEM, &c.messages)?;
-        if prefix.len() + SELF_PROMPT_TOKENS < context {
+        if prefix.len() + SELF_PROMPT_TOKENS < room {
             asked.push((i, prefix));
         }
     }
@@ -125,12 +137,14 @@ fn one_more_turn(
         &prefixes,
         SELF_PROMPT_TOKENS,
         &stops,
-        cfg.seed + FOLLOW_UP_SEED + turn as u64,
+        cfg.seed
+            .wrapping_add(FOLLOW_UP_SEED)
+            .wrapping_add(turn as u64),
         |n| logged(&b, "follow-ups", n, started),
     )?;
     b.finish_and_clear();
-    // Each follow-up in its conversation as the target reads it; kept where the earlier turns
-    // read as before and an answer has room.
+    // Each follow-up in its conversation as the target reads it; kept where the first prompt
+    // reads as before (where its answer starts) and an answer has room.
     let mut going = vec![];
     for ((i, _), content) in asked.iter().zip(written) {
         let Some(content) = content else { continue };
@@ -141,8 +155,8 @@ fn one_more_turn(
             .tokenizer
             .encode(&t.template.render(&messages, true)?, true)?;
         let c = &talks[*i];
-        let reads_as_before = prompt.starts_with(&c.seq[..c.answer_from.min(c.seq.len())]);
-        if reads_as_before && prompt.len() + 1 < context {
+        let first_prompt = &c.seq[..c.answer_from.min(c.seq.len())];
+        if prompt.starts_with(first_prompt) && prompt.len() + 1 < room {
             going.push((*i, text, prompt));
         }
     }
@@ -163,8 +177,14 @@ fn one_more_turn(
         c.messages.push(ChatMessage::new(Role::User, text.clone()));
         c.messages.push(ChatMessage::new(Role::Assistant, answer));
         c.seq = seq;
+        c.going = true;
         texts.push(text);
     }
+    eprintln!(
+        "turn {turn}: {} of {going_before} conversations went on (the others: no room in {room} \
+         tokens, no follow-up drawn, or the chat template renders the first prompt otherwise)",
+        texts.len()
+    );
     Ok(texts)
 }
 

@@ -319,6 +319,11 @@ impl GpuStep {
         false
     }
 
+    /// No K-quant family without CUDA: always `false`.
+    pub fn k_quant_family(&self) -> bool {
+        false
+    }
+
     /// Unreachable: no step exists without CUDA.
     pub fn keep(&mut self, _base: usize, _rows: &[usize]) -> Result<()> {
         Err(Error::Device("no GPU step without CUDA".into()))

@@ -11,6 +11,13 @@ impl GpuStep {
         self.pdl
     }
 
+    /// Whether the step's tensor-core products are the K-quant family of one summation order
+    /// for every row count ([`crate::gpu::mmq`]; chosen by [`super::mmq_wanted`]), not the
+    /// tile kernels whose order depends on the rows.
+    pub fn k_quant_family(&self) -> bool {
+        self.mmq && self.tensor_cores
+    }
+
     /// The row count from which passes multiply through cuBLAS with f16 copies of the
     /// weights ([`crate::gpu::wide`]), the bytes the copies take, and whether verify passes
     /// do too; `None` where they are off or did not fit.
