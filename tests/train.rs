@@ -757,8 +757,9 @@ fn self_written_prompts_are_written_once_and_trained_on() {
 }
 
 /// `--turns 2`: each conversation goes on with a follow-up the target writes as the user and
-/// its greedy answer (the one-at-a-time reference), the first turn as a one-turn run has it,
-/// trained on from the first answer; recorded, reused on resume, refused out of range.
+/// its greedy answer (the one-at-a-time reference), a sequence a turn trained on from its own
+/// answer, the first turn as a one-turn run has it; stopped where there is no room; recorded,
+/// reused on resume, refused out of range.
 #[test]
 fn conversations_go_on_for_their_turns() {
     use treespec::model::chat_template::{ChatMessage, Role};
@@ -776,7 +777,6 @@ fn conversations_go_on_for_their_turns() {
     run(&make(one.path(), 1)).unwrap();
     let cfg = make(two.path(), 2);
     let r = run(&cfg).unwrap();
-    assert_eq!(r.sequences, 3);
     assert!(r.data.contains(&"turns: 2".to_string()), "{:?}", r.data);
     let read = |p: &std::path::Path| -> serde_json::Value {
         serde_json::from_str(
@@ -786,10 +786,6 @@ fn conversations_go_on_for_their_turns() {
     };
     let (d1, d2) = (read(one.path()), read(two.path()));
     assert_eq!(d2["turns"], 2);
-    assert_eq!(
-        d1["answer_from"], d2["answer_from"],
-        "trained from the first answer"
-    );
     let ids = |v: &serde_json::Value| -> Vec<u32> {
         v.as_array()
             .unwrap()
@@ -797,6 +793,7 @@ fn conversations_go_on_for_their_turns() {
             .map(|x| x.as_u64().unwrap() as u32)
             .collect()
     };
+    let at = |d: &serde_json::Value, key: &str, i: usize| d[key][i].as_u64().unwrap() as usize;
     let follow_ups: Vec<String> = d2["follow_ups"]
         .as_array()
         .unwrap()
@@ -804,18 +801,35 @@ fn conversations_go_on_for_their_turns() {
         .map(|s| s.as_str().unwrap().to_string())
         .collect();
     assert!(!follow_ups.is_empty(), "no conversation went on");
+    // A sequence a turn, a conversation's turns side by side.
+    let n = d2["sequences"].as_array().unwrap().len();
+    assert_eq!(
+        (r.sequences, n),
+        (3 + follow_ups.len(), 3 + follow_ups.len())
+    );
     let mut m = treespec::load::load_model(&cfg.target, &cfg.load).unwrap();
     let stops = m.tokenizer.stop_ids().clone();
     let users = ["abc", "hello there", "xyz"];
     let mut follow_up = follow_ups.iter();
+    let mut k = 0;
     for (i, user) in users.iter().enumerate() {
-        let (s1, s2) = (ids(&d1["sequences"][i]), ids(&d2["sequences"][i]));
-        let from = d1["answer_from"][i].as_u64().unwrap() as usize;
-        assert_eq!(s1[..from], s2[..from], "the first prompt as before");
-        if s1 == s2 {
+        // The first turn as a one-turn run has it.
+        let s1 = ids(&d1["sequences"][i]);
+        assert_eq!(
+            ids(&d2["sequences"][k]),
+            s1,
+            "conversation {i}'s first turn"
+        );
+        assert_eq!(at(&d2, "answer_from", k), at(&d1, "answer_from", i));
+        assert_eq!(at(&d2, "turn_of", k), 1);
+        k += 1;
+        if k == n || at(&d2, "turn_of", k) == 1 {
             continue;
         }
-        assert!(s2.len() > s1.len(), "conversation {i} went on");
+        // Its second: the conversation as the template renders it, then the greedy answer,
+        // trained on from that answer.
+        assert_eq!(at(&d2, "turn_of", k), 2);
+        let from = at(&d1, "answer_from", i);
         let mut answer = &s1[from..];
         if answer.last().is_some_and(|t| stops.contains(t)) {
             answer = &answer[..answer.len() - 1];
@@ -827,12 +841,23 @@ fn conversations_go_on_for_their_turns() {
         ];
         let text = m.template.render(&messages, true).unwrap();
         let prompt = m.tokenizer.encode(&text, true).unwrap();
-        let expected = answers(&mut m.decoder, &[prompt], 4, &stops, |_| ()).unwrap();
+        let expected = answers(
+            &mut m.decoder,
+            std::slice::from_ref(&prompt),
+            4,
+            &stops,
+            |_| (),
+        )
+        .unwrap();
+        let s2 = ids(&d2["sequences"][k]);
         assert_eq!(
             s2, expected[0],
             "conversation {i}: the follow-up's greedy answer"
         );
+        assert_eq!(at(&d2, "answer_from", k), prompt.len());
+        k += 1;
     }
+    assert_eq!(k, n);
     assert!(
         follow_up.next().is_none(),
         "a follow-up for each conversation that went on"

@@ -135,7 +135,8 @@ pub(crate) struct TrainArgs {
     pub(crate) self_prompt_system: Vec<String>,
     /// Turns each conversation is taken to (1-4) while it fits the trained length: after the
     /// first, the target writes a follow-up as the user (steered to follow-up questions and
-    /// requests) and answers it; the conversation is trained on from its first answer.
+    /// requests) and answers it; each turn is trained on from its answer, the conversation
+    /// before it as context.
     #[arg(long, default_value_t = 1)]
     pub(crate) turns: usize,
     /// Measure the head as it trains on prompt sets it never trains on (JSON lines; the first 16

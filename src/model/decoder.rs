@@ -37,11 +37,8 @@ pub use crate::arch::batch::{Batch, BlockMask, ForwardOutput, PastMask, MASKED};
 /// set_tensor_cores`]) and giving it the GPU's highest stream priority when `high_priority` (a
 /// failure to is said in the description, not fatal).
 fn step_runtime(step: &mut GpuStep, high_priority: bool, tensor_cores: bool) -> String {
-    let mut products = match (step.set_tensor_cores(tensor_cores), step.k_quant_family()) {
-        (true, true) => "K-quant family products (one summation order for any rows)".to_string(),
-        (true, false) => "tensor-core products".to_string(),
-        (false, _) => "dp4a products".to_string(),
-    };
+    step.set_tensor_cores(tensor_cores);
+    let mut products = step.products_name().to_string();
     if step.dependent_launches() {
         products.push_str(", dependent launches");
     }

@@ -40,6 +40,9 @@ struct DataFile {
     /// The follow-ups the target wrote as the user, turn by turn.
     #[serde(default)]
     follow_ups: Vec<String>,
+    /// Per sequence, its turn in its conversation (1: the first; empty: every one a first).
+    #[serde(default)]
+    turn_of: Vec<usize>,
 }
 
 /// The turns of a data file from before `--turns`.
@@ -332,9 +335,10 @@ fn templated_prompts(cfg: &RunConfig, t: &LoadedModel) -> Result<(Vec<Vec<u32>>,
 }
 
 /// The target's answers to `prompts` (templated, beside their texts) and to the
-/// `cfg.self_prompts` prompts it writes itself ([`self_written_prompts`]), each taken to
-/// `cfg.turns` turns ([`super::turns`]), with where its first answer starts: read from
-/// `data_path` where it holds them for these settings, else generated and written there.
+/// `cfg.self_prompts` prompts it writes itself ([`self_written_prompts`]), each conversation
+/// taken to `cfg.turns` turns ([`super::turns`]: a sequence a turn), with where each answer
+/// starts: read from `data_path` where it holds them for these settings, else generated and
+/// written there.
 fn own_answers(
     cfg: &RunConfig,
     t: &mut LoadedModel,
@@ -376,6 +380,7 @@ fn own_answers(
     texts.extend(self_written.iter().cloned());
     let c = match cfg.turns {
         1 => super::turns::Continued {
+            turn_of: vec![1; seqs.len()],
             seqs,
             answer_from,
             follow_ups: vec![],
@@ -396,6 +401,7 @@ fn own_answers(
             self_written,
             turns: cfg.turns,
             follow_ups: c.follow_ups,
+            turn_of: c.turn_of,
         },
     )?;
     Ok((seqs, answer_from))

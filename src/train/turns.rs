@@ -4,17 +4,15 @@
 //! the target's greedy answer to it. Chat users ask again; a head trained on first turns alone
 //! never sees the long shared context of a second one.
 //!
-//! A continued conversation replaces its one-turn sequence (which it holds at its start), and
-//! is trained on from its first answer on: the follow-ups' positions count too (the head learns
-//! the target's distributions there, which drafting never asks for; masking them is not done).
-//! Earlier turns are in the sequence as the chat template renders them again, as a chat app
-//! feeds a conversation back (a thinking model's template drops the reasoning of earlier
-//! answers; text that does not survive decoding is what the app would show): the head's targets
-//! are the target's own distributions at every position, so they are right for the sequence as
-//! it stands. A conversation stops where the trained length (the context, or the options'
-//! `max_len` where shorter) leaves no room for another turn, where every follow-up drawn was
-//! empty or repetitive, or where the template renders the first prompt otherwise (so that its
-//! answer's start would move). Each turn says how many went on.
+//! Each turn is a training sequence of its own: the conversation up to the turn's user message,
+//! as the chat template renders it again (as a chat app feeds a conversation back: a thinking
+//! model's template drops the reasoning of earlier answers), then the target's answer, trained
+//! on from that answer's start. So every counted prediction is of an answer token, as drafting
+//! asks; the earlier turns are context (read again in each later turn's sequence). A
+//! conversation's turns stay side by side, in order, so that the held-out sequences (the last)
+//! are whole conversations' later turns. A conversation stops where the trained length (the
+//! context, or the options' `max_len` where shorter) leaves no room for another turn or where
+//! every follow-up drawn was empty or repetitive. Each turn says how many went on.
 
 use super::data::{answered, SELF_PROMPT_TOKENS};
 use super::run::{bar, logged, RunConfig};
@@ -44,21 +42,22 @@ pub(super) fn check(turns: usize) -> Result<()> {
     )))
 }
 
-/// One of the run's conversations so far: its messages, its training sequence with where its
-/// first answer starts, and whether it may go on.
+/// One of the run's conversations so far: its messages, its turns' training sequences with
+/// where each one's answer starts, and whether it may go on.
 struct Conversation {
     messages: Vec<ChatMessage>,
-    seq: Vec<u32>,
-    answer_from: usize,
+    turns: Vec<(Vec<u32>, usize)>,
     going: bool,
 }
 
 /// A run's sequences after [`go_on`].
 pub(super) struct Continued {
-    /// Each conversation's token ids, as far as it went.
+    /// Every turn's token ids, a conversation's turns side by side.
     pub(super) seqs: Vec<Vec<u32>>,
-    /// Where each one's first answer starts.
+    /// Where each one's answer starts.
     pub(super) answer_from: Vec<usize>,
+    /// Each one's turn (1: the first).
+    pub(super) turn_of: Vec<usize>,
     /// The follow-ups the target wrote as the user, turn by turn.
     pub(super) follow_ups: Vec<String>,
 }
@@ -87,8 +86,7 @@ pub(super) fn go_on(
                 ChatMessage::new(Role::User, user.clone()),
                 ChatMessage::new(Role::Assistant, answer),
             ],
-            seq,
-            answer_from: from,
+            turns: vec![(seq, from)],
             going: true,
         });
     }
@@ -96,12 +94,20 @@ pub(super) fn go_on(
     for turn in 2..=cfg.turns {
         follow_ups.extend(one_more_turn(cfg, t, &mut talks, turn)?);
     }
-    let (seqs, answer_from) = talks.into_iter().map(|c| (c.seq, c.answer_from)).unzip();
-    Ok(Continued {
-        seqs,
-        answer_from,
+    let mut out = Continued {
+        seqs: vec![],
+        answer_from: vec![],
+        turn_of: vec![],
         follow_ups,
-    })
+    };
+    for c in talks {
+        for (turn, (seq, from)) in c.turns.into_iter().enumerate() {
+            out.seqs.push(seq);
+            out.answer_from.push(from);
+            out.turn_of.push(turn + 1);
+        }
+    }
+    Ok(out)
 }
 
 /// Turn `turn` of every conversation of `talks` that can go on: a follow-up written by the
@@ -143,8 +149,7 @@ fn one_more_turn(
         |n| logged(&b, "follow-ups", n, started),
     )?;
     b.finish_and_clear();
-    // Each follow-up in its conversation as the target reads it; kept where the first prompt
-    // reads as before (where its answer starts) and an answer has room.
+    // Each follow-up in its conversation as the target reads it; kept where an answer has room.
     let mut going = vec![];
     for ((i, _), content) in asked.iter().zip(written) {
         let Some(content) = content else { continue };
@@ -154,9 +159,7 @@ fn one_more_turn(
         let prompt = t
             .tokenizer
             .encode(&t.template.render(&messages, true)?, true)?;
-        let c = &talks[*i];
-        let first_prompt = &c.seq[..c.answer_from.min(c.seq.len())];
-        if prompt.starts_with(first_prompt) && prompt.len() + 1 < room {
+        if prompt.len() + 1 < room {
             going.push((*i, text, prompt));
         }
     }
@@ -176,13 +179,13 @@ fn one_more_turn(
         let c = &mut talks[i];
         c.messages.push(ChatMessage::new(Role::User, text.clone()));
         c.messages.push(ChatMessage::new(Role::Assistant, answer));
-        c.seq = seq;
+        c.turns.push((seq, from));
         c.going = true;
         texts.push(text);
     }
     eprintln!(
         "turn {turn}: {} of {going_before} conversations went on (the others: no room in {room} \
-         tokens, no follow-up drawn, or the chat template renders the first prompt otherwise)",
+         tokens or no follow-up drawn)",
         texts.len()
     );
     Ok(texts)

@@ -319,9 +319,9 @@ impl GpuStep {
         false
     }
 
-    /// No K-quant family without CUDA: always `false`.
-    pub fn k_quant_family(&self) -> bool {
-        false
+    /// No products without CUDA.
+    pub fn products_name(&self) -> &'static str {
+        "no products"
     }
 
     /// Unreachable: no step exists without CUDA.

@@ -11,11 +11,15 @@ impl GpuStep {
         self.pdl
     }
 
-    /// Whether the step's tensor-core products are the K-quant family of one summation order
-    /// for every row count ([`crate::gpu::mmq`]; chosen by [`super::mmq_wanted`]), not the
-    /// tile kernels whose order depends on the rows.
-    pub fn k_quant_family(&self) -> bool {
-        self.mmq && self.tensor_cores
+    /// What the step's products run on, for its settings line: dp4a, the tensor-core tiles, or
+    /// the K-quant family of one summation order for every row count ([`crate::gpu::mmq`];
+    /// chosen by [`super::mmq_wanted`]).
+    pub fn products_name(&self) -> &'static str {
+        match (self.tensor_cores, self.mmq) {
+            (true, true) => "K-quant family products (one summation order for any rows)",
+            (true, false) => "tensor-core products",
+            (false, _) => "dp4a products",
+        }
     }
 
     /// The row count from which passes multiply through cuBLAS with f16 copies of the
