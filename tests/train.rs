@@ -557,7 +557,9 @@ fn a_run_writes_a_head_that_resumes_and_drafts() {
     let held_set = dir.path().join("unseen.jsonl");
     std::fs::write(
         &held_set,
-        "{\"prompt\": \"never seen\"}\n{\"prompt\": \"nor this\"}\n",
+        "{\"prompt\": \"never seen\", \"category\": \"a\"}\n\
+         {\"prompt\": \"never heard\", \"category\": \"a\"}\n\
+         {\"prompt\": \"nor this\", \"category\": \"b\"}\n",
     )
     .unwrap();
     let mut cfg = common::tiny_train_run(dir.path(), 6);
@@ -569,10 +571,16 @@ fn a_run_writes_a_head_that_resumes_and_drafts() {
     assert_eq!(first.held_out_agreement.len(), 2);
     let a = &first.held_out_agreement;
     assert!((first.simulated_tau - (1.0 + a[0] + a[0] * a[1])).abs() < 1e-6);
-    // The evaluation set: measured, its answers kept beside the head.
+    // The evaluation set: measured whole and by category, its answers kept beside the head.
     assert_eq!(first.eval.len(), 1);
     assert_eq!(first.eval[0].set, "unseen");
     assert_eq!(first.eval[0].agreement.len(), 2);
+    let by: Vec<(&str, usize)> = first.eval[0]
+        .by_category
+        .iter()
+        .map(|c| (c.set.as_str(), c.agreement.len()))
+        .collect();
+    assert_eq!(by, [("unseen/a", 2), ("unseen/b", 2)]);
     assert!(dir.path().join("head.safetensors.eval.json").is_file());
     let data = dir.path().join("head.safetensors.data.json");
     let written = std::fs::metadata(&data).unwrap().modified().unwrap();

@@ -12,7 +12,9 @@ mod prompts;
 mod variant;
 
 pub use costs::{costs_markdown, measure_costs, measure_dflash_costs, CostRow, ROUND_COMMITS};
-pub use prompts::{bundled_prompts, by_category, load_prompts, BenchPrompt, PromptSet, BUNDLED};
+pub use prompts::{
+    balanced, bundled_prompts, by_category, load_prompts, BenchPrompt, PromptSet, BUNDLED,
+};
 pub use variant::Variant;
 
 /// What to run.

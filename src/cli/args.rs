@@ -139,8 +139,9 @@ pub(crate) struct TrainArgs {
     /// before it as context.
     #[arg(long, default_value_t = 1)]
     pub(crate) turns: usize,
-    /// Measure the head as it trains on prompt sets it never trains on (JSON lines; the first 16
-    /// of each): `--eval` alone takes the bundled humaneval, gsm8k and chat sets.
+    /// Measure the head as it trains on prompt sets it never trains on (JSON lines; 16 of each,
+    /// its categories taking turns, figures by category too): `--eval` alone takes the bundled
+    /// humaneval, gsm8k, chat and held-out sets.
     #[arg(long, num_args = 0.., value_name = "FILE")]
     pub(crate) eval: Option<Vec<PathBuf>>,
     /// Most new tokens of each answer the target writes to train on.

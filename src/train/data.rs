@@ -6,7 +6,7 @@
 
 use super::run::{bar, beside, logged, write_json, RunConfig, EVAL_PROMPTS};
 use super::{answers_batched, Example};
-use crate::bench::{bundled_prompts, load_prompts, PromptSet};
+use crate::bench::{balanced, bundled_prompts, load_prompts, PromptSet};
 use crate::error::{Error, Result};
 use crate::model::chat_template::{ChatMessage, Role};
 use crate::model::LoadedModel;
@@ -158,21 +158,31 @@ struct EvalFile {
     sets: Vec<EvalSet>,
 }
 
-/// An evaluation set's name, and its sequences with where their answers start.
-pub(super) type EvalSet = (String, Vec<(Vec<u32>, usize)>);
+/// An evaluation set: its name, its sequences with where their answers start, and each one's
+/// prompt's category (empty where the set names none).
+#[derive(Clone, Serialize, Deserialize)]
+pub(super) struct EvalSet {
+    pub(super) name: String,
+    pub(super) seqs: Vec<(Vec<u32>, usize)>,
+    pub(super) categories: Vec<String>,
+}
 
-/// The evaluation sets' sequences (`cfg.eval`): the target's answers to the first
-/// [`EVAL_PROMPTS`] prompts of each, read from `HEAD.safetensors.eval.json` when it holds them,
-/// else generated and written there.
+/// The evaluation sets' sequences (`cfg.eval`): the target's answers to [`EVAL_PROMPTS`]
+/// prompts of each, its categories taking turns ([`balanced`]), read from
+/// `HEAD.safetensors.eval.json` when it holds them, else generated and written there.
 pub(super) fn eval_sets(cfg: &RunConfig, t: &mut LoadedModel) -> Result<Vec<EvalSet>> {
     let sets: Vec<PromptSet> = match &cfg.eval {
         None => return Ok(vec![]),
-        Some(files) if files.is_empty() => bundled_prompts(Some(EVAL_PROMPTS))?,
+        Some(files) if files.is_empty() => bundled_prompts(None)?,
         Some(files) => files
             .iter()
-            .map(|p| load_prompts(p, Some(EVAL_PROMPTS)))
+            .map(|p| load_prompts(p, None))
             .collect::<Result<_>>()?,
     };
+    let sets: Vec<PromptSet> = sets
+        .into_iter()
+        .map(|s| balanced(s, EVAL_PROMPTS))
+        .collect();
     let path = beside(&cfg.out, ".eval.json");
     let names: Vec<(&str, usize)> = sets
         .iter()
@@ -182,8 +192,11 @@ pub(super) fn eval_sets(cfg: &RunConfig, t: &mut LoadedModel) -> Result<Vec<Eval
         .ok()
         .and_then(|s| serde_json::from_str::<EvalFile>(&s).ok())
         .filter(|e| {
-            let had: Vec<(&str, usize)> =
-                e.sets.iter().map(|(n, s)| (n.as_str(), s.len())).collect();
+            let had: Vec<(&str, usize)> = e
+                .sets
+                .iter()
+                .map(|s| (s.name.as_str(), s.categories.len()))
+                .collect();
             e.target == t.name && e.answer_tokens == cfg.answer_tokens && had == names
         });
     if let Some(e) = cached {
@@ -193,16 +206,19 @@ pub(super) fn eval_sets(cfg: &RunConfig, t: &mut LoadedModel) -> Result<Vec<Eval
     let room = t.decoder.context().saturating_sub(2);
     let mut out = vec![];
     for set in &sets {
-        let prompts: Vec<Vec<u32>> = set
-            .prompts
-            .iter()
-            .map(|p| user_turn(t, p.text.clone()))
-            .filter(|p| p.as_ref().map_or(true, |p| p.len() < room))
-            .collect::<Result<_>>()?;
-        out.push((
-            set.name.clone(),
-            answered(t, &prompts, cfg.answer_tokens, |_| {})?,
-        ));
+        let (mut prompts, mut categories) = (vec![], vec![]);
+        for p in &set.prompts {
+            let prompt = user_turn(t, p.text.clone())?;
+            if prompt.len() < room {
+                prompts.push(prompt);
+                categories.push(p.category.clone().unwrap_or_default());
+            }
+        }
+        out.push(EvalSet {
+            name: set.name.clone(),
+            seqs: answered(t, &prompts, cfg.answer_tokens, |_| {})?,
+            categories,
+        });
     }
     write_json(
         &path,

@@ -54,8 +54,9 @@ pub struct RunConfig {
     /// Turns each conversation is taken to: after the first, the target writes a follow-up as
     /// the user and answers it (1: none; at most 4).
     pub turns: usize,
-    /// Prompt sets never trained on, to measure the head on as it trains (the first
-    /// [`EVAL_PROMPTS`] of each; empty: none). `Some(vec![])`: the bundled sets.
+    /// Prompt sets never trained on, to measure the head on as it trains ([`EVAL_PROMPTS`] of
+    /// each, its categories taking turns, measured whole and by category; empty: none).
+    /// `Some(vec![])`: the bundled sets.
     pub eval: Option<Vec<PathBuf>>,
     /// Most new tokens of each answer the target writes for training.
     pub answer_tokens: usize,
@@ -130,6 +131,10 @@ pub struct EvalFigures {
     /// Tokens per step of greedy chains of k walked over the set's answers ([`super::walk`]).
     #[serde(default)]
     pub walked_tau: f32,
+    /// The same figures on each of the set's categories (`chat/writing`, ...; none where it
+    /// has fewer than two).
+    #[serde(default)]
+    pub by_category: Vec<EvalFigures>,
 }
 
 /// Prompts of each evaluation set the head is measured on.
@@ -502,19 +507,43 @@ impl<'a> Epochs<'a> {
     }
 }
 
-/// The evaluation sets' sequences as examples, by set name.
-fn eval_examples(eval_data: &[EvalSet]) -> Vec<(&String, Vec<Example<'_>>)> {
+/// An evaluation set's sequences as examples: the whole set's, then (where it has two
+/// categories or more) each category's as its own set, `{set}/{category}`.
+struct EvalExamples<'a> {
+    name: &'a str,
+    seqs: Vec<Example<'a>>,
+    categories: Vec<(String, Vec<Example<'a>>)>,
+}
+
+/// The evaluation sets' sequences as examples, by set and category.
+fn eval_examples(eval_data: &[EvalSet]) -> Vec<EvalExamples<'_>> {
     eval_data
         .iter()
-        .map(|(set, data)| {
-            let seqs = data
+        .map(|set| {
+            let seqs: Vec<Example<'_>> = set
+                .seqs
                 .iter()
                 .map(|(s, a)| Example {
                     seq: s.as_slice(),
                     answer_from: *a,
                 })
                 .collect();
-            (set, seqs)
+            let mut categories: Vec<(String, Vec<Example<'_>>)> = vec![];
+            for (e, c) in seqs.iter().zip(&set.categories) {
+                let name = format!("{}/{}", set.name, if c.is_empty() { "other" } else { c });
+                match categories.iter_mut().find(|(n, _)| *n == name) {
+                    Some((_, v)) => v.push(*e),
+                    None => categories.push((name, vec![*e])),
+                }
+            }
+            if categories.len() < 2 {
+                categories.clear();
+            }
+            EvalExamples {
+                name: &set.name,
+                seqs,
+                categories,
+            }
         })
         .collect()
 }
@@ -524,7 +553,7 @@ fn eval_examples(eval_data: &[EvalSet]) -> Vec<(&String, Vec<Example<'_>>)> {
 struct Recorder<'a> {
     cfg: &'a RunConfig,
     held_out: &'a [Example<'a>],
-    eval: Vec<(&'a String, Vec<Example<'a>>)>,
+    eval: Vec<EvalExamples<'a>>,
     data_lines: Vec<String>,
     draft_vocab: usize,
     sequences: usize,
@@ -540,14 +569,22 @@ impl Recorder<'_> {
         let (loss, agree, walked) =
             mean_figures(trainer, &mut t.decoder, self.held_out, &cfg.opts)?;
         let mut eval = vec![];
-        for (set, seqs) in &self.eval {
-            let (_, agreement, w) = mean_figures(trainer, &mut t.decoder, seqs, &cfg.opts)?;
-            eval.push(EvalFigures {
-                set: set.to_string(),
-                simulated_tau: simulated_tau(&agreement),
-                walked_tau: w.tau(),
-                agreement,
-            });
+        for set in &self.eval {
+            let mut figures = |name: &str, seqs: &[Example<'_>]| -> Result<EvalFigures> {
+                let (_, agreement, w) = mean_figures(trainer, &mut t.decoder, seqs, &cfg.opts)?;
+                Ok(EvalFigures {
+                    set: name.to_string(),
+                    simulated_tau: simulated_tau(&agreement),
+                    walked_tau: w.tau(),
+                    agreement,
+                    by_category: vec![],
+                })
+            };
+            let mut whole = figures(set.name, &set.seqs)?;
+            for (name, seqs) in &set.categories {
+                whole.by_category.push(figures(name, seqs)?);
+            }
+            eval.push(whole);
         }
         let rec = RunRecord {
             command: cfg.command.clone(),
