@@ -908,3 +908,20 @@ fn conversations_go_on_for_their_turns() {
         assert!(refused.contains(&format!("--turns {turns}")), "{refused}");
     }
 }
+
+/// A prompt file with a prompt that leaves no room for an answer in the target's context: that
+/// prompt is left out (and said), the others trained on, not the whole run refused.
+#[test]
+fn a_prompt_longer_than_the_context_is_left_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = common::tiny_train_run(dir.path(), 1);
+    let long = "word ".repeat(200);
+    std::fs::write(
+        &cfg.data[0],
+        format!("{{\"prompt\": \"abc\"}}\n{{\"prompt\": \"{long}\"}}\n{{\"prompt\": \"xyz\"}}\n"),
+    )
+    .unwrap();
+    cfg.answer_tokens = 4;
+    let r = treespec::train::run::run(&cfg).unwrap();
+    assert_eq!(r.sequences, 2);
+}

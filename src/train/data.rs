@@ -109,6 +109,11 @@ pub const SELF_PROMPT_DOMAINS: [&str; 8] = [
 /// A user message text no template changes, to find where the user turn opens.
 const USER_MARKER: &str = "\u{1}treespec-user-turn\u{1}";
 
+/// The longest prompt (in tokens) that leaves room in the target's context for an answer.
+fn answer_room(t: &LoadedModel) -> usize {
+    t.decoder.context().saturating_sub(2)
+}
+
 /// A user message as the target reads it: the chat template around it, as token ids.
 fn user_turn(t: &LoadedModel, text: String) -> Result<Vec<u32>> {
     let text = t
@@ -203,7 +208,7 @@ pub(super) fn eval_sets(cfg: &RunConfig, t: &mut LoadedModel) -> Result<Vec<Eval
         return Ok(e.sets);
     }
     // Prompts that leave no room for an answer in the context are left out.
-    let room = t.decoder.context().saturating_sub(2);
+    let room = answer_room(t);
     let mut out = vec![];
     for set in &sets {
         let (mut prompts, mut categories) = (vec![], vec![]);
@@ -325,7 +330,9 @@ fn earlier_data<'a>(
 fn templated_prompts(cfg: &RunConfig, t: &LoadedModel) -> Result<(Vec<Vec<u32>>, Vec<String>)> {
     if cfg.data.is_empty() && cfg.self_prompts == 0 {
         return Err(Error::InvalidArgument(
-            "nothing to train on: name prompt files with --data FILE, or let the target write              its own with --self-prompts N (the bundled prompt sets are benchmarks, never              trained on)"
+            "nothing to train on: name prompt files with --data FILE, or let the target write \
+             its own with --self-prompts N (the bundled prompt sets are benchmarks, never \
+             trained on)"
                 .into(),
         ));
     }
@@ -334,12 +341,24 @@ fn templated_prompts(cfg: &RunConfig, t: &LoadedModel) -> Result<(Vec<Vec<u32>>,
         .iter()
         .map(|p| load_prompts(p, None))
         .collect::<Result<_>>()?;
-    // A user message as the target reads it: the chat template around it, as token ids.
-    let mut prompts = vec![];
-    let mut texts = vec![];
+    // A user message as the target reads it: the chat template around it, as token ids; those
+    // that leave no room for an answer in the context left out, and said.
+    let room = answer_room(t);
+    let (mut prompts, mut texts, mut long) = (vec![], vec![], 0);
     for p in sets.iter().flat_map(|s| &s.prompts) {
-        prompts.push(user_turn(t, p.text.clone())?);
+        let prompt = user_turn(t, p.text.clone())?;
+        if prompt.len() >= room {
+            long += 1;
+            continue;
+        }
+        prompts.push(prompt);
         texts.push(p.text.clone());
+    }
+    if long > 0 {
+        eprintln!(
+            "{long} prompts left out: no room for an answer in the target's context of {} tokens",
+            t.decoder.context()
+        );
     }
     let asked = prompts.len() + cfg.self_prompts;
     if asked < 2 {
