@@ -866,6 +866,9 @@ fn conversations_go_on_for_their_turns() {
         k += 1;
     }
     assert_eq!(k, n);
+    // Held out: the last conversation, whole.
+    let last = (0..n).rev().find(|&i| at(&d2, "turn_of", i) == 1).unwrap();
+    assert_eq!(r.held_out, n - last);
     assert!(
         follow_up.next().is_none(),
         "a follow-up for each conversation that went on"

@@ -141,7 +141,7 @@ pub(crate) struct TrainArgs {
     pub(crate) turns: usize,
     /// Measure the head as it trains on prompt sets it never trains on (JSON lines; 16 of each,
     /// its categories taking turns, figures by category too): `--eval` alone takes the bundled
-    /// humaneval, gsm8k, chat and held-out sets.
+    /// humaneval, gsm8k, chat and heldout sets.
     #[arg(long, num_args = 0.., value_name = "FILE")]
     pub(crate) eval: Option<Vec<PathBuf>>,
     /// Most new tokens of each answer the target writes to train on.

@@ -53,9 +53,22 @@ fn one_turn() -> usize {
 /// Most sequences held out for evaluation (a tenth of them, at least one).
 const HELD_OUT_MAX: usize = 32;
 
-/// How many of `n` sequences are held out (the last ones).
-pub(super) fn held_out_of(n: usize) -> usize {
-    (n / 10).clamp(1, HELD_OUT_MAX)
+/// How many of a run's `n` own sequences are held out (the last ones): a tenth of them (at
+/// least one, at most [`HELD_OUT_MAX`]), the boundary moved back to the start of the
+/// conversation it would cut (`turn_of`: each sequence's turn, 1 a conversation's first; empty:
+/// every one a first), so that no held-out turn reads an answer trained on as its context; or
+/// forward, where moving back would leave nothing to train on.
+pub(super) fn held_out_of(turn_of: &[usize], n: usize) -> usize {
+    let held = (n / 10).clamp(1, HELD_OUT_MAX).min(n);
+    let first_turn = |i: usize| turn_of.get(i).is_none_or(|&t| t <= 1);
+    let cut = n - held;
+    if let Some(back) = (1..=cut).rev().find(|&i| first_turn(i)) {
+        return n - back;
+    }
+    match (cut + 1..n).find(|&i| first_turn(i)) {
+        Some(forward) => n - forward,
+        None => held,
+    }
 }
 
 /// A run's data file, read.
@@ -72,7 +85,7 @@ fn read_data(path: &Path) -> Result<DataFile> {
 pub fn trained_answers(path: &Path) -> Result<Vec<Vec<u32>>> {
     let d = read_data(path)?;
     let n = d.sequences.len();
-    let trained = n.saturating_sub(held_out_of(n));
+    let trained = n.saturating_sub(held_out_of(&d.turn_of, n));
     Ok(d.sequences
         .iter()
         .zip(d.answer_from.into_iter().chain(std::iter::repeat(0)))
@@ -109,9 +122,10 @@ pub const SELF_PROMPT_DOMAINS: [&str; 8] = [
 /// A user message text no template changes, to find where the user turn opens.
 const USER_MARKER: &str = "\u{1}treespec-user-turn\u{1}";
 
-/// The longest prompt (in tokens) that leaves room in the target's context for an answer.
-fn answer_room(t: &LoadedModel) -> usize {
-    t.decoder.context().saturating_sub(2)
+/// Prompts (in tokens) must be shorter than this to leave room for an answer in what is
+/// trained on of a sequence: the target's context, or the options' `max_len` where shorter.
+fn answer_room(cfg: &RunConfig, t: &LoadedModel) -> usize {
+    t.decoder.context().min(cfg.opts.max_len).saturating_sub(2)
 }
 
 /// A user message as the target reads it: the chat template around it, as token ids.
@@ -172,6 +186,9 @@ pub(super) struct EvalSet {
     pub(super) categories: Vec<String>,
 }
 
+/// An evaluation prompt as the target reads it, and its category ("" where none).
+type Picked = (Vec<u32>, String);
+
 /// The evaluation sets' sequences (`cfg.eval`): the target's answers to [`EVAL_PROMPTS`]
 /// prompts of each, its categories taking turns ([`balanced`]), read from
 /// `HEAD.safetensors.eval.json` when it holds them, else generated and written there.
@@ -184,15 +201,35 @@ pub(super) fn eval_sets(cfg: &RunConfig, t: &mut LoadedModel) -> Result<Vec<Eval
             .map(|p| load_prompts(p, None))
             .collect::<Result<_>>()?,
     };
-    let sets: Vec<PromptSet> = sets
-        .into_iter()
-        .map(|s| balanced(s, EVAL_PROMPTS))
-        .collect();
+    // Each set's prompts that leave room for an answer, then EVAL_PROMPTS of them with the
+    // categories taking turns; a set with none left out, and said.
+    let room = answer_room(cfg, t);
+    let mut picked: Vec<(String, Vec<Picked>)> = vec![];
+    for set in sets {
+        let mut fits = PromptSet {
+            name: set.name.clone(),
+            prompts: vec![],
+        };
+        for p in set.prompts {
+            if user_turn(t, p.text.clone())?.len() < room {
+                fits.prompts.push(p);
+            }
+        }
+        if fits.prompts.is_empty() {
+            eprintln!(
+                "evaluation set {}: no prompt leaves room for an answer in {room} tokens; left out",
+                set.name
+            );
+            continue;
+        }
+        let mut prompts = vec![];
+        for p in balanced(fits, EVAL_PROMPTS).prompts {
+            prompts.push((user_turn(t, p.text)?, p.category.unwrap_or_default()));
+        }
+        picked.push((set.name, prompts));
+    }
     let path = beside(&cfg.out, ".eval.json");
-    let names: Vec<(&str, usize)> = sets
-        .iter()
-        .map(|s| (s.name.as_str(), s.prompts.len()))
-        .collect();
+    let names: Vec<(&str, usize)> = picked.iter().map(|(n, p)| (n.as_str(), p.len())).collect();
     let cached = std::fs::read_to_string(&path)
         .ok()
         .and_then(|s| serde_json::from_str::<EvalFile>(&s).ok())
@@ -207,20 +244,11 @@ pub(super) fn eval_sets(cfg: &RunConfig, t: &mut LoadedModel) -> Result<Vec<Eval
     if let Some(e) = cached {
         return Ok(e.sets);
     }
-    // Prompts that leave no room for an answer in the context are left out.
-    let room = answer_room(t);
     let mut out = vec![];
-    for set in &sets {
-        let (mut prompts, mut categories) = (vec![], vec![]);
-        for p in &set.prompts {
-            let prompt = user_turn(t, p.text.clone())?;
-            if prompt.len() < room {
-                prompts.push(prompt);
-                categories.push(p.category.clone().unwrap_or_default());
-            }
-        }
+    for (name, prompts) in picked {
+        let (prompts, categories): (Vec<Vec<u32>>, Vec<String>) = prompts.into_iter().unzip();
         out.push(EvalSet {
-            name: set.name.clone(),
+            name,
             seqs: answered(t, &prompts, cfg.answer_tokens, |_| {})?,
             categories,
         });
@@ -245,6 +273,8 @@ pub(super) struct TrainingData<'a> {
     pub(super) answer_from: Vec<usize>,
     /// This run's own sequences (the last ones; the last [`held_out_of`] of them are held out).
     pub(super) own: usize,
+    /// Each own sequence's turn in its conversation (1: the first).
+    pub(super) turn_of: Vec<usize>,
     /// Earlier runs' data files, and the sequences kept of each.
     pub(super) earlier: Vec<(&'a PathBuf, usize)>,
 }
@@ -278,8 +308,8 @@ pub(super) fn training_data<'a>(
     let prompts = templated_prompts(cfg, t)?;
     super::run::same_own_data(cfg, record_path)?;
     // The target's answers, generated once.
-    let (sequences, answer_from) = own_answers(cfg, t, &data_path, prompts)?;
-    Ok(with_earlier(sequences, answer_from, extra))
+    let own = own_answers(cfg, t, &data_path, prompts)?;
+    Ok(with_earlier(own, extra))
 }
 
 /// The data files of earlier runs (`cfg.extra_data`), read and checked: not this run's own
@@ -343,7 +373,7 @@ fn templated_prompts(cfg: &RunConfig, t: &LoadedModel) -> Result<(Vec<Vec<u32>>,
         .collect::<Result<_>>()?;
     // A user message as the target reads it: the chat template around it, as token ids; those
     // that leave no room for an answer in the context left out, and said.
-    let room = answer_room(t);
+    let room = answer_room(cfg, t);
     let (mut prompts, mut texts, mut long) = (vec![], vec![], 0);
     for p in sets.iter().flat_map(|s| &s.prompts) {
         let prompt = user_turn(t, p.text.clone())?;
@@ -356,8 +386,8 @@ fn templated_prompts(cfg: &RunConfig, t: &LoadedModel) -> Result<(Vec<Vec<u32>>,
     }
     if long > 0 {
         eprintln!(
-            "{long} prompts left out: no room for an answer in the target's context of {} tokens",
-            t.decoder.context()
+            "{long} prompts left out: no room for an answer in {room} tokens (the context or \
+             the trained length, where shorter)"
         );
     }
     let asked = prompts.len() + cfg.self_prompts;
@@ -379,7 +409,7 @@ fn own_answers(
     t: &mut LoadedModel,
     data_path: &Path,
     (mut prompts, mut texts): (Vec<Vec<u32>>, Vec<String>),
-) -> Result<(Vec<Vec<u32>>, Vec<usize>)> {
+) -> Result<super::turns::Continued> {
     let asked = prompts.len() + cfg.self_prompts;
     let cached: Option<DataFile> = std::fs::read_to_string(data_path)
         .ok()
@@ -392,9 +422,18 @@ fn own_answers(
                 && d.self_prompt_systems == cfg.self_prompt_systems
                 && d.turns == cfg.turns
                 && d.answer_from.len() == d.sequences.len()
+                && (d.turns == 1 || d.turn_of.len() == d.sequences.len())
         });
     if let Some(d) = cached {
-        return Ok((d.sequences, d.answer_from));
+        return Ok(super::turns::Continued {
+            turn_of: match d.turn_of.len() == d.sequences.len() {
+                true => d.turn_of,
+                false => vec![1; d.sequences.len()],
+            },
+            seqs: d.sequences,
+            answer_from: d.answer_from,
+            follow_ups: d.follow_ups,
+        });
     }
     let mut self_written = vec![];
     if cfg.self_prompts > 0 {
@@ -422,7 +461,6 @@ fn own_answers(
         },
         _ => super::turns::go_on(cfg, t, &texts, seqs, answer_from)?,
     };
-    let (seqs, answer_from) = (c.seqs, c.answer_from);
     write_json(
         data_path,
         &DataFile {
@@ -431,15 +469,15 @@ fn own_answers(
             prompts: asked,
             self_prompts: cfg.self_prompts,
             self_prompt_systems: cfg.self_prompt_systems.clone(),
-            sequences: seqs.clone(),
-            answer_from: answer_from.clone(),
+            sequences: c.seqs.clone(),
+            answer_from: c.answer_from.clone(),
             self_written,
             turns: cfg.turns,
-            follow_ups: c.follow_ups,
-            turn_of: c.turn_of,
+            follow_ups: c.follow_ups.clone(),
+            turn_of: c.turn_of.clone(),
         },
     )?;
-    Ok((seqs, answer_from))
+    Ok(c)
 }
 
 /// The `cfg.self_prompts` prompts the target `t` writes itself (Magpie-style), shared out evenly
@@ -494,20 +532,25 @@ fn self_written_prompts(
     Ok(self_written)
 }
 
-/// Earlier runs' answers (`extra`), ahead of this run's `sequences` (whose last ones are held
-/// out), less any whose prompt is a held-out one (an earlier run over the same prompts would
-/// otherwise train on them).
+/// Earlier runs' answers (`extra`), ahead of this run's own sequences (`own`, whose last ones
+/// are held out), less any whose prompt is a held-out one (an earlier run over the same prompts
+/// would otherwise train on them).
 fn with_earlier<'a>(
-    sequences: Vec<Vec<u32>>,
-    answer_from: Vec<usize>,
+    own: super::turns::Continued,
     extra: Vec<(&'a PathBuf, DataFile)>,
 ) -> TrainingData<'a> {
+    let super::turns::Continued {
+        seqs: sequences,
+        answer_from,
+        turn_of,
+        ..
+    } = own;
     let own = sequences.len();
     let (sequences_before, earlier) = {
         let held_prompts: std::collections::HashSet<&[u32]> = sequences
             .iter()
             .zip(&answer_from)
-            .skip(own.saturating_sub(held_out_of(own)))
+            .skip(own.saturating_sub(held_out_of(&turn_of, own)))
             .map(|(s, &a)| &s[..a.min(s.len())])
             .collect();
         let mut before: Vec<(Vec<u32>, usize)> = vec![];
@@ -532,6 +575,7 @@ fn with_earlier<'a>(
         sequences,
         answer_from,
         own,
+        turn_of,
         earlier,
     }
 }
@@ -559,4 +603,27 @@ pub(super) fn data_lines(cfg: &RunConfig, earlier: &[(&PathBuf, usize)]) -> Vec<
         ));
     }
     d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::held_out_of;
+
+    #[test]
+    fn the_held_out_sequences_are_whole_conversations() {
+        // One-turn data: a tenth, at least one.
+        assert_eq!(held_out_of(&[], 30), 3);
+        assert_eq!(held_out_of(&[1; 5], 5), 1);
+        // Conversations of two turns: a tenth of 30 would start at a second turn (27); the
+        // boundary moves back to its conversation's start.
+        assert_eq!(held_out_of(&[1, 2].repeat(15), 30), 4);
+        assert_eq!(held_out_of(&[1, 2, 1, 2], 4), 2);
+        // Moving back would leave nothing to train on: forward to the next conversation.
+        let mut long = vec![1];
+        long.extend([2; 18]);
+        long.push(1);
+        assert_eq!(held_out_of(&long, 20), 1);
+        // One conversation: the plain tenth (nothing else to hold out).
+        assert_eq!(held_out_of(&[1, 2], 2), 1);
+    }
 }

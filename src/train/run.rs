@@ -265,7 +265,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
             "training needs at least two answered prompts (one is held out); the data hold {own}"
         )));
     }
-    let held = held_out_of(own);
+    let held = held_out_of(&data.turn_of, own);
     let (train, held_out) = sequences.split_at(sequences.len() - held);
 
     // What the run trains on, as its record says it.

@@ -9,8 +9,8 @@
 //! model's template drops the reasoning of earlier answers), then the target's answer, trained
 //! on from that answer's start. So every counted prediction is of an answer token, as drafting
 //! asks; the earlier turns are context (read again in each later turn's sequence). A
-//! conversation's turns stay side by side, in order, so that the held-out sequences (the last)
-//! are whole conversations' later turns. A conversation stops where the trained length (the
+//! conversation's turns stay side by side, in order, and the held-out sequences (the last) are
+//! whole conversations ([`super::data::held_out_of`]). A conversation stops where the trained length (the
 //! context, or the options' `max_len` where shorter) leaves no room for another turn or where
 //! every follow-up drawn was empty or repetitive. Each turn says how many went on.
 
