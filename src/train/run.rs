@@ -140,38 +140,88 @@ pub struct EvalFigures {
 /// Prompts of each evaluation set the head is measured on.
 pub const EVAL_PROMPTS: usize = 16;
 
-/// Loss and per-step agreement of the head over `seqs`, not learning: in batches as training
-/// reads them, each batch's figures weighted by the rows it counted.
+/// What the head's figures over some sequences average: loss summed over the rows predicted,
+/// agreements counted by chain step, and the walk's steps and tokens. Sums of disjoint sets add
+/// up to the union's, so a set's figures come from its categories' without a pass of its own.
+#[derive(Debug, Clone, Default)]
+struct FigureSums {
+    loss: f32,
+    rows: usize,
+    agreed: Vec<f32>,
+    counted: Vec<usize>,
+    walked: Walk,
+}
+
+impl FigureSums {
+    /// `other`'s sums added to these.
+    fn add(&mut self, other: &FigureSums) {
+        self.loss += other.loss;
+        self.rows += other.rows;
+        self.agreed
+            .resize(other.agreed.len().max(self.agreed.len()), 0.0);
+        self.counted
+            .resize(other.counted.len().max(self.counted.len()), 0);
+        for (a, b) in self.agreed.iter_mut().zip(&other.agreed) {
+            *a += b;
+        }
+        for (a, b) in self.counted.iter_mut().zip(&other.counted) {
+            *a += b;
+        }
+        self.walked.steps += other.walked.steps;
+        self.walked.emitted += other.walked.emitted;
+    }
+
+    /// Mean loss a predicted row, agreement by chain step, and the walk.
+    fn means(&self) -> (f32, Vec<f32>, Walk) {
+        let agreement = self
+            .agreed
+            .iter()
+            .zip(&self.counted)
+            .map(|(a, &n)| if n == 0 { 0.0 } else { a / n as f32 })
+            .collect();
+        (self.loss / self.rows.max(1) as f32, agreement, self.walked)
+    }
+}
+
+/// The head over `seqs`, not learning, in batches as training reads them: each batch's loss
+/// and agreements weighted by the rows it counted, summed.
+fn figure_sums(
+    trainer: &mut Trainer,
+    target: &mut crate::model::decoder::Decoder,
+    seqs: &[Example<'_>],
+    opts: &TrainOptions,
+) -> Result<FigureSums> {
+    let order: Vec<usize> = (0..seqs.len()).collect();
+    let mut sums = FigureSums {
+        agreed: vec![0.0; opts.k],
+        counted: vec![0; opts.k],
+        ..FigureSums::default()
+    };
+    for batch in batches_of(seqs, &order, opts) {
+        let examples: Vec<Example<'_>> = batch.iter().map(|&i| seqs[i]).collect();
+        let r = trainer.step(target, &examples, false)?;
+        sums.loss += r.loss * r.predicted as f32;
+        if let Some(w) = r.walk {
+            sums.walked.steps += w.steps;
+            sums.walked.emitted += w.emitted;
+        }
+        sums.rows += r.predicted;
+        for j in 0..opts.k {
+            sums.agreed[j] += r.agreement[j] * r.counted[j] as f32;
+            sums.counted[j] += r.counted[j];
+        }
+    }
+    Ok(sums)
+}
+
+/// Loss and per-step agreement of the head over `seqs`, not learning ([`figure_sums`]'s means).
 fn mean_figures(
     trainer: &mut Trainer,
     target: &mut crate::model::decoder::Decoder,
     seqs: &[Example<'_>],
     opts: &TrainOptions,
 ) -> Result<(f32, Vec<f32>, Walk)> {
-    let order: Vec<usize> = (0..seqs.len()).collect();
-    let (mut loss, mut rows) = (0.0, 0usize);
-    let (mut agreed, mut counted) = (vec![0.0; opts.k], vec![0usize; opts.k]);
-    let mut walked = Walk::default();
-    for batch in batches_of(seqs, &order, opts) {
-        let examples: Vec<Example<'_>> = batch.iter().map(|&i| seqs[i]).collect();
-        let r = trainer.step(target, &examples, false)?;
-        loss += r.loss * r.predicted as f32;
-        if let Some(w) = r.walk {
-            walked.steps += w.steps;
-            walked.emitted += w.emitted;
-        }
-        rows += r.predicted;
-        for j in 0..opts.k {
-            agreed[j] += r.agreement[j] * r.counted[j] as f32;
-            counted[j] += r.counted[j];
-        }
-    }
-    let agreement = agreed
-        .iter()
-        .zip(&counted)
-        .map(|(a, &n)| if n == 0 { 0.0 } else { a / n as f32 })
-        .collect();
-    Ok((loss / rows.max(1) as f32, agreement, walked))
+    Ok(figure_sums(trainer, target, seqs, opts)?.means())
 }
 
 /// `1 + a1 + a1 a2 + ...` for per-step agreements `a`.
@@ -569,22 +619,33 @@ impl Recorder<'_> {
         let (loss, agree, walked) =
             mean_figures(trainer, &mut t.decoder, self.held_out, &cfg.opts)?;
         let mut eval = vec![];
-        for set in &self.eval {
-            let mut figures = |name: &str, seqs: &[Example<'_>]| -> Result<EvalFigures> {
-                let (_, agreement, w) = mean_figures(trainer, &mut t.decoder, seqs, &cfg.opts)?;
-                Ok(EvalFigures {
-                    set: name.to_string(),
-                    simulated_tau: simulated_tau(&agreement),
-                    walked_tau: w.tau(),
-                    agreement,
-                    by_category: vec![],
-                })
-            };
-            let mut whole = figures(set.name, &set.seqs)?;
-            for (name, seqs) in &set.categories {
-                whole.by_category.push(figures(name, seqs)?);
+        let figures = |name: &str, sums: &FigureSums| {
+            let (_, agreement, w) = sums.means();
+            EvalFigures {
+                set: name.to_string(),
+                simulated_tau: simulated_tau(&agreement),
+                walked_tau: w.tau(),
+                agreement,
+                by_category: vec![],
             }
-            eval.push(whole);
+        };
+        for set in &self.eval {
+            // A set with categories is measured once, category by category; its own figures
+            // are their sums'.
+            let mut all = FigureSums::default();
+            let mut by_category = vec![];
+            for (name, seqs) in &set.categories {
+                let sums = figure_sums(trainer, &mut t.decoder, seqs, &cfg.opts)?;
+                all.add(&sums);
+                by_category.push(figures(name, &sums));
+            }
+            if set.categories.is_empty() {
+                all = figure_sums(trainer, &mut t.decoder, &set.seqs, &cfg.opts)?;
+            }
+            eval.push(EvalFigures {
+                by_category,
+                ..figures(set.name, &all)
+            });
         }
         let rec = RunRecord {
             command: cfg.command.clone(),
@@ -702,5 +763,49 @@ fn train_steps(
     match last {
         Some(r) => Ok(r),
         None => recorder.record(&mut trainer, t, step),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sets_figures_are_its_categories_summed() {
+        let a = FigureSums {
+            loss: 2.0,
+            rows: 4,
+            agreed: vec![3.0, 1.0],
+            counted: vec![4, 2],
+            walked: Walk {
+                steps: 2,
+                emitted: 5,
+            },
+        };
+        let b = FigureSums {
+            loss: 6.0,
+            rows: 2,
+            agreed: vec![1.0, 0.0],
+            counted: vec![2, 1],
+            walked: Walk {
+                steps: 3,
+                emitted: 4,
+            },
+        };
+        let mut all = FigureSums::default();
+        all.add(&a);
+        all.add(&b);
+        let (loss, agreement, walk) = all.means();
+        assert_eq!(loss, 8.0 / 6.0);
+        assert_eq!(agreement, vec![4.0 / 6.0, 1.0 / 3.0]);
+        assert_eq!(
+            walk,
+            Walk {
+                steps: 5,
+                emitted: 9
+            }
+        );
+        // No sequences: no agreement, and the walk's tau of one token a pass.
+        assert_eq!(FigureSums::default().means().0, 0.0);
     }
 }
