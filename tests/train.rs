@@ -667,6 +667,22 @@ fn self_written_prompts_are_written_once_and_trained_on() {
         v["sequences"].clone()
     };
     assert_eq!(read(a.path()), read(b.path()), "same seed, same prompts");
+    // Another seed: a resume refused (its data would be other prompts); a new run beside a's
+    // data file (no checkpoint) writes its own instead of taking a's.
+    let mut other_seed = make(a.path(), 4);
+    other_seed.seed = 6;
+    let e = run(&other_seed).unwrap_err().to_string();
+    assert!(e.contains("--seed 5") && e.contains("not 6"), "{e}");
+    let d = tempfile::tempdir().unwrap();
+    std::fs::copy(&data, d.path().join("head.safetensors.data.json")).unwrap();
+    let mut beside = make(d.path(), 1);
+    beside.seed = 6;
+    run(&beside).unwrap();
+    assert_ne!(
+        read(a.path()),
+        read(d.path()),
+        "another seed, other prompts"
+    );
 
     // `--extra-data`: an earlier run's answers trained on too, the held-out ones still this
     // run's own; a file of another target's answers refused.

@@ -147,7 +147,8 @@ pub(crate) struct TrainArgs {
     /// Most new tokens of each answer the target writes to train on.
     #[arg(long, default_value_t = 256)]
     pub(crate) answer_tokens: usize,
-    /// Seed of the order of the training sequences.
+    /// Seed of the order of the training sequences, and of the text the target samples
+    /// (self-written prompts, follow-ups): a resume of such a run takes the same seed.
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
     #[command(flatten)]

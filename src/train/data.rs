@@ -43,6 +43,16 @@ struct DataFile {
     /// Per sequence, its turn in its conversation (1: the first; empty: every one a first).
     #[serde(default)]
     turn_of: Vec<usize>,
+    /// The `--seed` the sampled text (self-written prompts, follow-ups) was drawn with; none
+    /// in files from before it was recorded, which are taken for any seed.
+    #[serde(default)]
+    seed: Option<u64>,
+}
+
+/// Whether a run's own data depend on its `--seed`: its self-written prompts and follow-ups are
+/// sampled (answers are greedy).
+pub(super) fn seeded(cfg: &RunConfig) -> bool {
+    cfg.self_prompts > 0 || cfg.turns > 1
 }
 
 /// The turns of a data file from before `--turns`.
@@ -423,6 +433,7 @@ fn own_answers(
                 && d.turns == cfg.turns
                 && d.answer_from.len() == d.sequences.len()
                 && (d.turns == 1 || d.turn_of.len() == d.sequences.len())
+                && (!seeded(cfg) || d.seed.is_none_or(|s| s == cfg.seed))
         });
     if let Some(d) = cached {
         return Ok(super::turns::Continued {
@@ -475,6 +486,7 @@ fn own_answers(
             turns: cfg.turns,
             follow_ups: c.follow_ups.clone(),
             turn_of: c.turn_of.clone(),
+            seed: Some(cfg.seed),
         },
     )?;
     Ok(c)

@@ -336,8 +336,9 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
 }
 
 /// A checkpoint to resume (its record at `record_path`) trained on other prompts, self-written
-/// prompts or turns than `cfg` asks for: refused before any answer is generated, so that this
-/// run's data file is not written over (earlier runs' answers are checked once read).
+/// prompts or turns than `cfg` asks for, or on text the target sampled with another seed:
+/// refused before any answer is generated, so that this run's data file is not written over
+/// (earlier runs' answers are checked once read).
 pub(super) fn same_own_data(cfg: &RunConfig, record_path: &Path) -> Result<()> {
     let Some(r) = read_record(cfg, record_path) else {
         return Ok(());
@@ -349,10 +350,19 @@ pub(super) fn same_own_data(cfg: &RunConfig, record_path: &Path) -> Result<()> {
         .cloned()
         .collect();
     let asked = data_lines(cfg, &[]);
-    match own == asked {
-        true => Ok(()),
-        false => Err(other_data(cfg, &r.data, &asked)),
+    if own != asked {
+        return Err(other_data(cfg, &r.data, &asked));
     }
+    if super::data::seeded(cfg) && r.seed != cfg.seed {
+        return Err(Error::InvalidArgument(format!(
+            "{} was trained on text the target wrote with --seed {}; resume it with that seed, \
+             not {} (another seed writes other prompts)",
+            cfg.out.display(),
+            r.seed,
+            cfg.seed
+        )));
+    }
+    Ok(())
 }
 
 /// The refusal of a resume whose record says the head was trained on `had`, not `asked`.
