@@ -683,6 +683,20 @@ fn self_written_prompts_are_written_once_and_trained_on() {
         read(d.path()),
         "another seed, other prompts"
     );
+    // A data file from before the seed was recorded is taken for any seed.
+    let e = tempfile::tempdir().unwrap();
+    let mut unseeded: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&data).unwrap()).unwrap();
+    unseeded.as_object_mut().unwrap().remove("seed").unwrap();
+    std::fs::write(
+        e.path().join("head.safetensors.data.json"),
+        unseeded.to_string(),
+    )
+    .unwrap();
+    let mut old = make(e.path(), 1);
+    old.seed = 6;
+    run(&old).unwrap();
+    assert_eq!(read(a.path()), read(e.path()), "an unseeded file reused");
 
     // `--extra-data`: an earlier run's answers trained on too, the held-out ones still this
     // run's own; a file of another target's answers refused.

@@ -11,6 +11,7 @@
 //! what the target says, with no dataset needed.
 
 mod data;
+mod figures;
 pub mod head;
 pub mod loss;
 pub mod run;

@@ -6,10 +6,12 @@
 //! drafts with it), `HEAD.safetensors.json` (the run's record: command, data, seed, step reached,
 //! held-out figures; read on resume) and `HEAD.safetensors.data.json` (the token ids trained on).
 
-use super::data::{data_lines, eval_sets, held_out_of, training_data, EvalSet, EARLIER_ANSWERS};
+use super::data::{data_lines, eval_sets, held_out_of, training_data, EARLIER_ANSWERS};
 pub use super::data::{trained_answers, SELF_PROMPT_DOMAINS};
+pub use super::figures::simulated_tau;
+use super::figures::{eval_examples, figure_sums, mean_figures, EvalExamples, FigureSums};
 use super::head::TrainableHead;
-use super::{batches_of, Example, TrainOptions, Trainer, Walk};
+use super::{batches_of, Example, TrainOptions, Trainer};
 use crate::arch::weights::{read_gguf_header, WeightStore};
 use crate::error::{Error, Result};
 use crate::model::source::{self, ModelFiles};
@@ -55,7 +57,8 @@ pub struct RunConfig {
     /// the user and answers it (1: none; at most 4).
     pub turns: usize,
     /// Prompt sets never trained on, to measure the head on as it trains ([`EVAL_PROMPTS`] of
-    /// each, its categories taking turns, measured whole and by category; empty: none).
+    /// each, its categories taking turns, figures by category and for the whole set; empty:
+    /// none).
     /// `Some(vec![])`: the bundled sets.
     pub eval: Option<Vec<PathBuf>>,
     /// Most new tokens of each answer the target writes for training.
@@ -139,102 +142,6 @@ pub struct EvalFigures {
 
 /// Prompts of each evaluation set the head is measured on.
 pub const EVAL_PROMPTS: usize = 16;
-
-/// What the head's figures over some sequences average: loss summed over the rows predicted,
-/// agreements counted by chain step, and the walk's steps and tokens. Sums of disjoint sets add
-/// up to the union's, so a set's figures come from its categories' without a pass of its own.
-#[derive(Debug, Clone, Default)]
-struct FigureSums {
-    loss: f32,
-    rows: usize,
-    agreed: Vec<f32>,
-    counted: Vec<usize>,
-    walked: Walk,
-}
-
-impl FigureSums {
-    /// `other`'s sums added to these.
-    fn add(&mut self, other: &FigureSums) {
-        self.loss += other.loss;
-        self.rows += other.rows;
-        self.agreed
-            .resize(other.agreed.len().max(self.agreed.len()), 0.0);
-        self.counted
-            .resize(other.counted.len().max(self.counted.len()), 0);
-        for (a, b) in self.agreed.iter_mut().zip(&other.agreed) {
-            *a += b;
-        }
-        for (a, b) in self.counted.iter_mut().zip(&other.counted) {
-            *a += b;
-        }
-        self.walked.steps += other.walked.steps;
-        self.walked.emitted += other.walked.emitted;
-    }
-
-    /// Mean loss a predicted row, agreement by chain step, and the walk.
-    fn means(&self) -> (f32, Vec<f32>, Walk) {
-        let agreement = self
-            .agreed
-            .iter()
-            .zip(&self.counted)
-            .map(|(a, &n)| if n == 0 { 0.0 } else { a / n as f32 })
-            .collect();
-        (self.loss / self.rows.max(1) as f32, agreement, self.walked)
-    }
-}
-
-/// The head over `seqs`, not learning, in batches as training reads them: each batch's loss
-/// and agreements weighted by the rows it counted, summed.
-fn figure_sums(
-    trainer: &mut Trainer,
-    target: &mut crate::model::decoder::Decoder,
-    seqs: &[Example<'_>],
-    opts: &TrainOptions,
-) -> Result<FigureSums> {
-    let order: Vec<usize> = (0..seqs.len()).collect();
-    let mut sums = FigureSums {
-        agreed: vec![0.0; opts.k],
-        counted: vec![0; opts.k],
-        ..FigureSums::default()
-    };
-    for batch in batches_of(seqs, &order, opts) {
-        let examples: Vec<Example<'_>> = batch.iter().map(|&i| seqs[i]).collect();
-        let r = trainer.step(target, &examples, false)?;
-        sums.loss += r.loss * r.predicted as f32;
-        if let Some(w) = r.walk {
-            sums.walked.steps += w.steps;
-            sums.walked.emitted += w.emitted;
-        }
-        sums.rows += r.predicted;
-        for j in 0..opts.k {
-            sums.agreed[j] += r.agreement[j] * r.counted[j] as f32;
-            sums.counted[j] += r.counted[j];
-        }
-    }
-    Ok(sums)
-}
-
-/// Loss and per-step agreement of the head over `seqs`, not learning ([`figure_sums`]'s means).
-fn mean_figures(
-    trainer: &mut Trainer,
-    target: &mut crate::model::decoder::Decoder,
-    seqs: &[Example<'_>],
-    opts: &TrainOptions,
-) -> Result<(f32, Vec<f32>, Walk)> {
-    Ok(figure_sums(trainer, target, seqs, opts)?.means())
-}
-
-/// `1 + a1 + a1 a2 + ...` for per-step agreements `a`.
-pub fn simulated_tau(agreement: &[f32]) -> f32 {
-    let mut run = 1.0;
-    1.0 + agreement
-        .iter()
-        .map(|a| {
-            run *= a;
-            run
-        })
-        .sum::<f32>()
-}
 
 /// `out` with `suffix` after its name: where a file of the run goes beside the head.
 pub(super) fn beside(out: &Path, suffix: &str) -> PathBuf {
@@ -567,47 +474,6 @@ impl<'a> Epochs<'a> {
     }
 }
 
-/// An evaluation set's sequences as examples: the whole set's, then (where it has two
-/// categories or more) each category's as its own set, `{set}/{category}`.
-struct EvalExamples<'a> {
-    name: &'a str,
-    seqs: Vec<Example<'a>>,
-    categories: Vec<(String, Vec<Example<'a>>)>,
-}
-
-/// The evaluation sets' sequences as examples, by set and category.
-fn eval_examples(eval_data: &[EvalSet]) -> Vec<EvalExamples<'_>> {
-    eval_data
-        .iter()
-        .map(|set| {
-            let seqs: Vec<Example<'_>> = set
-                .seqs
-                .iter()
-                .map(|(s, a)| Example {
-                    seq: s.as_slice(),
-                    answer_from: *a,
-                })
-                .collect();
-            let mut categories: Vec<(String, Vec<Example<'_>>)> = vec![];
-            for (e, c) in seqs.iter().zip(&set.categories) {
-                let name = format!("{}/{}", set.name, if c.is_empty() { "other" } else { c });
-                match categories.iter_mut().find(|(n, _)| *n == name) {
-                    Some((_, v)) => v.push(*e),
-                    None => categories.push((name, vec![*e])),
-                }
-            }
-            if categories.len() < 2 {
-                categories.clear();
-            }
-            EvalExamples {
-                name: &set.name,
-                seqs,
-                categories,
-            }
-        })
-        .collect()
-}
-
 /// What a checkpoint's record is made of: the sequences the head is measured on (held-out and
 /// evaluation sets), the run's settings and data, and where the record goes.
 struct Recorder<'a> {
@@ -773,49 +639,5 @@ fn train_steps(
     match last {
         Some(r) => Ok(r),
         None => recorder.record(&mut trainer, t, step),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_sets_figures_are_its_categories_summed() {
-        let a = FigureSums {
-            loss: 2.0,
-            rows: 4,
-            agreed: vec![3.0, 1.0],
-            counted: vec![4, 2],
-            walked: Walk {
-                steps: 2,
-                emitted: 5,
-            },
-        };
-        let b = FigureSums {
-            loss: 6.0,
-            rows: 2,
-            agreed: vec![1.0, 0.0],
-            counted: vec![2, 1],
-            walked: Walk {
-                steps: 3,
-                emitted: 4,
-            },
-        };
-        let mut all = FigureSums::default();
-        all.add(&a);
-        all.add(&b);
-        let (loss, agreement, walk) = all.means();
-        assert_eq!(loss, 8.0 / 6.0);
-        assert_eq!(agreement, vec![4.0 / 6.0, 1.0 / 3.0]);
-        assert_eq!(
-            walk,
-            Walk {
-                steps: 5,
-                emitted: 9
-            }
-        );
-        // No sequences: no agreement, and the walk's tau of one token a pass.
-        assert_eq!(FigureSums::default().means().0, 0.0);
     }
 }
