@@ -587,6 +587,18 @@ fn a_run_writes_a_head_that_resumes_and_drafts() {
     cfg.steps = 9;
     let second = run(&cfg).unwrap();
     assert_eq!(second.step, 9, "resumed from step 6");
+    // The best checkpoint by held-out walked tau kept beside the head, with its record.
+    let best = treespec::train::run::best_path(&out);
+    let best_record: treespec::train::run::RunRecord =
+        serde_json::from_str(&std::fs::read_to_string(format!("{}.json", best.display())).unwrap())
+            .unwrap();
+    assert!(best.is_file());
+    assert!(best_record.walked_tau >= first.walked_tau.max(second.walked_tau));
+    assert!(
+        [0, 6, 9].contains(&best_record.step),
+        "{}",
+        best_record.step
+    );
     assert_eq!(
         std::fs::metadata(&data).unwrap().modified().unwrap(),
         written

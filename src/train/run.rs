@@ -4,7 +4,9 @@
 //!
 //! Files, for `--out HEAD.safetensors`: the head itself (MiMo names: `--drafter HEAD.safetensors`
 //! drafts with it), `HEAD.safetensors.json` (the run's record: command, data, seed, step reached,
-//! held-out figures; read on resume) and `HEAD.safetensors.data.json` (the token ids trained on).
+//! held-out figures; read on resume), `HEAD.safetensors.data.json` (the token ids trained on)
+//! and `HEAD.safetensors.best.safetensors` (the best checkpoint by held-out walked tau, its
+//! record beside it: [`best_path`]).
 
 use super::data::{data_lines, eval_sets, held_out_of, training_data, EARLIER_ANSWERS};
 pub use super::data::{trained_answers, SELF_PROMPT_DOMAINS};
@@ -547,8 +549,36 @@ impl Recorder<'_> {
         trainer.save(&tmp)?;
         std::fs::rename(&tmp, &cfg.out).map_err(|e| Error::io(&cfg.out, e))?;
         write_json(&self.record_path, &rec)?;
+        self.keep_best(&rec)?;
         Ok(rec)
     }
+
+    /// The checkpoint just written (its record `rec`) copied to [`best_path`], its record beside
+    /// it, where its held-out walked tau is above the best one's so far, or where there is none
+    /// of this run (a run starting at step 0 replaces any).
+    fn keep_best(&self, rec: &RunRecord) -> Result<()> {
+        let best = best_path(&self.cfg.out);
+        let best_record = beside(&best, ".json");
+        let better = rec.step == 0
+            || std::fs::read_to_string(&best_record)
+                .ok()
+                .and_then(|s| serde_json::from_str::<RunRecord>(&s).ok())
+                .is_none_or(|b| rec.walked_tau > b.walked_tau);
+        if better {
+            let tmp = beside(&best, ".tmp");
+            std::fs::copy(&self.cfg.out, &tmp).map_err(|e| Error::io(&tmp, e))?;
+            std::fs::rename(&tmp, &best).map_err(|e| Error::io(&best, e))?;
+            write_json(&best_record, rec)?;
+        }
+        Ok(())
+    }
+}
+
+/// Where a run writing `out` keeps its best checkpoint by the held-out walked tau
+/// (`HEAD.safetensors.best.safetensors`, its record beside it as `.json`): a run that goes on
+/// too long (memorising its data) never loses the head it had at its best record.
+pub fn best_path(out: &Path) -> PathBuf {
+    beside(out, ".best.safetensors")
 }
 
 /// A record's figures, as a line above the bar.
