@@ -565,8 +565,14 @@ impl Recorder<'_> {
                 .and_then(|s| serde_json::from_str::<RunRecord>(&s).ok())
                 .is_none_or(|b| rec.walked_tau > b.walked_tau);
         if better {
+            // A second name for the checkpoint's file where the file system allows (the next
+            // checkpoint is written to a new file and renamed over `out`, so this one stays as
+            // it is), else a copy.
             let tmp = beside(&best, ".tmp");
-            std::fs::copy(&self.cfg.out, &tmp).map_err(|e| Error::io(&tmp, e))?;
+            let _ = std::fs::remove_file(&tmp);
+            if std::fs::hard_link(&self.cfg.out, &tmp).is_err() {
+                std::fs::copy(&self.cfg.out, &tmp).map_err(|e| Error::io(&tmp, e))?;
+            }
             std::fs::rename(&tmp, &best).map_err(|e| Error::io(&best, e))?;
             write_json(&best_record, rec)?;
         }
