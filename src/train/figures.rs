@@ -147,41 +147,34 @@ pub(super) fn eval_examples(eval_data: &[EvalSet]) -> Vec<EvalExamples<'_>> {
 mod tests {
     use super::*;
 
+    /// Sums of `rows` predicted rows of loss `loss`, `agreed` of `counted` by chain step, and
+    /// a walk of `(steps, emitted)`.
+    fn sums(
+        (loss, rows): (f32, usize),
+        agreed: &[f32],
+        counted: &[usize],
+        (steps, emitted): (usize, usize),
+    ) -> FigureSums {
+        FigureSums {
+            loss,
+            rows,
+            agreed: agreed.to_vec(),
+            counted: counted.to_vec(),
+            walked: Walk { steps, emitted },
+        }
+    }
+
     #[test]
     fn a_sets_figures_are_its_categories_summed() {
-        let a = FigureSums {
-            loss: 2.0,
-            rows: 4,
-            agreed: vec![3.0, 1.0],
-            counted: vec![4, 2],
-            walked: Walk {
-                steps: 2,
-                emitted: 5,
-            },
-        };
-        let b = FigureSums {
-            loss: 6.0,
-            rows: 2,
-            agreed: vec![1.0, 0.0],
-            counted: vec![2, 1],
-            walked: Walk {
-                steps: 3,
-                emitted: 4,
-            },
-        };
+        let a = sums((2.0, 4), &[3.0, 1.0], &[4, 2], (2, 5));
+        let b = sums((6.0, 2), &[1.0, 0.0], &[2, 1], (3, 4));
         let mut all = FigureSums::default();
         all.add(&a);
         all.add(&b);
         let (loss, agreement, walk) = all.means();
         assert_eq!(loss, 8.0 / 6.0);
         assert_eq!(agreement, vec![4.0 / 6.0, 1.0 / 3.0]);
-        assert_eq!(
-            walk,
-            Walk {
-                steps: 5,
-                emitted: 9
-            }
-        );
+        assert_eq!((walk.steps, walk.emitted), (5, 9));
         // No sequences: no loss, no agreement, and a walk of one token a pass.
         let (loss, agreement, walk) = FigureSums::default().means();
         assert_eq!((loss, agreement.len(), walk.tau()), (0.0, 0, 1.0));
