@@ -6,6 +6,9 @@
 # conversations, a fifth of the code prompts (two turns) and this session's 2,789 sequences
 # (g2/data.json.xz, `--extra-data`), k = 3, cosine from 2e-4 over STEPS; the best checkpoint by
 # held-out walked tau kept beside the head. Polls the log until ~UNTIL s.
+# Sizes (from g1's run): ~10.3k sequences of ~290 positions; four f32 layers keep ~7 MB a
+# sequence, ~72 GB in all, so --cache-gib 48 keeps two thirds and the target reads the rest again
+# each epoch; data ~340 s, 700 steps ~1.9 epochs ~530 s: the run outlives this call (e2.sh waits).
 source benchmarks/gpu/lib.sh
 T=$S/t.gguf; H0=$S/qwen2.5-coder-1.5b-instruct-mtp-head-q4_k.gguf; D=$S/e3
 [ -f $T ] || { cat $(ls $S/p/t.* | sort -V) > $T && rm -rf $S/p; }
