@@ -13,7 +13,7 @@ mod variant;
 
 pub use costs::{costs_markdown, measure_costs, measure_dflash_costs, CostRow, ROUND_COMMITS};
 pub use prompts::{
-    balanced, bundled_prompts, by_category, load_prompts, BenchPrompt, PromptSet, BUNDLED,
+    balanced_by, bundled_prompts, by_category, load_prompts, BenchPrompt, PromptSet, BUNDLED,
 };
 pub use variant::Variant;
 

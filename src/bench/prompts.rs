@@ -128,30 +128,28 @@ pub fn by_category(sets: Vec<PromptSet>) -> Vec<PromptSet> {
     out
 }
 
-/// At most `n` of the set's prompts, its categories taking turns (the first prompt of each
-/// category in the order they first appear, then the second of each, ...; in file order within
-/// one), so that a set sorted by category (`chat`: four of each in a row) is measured on all of
-/// them; a set of one category or none: its first `n`.
-pub fn balanced(set: PromptSet, n: usize) -> PromptSet {
-    let mut groups: Vec<(Option<String>, std::collections::VecDeque<BenchPrompt>)> = vec![];
-    for p in set.prompts {
-        match groups.iter_mut().find(|(c, _)| *c == p.category) {
-            Some((_, g)) => g.push_back(p),
-            None => groups.push((p.category.clone(), [p].into())),
+/// At most `n` of `items`, their categories (`category` of each) taking turns: the first item
+/// of each category in the order they first appear, then the second of each, ...; in the given
+/// order within one. So a prompt set sorted by category (`chat`: four of each in a row) is
+/// measured on all of them; one of one category or none: its first `n`.
+pub fn balanced_by<T, C: PartialEq>(items: Vec<T>, n: usize, category: impl Fn(&T) -> C) -> Vec<T> {
+    let mut groups: Vec<(C, std::collections::VecDeque<T>)> = vec![];
+    for item in items {
+        let c = category(&item);
+        match groups.iter_mut().find(|(g, _)| *g == c) {
+            Some((_, g)) => g.push_back(item),
+            None => groups.push((c, [item].into())),
         }
     }
-    let mut prompts = vec![];
-    while prompts.len() < n && groups.iter().any(|(_, g)| !g.is_empty()) {
+    let mut picked = vec![];
+    while picked.len() < n && groups.iter().any(|(_, g)| !g.is_empty()) {
         for (_, g) in &mut groups {
-            if let Some(p) = g.pop_front().filter(|_| prompts.len() < n) {
-                prompts.push(p);
+            if let Some(item) = g.pop_front().filter(|_| picked.len() < n) {
+                picked.push(item);
             }
         }
     }
-    PromptSet {
-        name: set.name,
-        prompts,
-    }
+    picked
 }
 
 #[cfg(test)]
@@ -163,30 +161,27 @@ mod tests {
         let sets = bundled_prompts(None).expect("bundled sets parse");
         let pick = |name: &str, n: usize| {
             let set = sets.iter().find(|s| s.name == name).expect("bundled set");
-            balanced(set.clone(), n)
+            balanced_by(set.prompts.clone(), n, |p| p.category.clone())
         };
         // The chat set lists its categories four in a row: the first 16 would be four of them.
         let chat = pick("chat", 16);
-        let ids: Vec<&str> = chat.prompts.iter().map(|p| p.id.as_str()).collect();
+        let ids: Vec<&str> = chat.iter().map(|p| p.id.as_str()).collect();
         assert_eq!(
             &ids[..3],
             ["chat-writing-0", "chat-roleplay-0", "chat-reasoning-0"]
         );
         assert_eq!(ids[8], "chat-writing-1");
         let categories: std::collections::BTreeSet<_> =
-            chat.prompts.iter().map(|p| p.category.clone()).collect();
-        assert_eq!((chat.prompts.len(), categories.len()), (16, 8));
+            chat.iter().map(|p| p.category.clone()).collect();
+        assert_eq!((chat.len(), categories.len()), (16, 8));
         // One category: the first n, in file order; fewer prompts than asked: all of them.
         let code = pick("humaneval", 5);
         let first: Vec<&str> = sets[0].prompts[..5].iter().map(|p| p.id.as_str()).collect();
         assert_eq!(
-            code.prompts
-                .iter()
-                .map(|p| p.id.as_str())
-                .collect::<Vec<_>>(),
+            code.iter().map(|p| p.id.as_str()).collect::<Vec<_>>(),
             first
         );
-        assert_eq!(pick("chat", 100).prompts.len(), 32);
+        assert_eq!(pick("chat", 100).len(), 32);
     }
 
     #[test]

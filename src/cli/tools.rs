@@ -216,16 +216,13 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<()> {
             e.set, e.agreement, e.walked_tau, e.simulated_tau
         );
     }
-    let best = treespec::train::run::best_path(&cfg.out);
-    let best_record = std::fs::read_to_string(format!("{}.json", best.display()))
-        .ok()
-        .and_then(|s| serde_json::from_str::<treespec::train::run::RunRecord>(&s).ok());
-    if let Some(b) = best_record.filter(|b| b.step != r.step) {
+    let best = treespec::train::run::best_record(&cfg.out);
+    if let Some(b) = best.filter(|b| b.step != r.step) {
         println!(
             "best so far: step {} (held-out tau {:.2} walked), kept in {}",
             b.step,
             b.walked_tau,
-            best.display()
+            treespec::train::run::best_path(&cfg.out).display()
         );
     }
     Ok(())

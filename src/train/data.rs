@@ -6,7 +6,7 @@
 
 use super::run::{bar, beside, logged, write_json, RunConfig, EVAL_PROMPTS};
 use super::{answers_batched, Example};
-use crate::bench::{balanced, bundled_prompts, load_prompts, PromptSet};
+use crate::bench::{balanced_by, bundled_prompts, load_prompts, PromptSet};
 use crate::error::{Error, Result};
 use crate::model::chat_template::{ChatMessage, Role};
 use crate::model::LoadedModel;
@@ -132,10 +132,16 @@ pub const SELF_PROMPT_DOMAINS: [&str; 8] = [
 /// A user message text no template changes, to find where the user turn opens.
 const USER_MARKER: &str = "\u{1}treespec-user-turn\u{1}";
 
-/// Prompts (in tokens) must be shorter than this to leave room for an answer in what is
-/// trained on of a sequence: the target's context, or the options' `max_len` where shorter.
+/// What is trained on of a sequence (tokens past it are cut): the target's context, or the
+/// options' `max_len` where shorter.
+pub(super) fn trained_length(cfg: &RunConfig, t: &LoadedModel) -> usize {
+    t.decoder.context().min(cfg.opts.max_len)
+}
+
+/// Prompts (in tokens) must be shorter than this to leave room for an answer in the
+/// [`trained_length`].
 fn answer_room(cfg: &RunConfig, t: &LoadedModel) -> usize {
-    t.decoder.context().min(cfg.opts.max_len).saturating_sub(2)
+    trained_length(cfg, t).saturating_sub(2)
 }
 
 /// A user message as the target reads it: the chat template around it, as token ids.
@@ -200,7 +206,7 @@ pub(super) struct EvalSet {
 type Picked = (Vec<u32>, String);
 
 /// The evaluation sets' sequences (`cfg.eval`): the target's answers to [`EVAL_PROMPTS`]
-/// prompts of each, its categories taking turns ([`balanced`]), read from
+/// prompts of each, its categories taking turns ([`balanced_by`]), read from
 /// `HEAD.safetensors.eval.json` when it holds them, else generated and written there.
 pub(super) fn eval_sets(cfg: &RunConfig, t: &mut LoadedModel) -> Result<Vec<EvalSet>> {
     let sets: Vec<PromptSet> = match &cfg.eval {
@@ -216,26 +222,24 @@ pub(super) fn eval_sets(cfg: &RunConfig, t: &mut LoadedModel) -> Result<Vec<Eval
     let room = answer_room(cfg, t);
     let mut picked: Vec<(String, Vec<Picked>)> = vec![];
     for set in sets {
-        let mut fits = PromptSet {
-            name: set.name.clone(),
-            prompts: vec![],
-        };
+        let mut fits = vec![];
         for p in set.prompts {
-            if user_turn(t, p.text.clone())?.len() < room {
-                fits.prompts.push(p);
+            let prompt = user_turn(t, p.text)?;
+            if prompt.len() < room {
+                fits.push((prompt, p.category));
             }
         }
-        if fits.prompts.is_empty() {
+        if fits.is_empty() {
             eprintln!(
                 "evaluation set {}: no prompt leaves room for an answer in {room} tokens; left out",
                 set.name
             );
             continue;
         }
-        let mut prompts = vec![];
-        for p in balanced(fits, EVAL_PROMPTS).prompts {
-            prompts.push((user_turn(t, p.text)?, p.category.unwrap_or_default()));
-        }
+        let prompts = balanced_by(fits, EVAL_PROMPTS, |(_, c)| c.clone())
+            .into_iter()
+            .map(|(prompt, c)| (prompt, c.unwrap_or_default()))
+            .collect();
         picked.push((set.name, prompts));
     }
     let path = beside(&cfg.out, ".eval.json");

@@ -287,7 +287,12 @@ fn read_record(cfg: &RunConfig, record_path: &Path) -> Option<RunRecord> {
     if !cfg.out.exists() {
         return None;
     }
-    std::fs::read_to_string(record_path)
+    record_at(record_path)
+}
+
+/// The record at `path`, where there is one and it reads.
+fn record_at(path: &Path) -> Option<RunRecord> {
+    std::fs::read_to_string(path)
         .ok()
         .and_then(|s| serde_json::from_str::<RunRecord>(&s).ok())
 }
@@ -558,12 +563,8 @@ impl Recorder<'_> {
     /// of this run (a run starting at step 0 replaces any).
     fn keep_best(&self, rec: &RunRecord) -> Result<()> {
         let best = best_path(&self.cfg.out);
-        let best_record = beside(&best, ".json");
         let better = rec.step == 0
-            || std::fs::read_to_string(&best_record)
-                .ok()
-                .and_then(|s| serde_json::from_str::<RunRecord>(&s).ok())
-                .is_none_or(|b| rec.walked_tau > b.walked_tau);
+            || best_record(&self.cfg.out).is_none_or(|b| rec.walked_tau > b.walked_tau);
         if better {
             // A second name for the checkpoint's file where the file system allows (the next
             // checkpoint is written to a new file and renamed over `out`, so this one stays as
@@ -574,7 +575,7 @@ impl Recorder<'_> {
                 std::fs::copy(&self.cfg.out, &tmp).map_err(|e| Error::io(&tmp, e))?;
             }
             std::fs::rename(&tmp, &best).map_err(|e| Error::io(&best, e))?;
-            write_json(&best_record, rec)?;
+            write_json(&beside(&best, ".json"), rec)?;
         }
         Ok(())
     }
@@ -585,6 +586,11 @@ impl Recorder<'_> {
 /// too long (memorising its data) never loses the head it had at its best record.
 pub fn best_path(out: &Path) -> PathBuf {
     beside(out, ".best.safetensors")
+}
+
+/// The record of the best checkpoint a run writing `out` has kept ([`best_path`]), if any.
+pub fn best_record(out: &Path) -> Option<RunRecord> {
+    record_at(&beside(&best_path(out), ".json"))
 }
 
 /// A record's figures, as a line above the bar.

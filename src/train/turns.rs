@@ -14,7 +14,7 @@
 //! context, or the options' `max_len` where shorter) leaves no room for another turn or where
 //! every follow-up drawn was empty or repetitive. Each turn says how many went on.
 
-use super::data::{answered, SELF_PROMPT_TOKENS};
+use super::data::{answered, trained_length, SELF_PROMPT_TOKENS};
 use super::run::{bar, logged, RunConfig};
 use crate::error::{Error, Result};
 use crate::model::chat_template::{ChatMessage, Role};
@@ -120,7 +120,7 @@ fn one_more_turn(
     turn: usize,
 ) -> Result<Vec<String>> {
     // Room: what is trained on of a sequence (tokens past it are cut).
-    let room = t.decoder.context().min(cfg.opts.max_len);
+    let room = trained_length(cfg, t);
     let stops = t.tokenizer.stop_ids().clone();
     let going_before = talks.iter().filter(|c| c.going).count();
     // The conversations that leave room for a follow-up, each up to its open user turn.
