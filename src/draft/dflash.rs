@@ -61,6 +61,73 @@ pub fn default_target_layer_ids(num_target_layers: usize, num_draft_layers: usiz
         .collect()
 }
 
+/// What a DFlash drafter adds to its target's sizes (the rest of its `config.json` is the
+/// target's: width, heads, MLP, vocabulary, norms' epsilon, rotation base).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DFlashShape {
+    /// Its own decoder layers.
+    pub layers: usize,
+    /// Tokens per block (the root and `block_size - 1` masked positions).
+    pub block_size: usize,
+    /// Target layers whose outputs it reads.
+    pub target_layer_ids: Vec<usize>,
+    /// The token its masked positions are embedded as.
+    pub mask_token_id: u32,
+}
+
+/// The `config.json` (z-lab's layout) of a DFlash drafter of `shape` for `target`; an error
+/// names what does not fit the target.
+pub fn config_json(target: &ModelConfig, shape: &DFlashShape) -> Result<serde_json::Value> {
+    if shape.layers == 0 {
+        return Err(Error::InvalidArgument(
+            "a DFlash drafter of no layers".into(),
+        ));
+    }
+    if shape.target_layer_ids.is_empty() {
+        return Err(Error::InvalidArgument(
+            "a DFlash drafter reading no target layer".into(),
+        ));
+    }
+    if let Some(l) = shape
+        .target_layer_ids
+        .iter()
+        .find(|&&l| l >= target.n_layers)
+    {
+        return Err(Error::InvalidArgument(format!(
+            "a DFlash drafter reading target layer {l} of {}",
+            target.n_layers
+        )));
+    }
+    if shape.mask_token_id as usize >= target.vocab_size {
+        return Err(Error::InvalidArgument(format!(
+            "mask token {} outside the target's {} tokens",
+            shape.mask_token_id, target.vocab_size
+        )));
+    }
+    Ok(serde_json::json!({
+        "architectures": ["DFlashDraftModel"],
+        "model_type": "qwen3",
+        "vocab_size": target.vocab_size,
+        "hidden_size": target.hidden,
+        "intermediate_size": target.ffn,
+        "num_hidden_layers": shape.layers,
+        "num_attention_heads": target.n_heads,
+        "num_key_value_heads": target.n_kv_heads,
+        "head_dim": target.head_dim,
+        "rms_norm_eps": target.rms_eps,
+        "rope_theta": target.rope_theta,
+        "max_position_embeddings": target.max_position,
+        "tie_word_embeddings": false,
+        "attention_bias": false,
+        "block_size": shape.block_size,
+        "num_target_layers": target.n_layers,
+        "dflash_config": {
+            "target_layer_ids": shape.target_layer_ids,
+            "mask_token_id": shape.mask_token_id
+        }
+    }))
+}
+
 /// True when a `config.json` describes a DFlash drafter.
 pub fn is_dflash_config(v: &serde_json::Value) -> bool {
     v.get("architectures")

@@ -6,12 +6,13 @@
 //! context rows 0..=p of step 1 and its own row p of steps 2..=j, as a chain drafted from
 //! position p does.
 
-use crate::arch::config::{ModelConfig, RopeStyle};
+use super::layer_ops::{layer_params, random_matrix, LayerOps};
+use crate::arch::config::ModelConfig;
 use crate::arch::weights::hf_name;
 use crate::error::Result;
 use crate::model::decoder::MASKED;
 use crate::model::mtp::fusion;
-use candle_core::{DType, Device, Tensor, D};
+use candle_core::{DType, Device, Tensor};
 use candle_nn::{Init, VarMap};
 
 /// The saved name of the head's tensor of GGUF-style stem `stem` (`attn_q.weight` ->
@@ -48,11 +49,10 @@ impl TrainableHead {
         seed: u64,
         init: Option<&LayerSource<'_>>,
     ) -> Result<Self> {
-        use rand::{Rng, SeedableRng};
+        use rand::SeedableRng;
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let mut vars = VarMap::new();
-        let (h, hd, ffn) = (cfg.hidden, cfg.head_dim, cfg.ffn);
-        let (q_out, kv_out) = (cfg.n_heads * hd, cfg.n_kv_heads * hd);
+        let h = cfg.hidden;
         let last = cfg.n_layers - 1;
         // GGUF-style stems (named as `MtpHead` reads them, through `hf_name`), their shapes, and
         // whether the target's last layer has a tensor of that stem to start from.
@@ -61,25 +61,12 @@ impl TrainableHead {
             ("hidden_norm.weight", vec![h], false),
             ("final_norm.weight", vec![h], false),
             ("input_proj.weight", vec![h, 2 * h], false),
-            ("attn_norm.weight", vec![h], true),
-            ("ffn_norm.weight", vec![h], true),
-            ("attn_q.weight", vec![q_out, h], true),
-            ("attn_k.weight", vec![kv_out, h], true),
-            ("attn_v.weight", vec![kv_out, h], true),
-            ("attn_output.weight", vec![h, q_out], true),
-            ("ffn_gate.weight", vec![ffn, h], true),
-            ("ffn_up.weight", vec![ffn, h], true),
-            ("ffn_down.weight", vec![h, ffn], true),
         ];
-        if cfg.qkv_bias {
-            params.push(("attn_q.bias", vec![q_out], true));
-            params.push(("attn_k.bias", vec![kv_out], true));
-            params.push(("attn_v.bias", vec![kv_out], true));
-        }
-        if cfg.qk_norm {
-            params.push(("attn_q_norm.weight", vec![hd], true));
-            params.push(("attn_k_norm.weight", vec![hd], true));
-        }
+        params.extend(
+            layer_params(cfg)
+                .into_iter()
+                .map(|(s, shape)| (s, shape, true)),
+        );
         for (stem, shape, in_target) in params {
             let full = saved_name(stem);
             let copied = init
@@ -94,13 +81,7 @@ impl TrainableHead {
             vars.get(shape.as_slice(), &full, init_kind, DType::F32, device)?;
             let value = match copied {
                 Some(t) => Some(t.to_dtype(DType::F32)?),
-                None if shape.len() == 2 => {
-                    // Uniform, with the variance of N(0, (0.5 / sqrt(fan_in))^2).
-                    let a = 3f32.sqrt() * 0.5 / (shape[1] as f32).sqrt();
-                    let n = shape[0] * shape[1];
-                    let v: Vec<f32> = (0..n).map(|_| rng.random_range(-a..a)).collect();
-                    Some(Tensor::from_vec(v, shape.as_slice(), &Device::Cpu)?)
-                }
+                None if shape.len() == 2 => Some(random_matrix(&mut rng, &shape)?),
                 None => None,
             };
             if let Some(t) = value {
@@ -227,159 +208,34 @@ impl TrainableHead {
         })
     }
 
-    fn w(&self, name: &str) -> Result<Tensor> {
-        self.locked()?
-            .get(&saved_name(name))
-            .map(|v| v.as_tensor().clone())
-            .ok_or_else(|| crate::error::Error::InvalidArgument(format!("no parameter {name}")))
-    }
-
-    fn norm(&self, x: &Tensor, name: &str) -> Result<Tensor> {
-        Ok(candle_nn::ops::rms_norm_slow(
-            x,
-            &self.w(name)?,
-            self.cfg.rms_eps as f32,
-        )?)
-    }
-
-    fn linear(&self, x: &Tensor, name: &str, bias: bool) -> Result<Tensor> {
-        let y = x.matmul(&self.w(&format!("{name}.weight"))?.t()?)?;
-        Ok(if bias {
-            y.broadcast_add(&self.w(&format!("{name}.bias"))?)?
-        } else {
-            y
+    /// Run `f` over the parameters read as a decoder layer (locked once).
+    fn with_ops<T>(&self, f: impl FnOnce(&LayerOps<'_>) -> Result<T>) -> Result<T> {
+        let vars = self.locked()?;
+        let name = |stem: &str| saved_name(stem);
+        f(&LayerOps {
+            vars: &vars,
+            cfg: &self.cfg,
+            name: &name,
         })
-    }
-
-    /// RoPE on `x` `[heads, rows, hd]` with per-row tables `[rows, hd / 2]`.
-    fn rope(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
-        let (heads, rows, hd) = x.dims3()?;
-        Ok(match self.cfg.rope_style {
-            RopeStyle::HalfSplit => {
-                let cos = Tensor::cat(&[cos, cos], 1)?.unsqueeze(0)?;
-                let sin = Tensor::cat(&[sin, sin], 1)?.unsqueeze(0)?;
-                let x1 = x.narrow(2, 0, hd / 2)?;
-                let x2 = x.narrow(2, hd / 2, hd / 2)?;
-                let rot = Tensor::cat(&[&x2.neg()?, &x1], 2)?;
-                (x.broadcast_mul(&cos)? + rot.broadcast_mul(&sin)?)?
-            }
-            RopeStyle::Interleaved => {
-                let x = x.reshape((heads, rows, hd / 2, 2))?;
-                let (x0, x1) = (
-                    x.narrow(3, 0, 1)?.squeeze(3)?,
-                    x.narrow(3, 1, 1)?.squeeze(3)?,
-                );
-                let (c, s) = (cos.unsqueeze(0)?, sin.unsqueeze(0)?);
-                let y0 = (x0.broadcast_mul(&c)? - x1.broadcast_mul(&s)?)?;
-                let y1 = (x0.broadcast_mul(&s)? + x1.broadcast_mul(&c)?)?;
-                Tensor::stack(&[y0, y1], 3)?.reshape((heads, rows, hd))?
-            }
-        })
-    }
-
-    /// `[b * rows, out]` (sequence-major) to heads `[b * heads, rows, hd]`, normalised per head
-    /// where the family does so.
-    fn heads(&self, x: &Tensor, b: usize, heads: usize, norm: Option<&str>) -> Result<Tensor> {
-        let rows = x.dim(0)? / b;
-        let x = x.reshape((b, rows, heads, self.cfg.head_dim))?;
-        let x = match norm {
-            Some(n) if self.cfg.qk_norm => self.norm(&x, n)?,
-            _ => x,
-        };
-        Ok(x.transpose(1, 2)?
-            .contiguous()?
-            .reshape((b * heads, rows, self.cfg.head_dim))?)
-    }
-
-    /// The block's queries and keys/values for the input rows `u` of `b` sequences at the
-    /// rotations `cos`, `sin` (by row, the same for every sequence).
-    fn qkv(
-        &self,
-        u: &Tensor,
-        b: usize,
-        cos: &Tensor,
-        sin: &Tensor,
-    ) -> Result<(Tensor, Tensor, Tensor)> {
-        let n = self.norm(u, "attn_norm.weight")?;
-        let bias = self.cfg.qkv_bias;
-        let q = self.heads(
-            &self.linear(&n, "attn_q", bias)?,
-            b,
-            self.cfg.n_heads,
-            Some("attn_q_norm.weight"),
-        )?;
-        let k = self.heads(
-            &self.linear(&n, "attn_k", bias)?,
-            b,
-            self.cfg.n_kv_heads,
-            Some("attn_k_norm.weight"),
-        )?;
-        let v = self.heads(
-            &self.linear(&n, "attn_v", bias)?,
-            b,
-            self.cfg.n_kv_heads,
-            None,
-        )?;
-        Ok((self.rope(&q, cos, sin)?, self.rope(&k, cos, sin)?, v))
-    }
-
-    /// Attention of `q` `[b * heads, R, hd]` over `k`, `v` `[b * kv_heads, K, hd]` under the
-    /// additive `mask` `[R, K]` (the same for every sequence), then the rest of the block on the
-    /// residual `u` `[b * R, h]`: the block's output.
-    fn finish(
-        &self,
-        u: &Tensor,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        mask: &Tensor,
-    ) -> Result<Tensor> {
-        let (bnh, rows, hd) = q.dims3()?;
-        let (bnkv, keys, _) = k.dims3()?;
-        let (nh, nkv) = (self.cfg.n_heads, self.cfg.n_kv_heads);
-        let b = bnh / nh;
-        let rep = nh / nkv;
-        let expand = |t: &Tensor| -> Result<Tensor> {
-            Ok(t.reshape((b, nkv, 1, keys, hd))?
-                .broadcast_as((b, nkv, rep, keys, hd))?
-                .contiguous()?
-                .reshape((bnh, keys, hd))?)
-        };
-        debug_assert_eq!(bnkv, b * nkv);
-        let (k, v) = (expand(k)?, expand(v)?);
-        let scores =
-            (q.matmul(&k.t()?)? / (hd as f64).sqrt())?.broadcast_add(&mask.unsqueeze(0)?)?;
-        let att = candle_nn::ops::softmax(&scores, D::Minus1)?;
-        let mixed = att
-            .matmul(&v)?
-            .reshape((b, nh, rows, hd))?
-            .transpose(1, 2)?
-            .contiguous()?
-            .reshape((b * rows, nh * hd))?;
-        let x = (u + self.linear(&mixed, "attn_output", false)?)?;
-        let n = self.norm(&x, "ffn_norm.weight")?;
-        let g = candle_nn::ops::silu(&self.linear(&n, "ffn_gate", false)?)?;
-        let up = self.linear(&n, "ffn_up", false)?;
-        Ok((&x + self.linear(&(g * up)?, "ffn_down", false)?)?)
     }
 
     /// The hidden state step 1 reads from the target's rows `x` `[rows, layers * hidden]`: the
     /// last layer's, or the fused layers' ([`crate::model::mtp::fusion`]).
-    fn target_hidden(&self, x: &Tensor) -> Result<Tensor> {
+    fn target_hidden(&self, ops: &LayerOps<'_>, x: &Tensor) -> Result<Tensor> {
         match &self.fused {
             None => Ok(x.clone()),
             Some(layers) => {
                 let parts = fusion::normalised_parts(x, layers.len(), self.cfg.rms_eps, None)?;
-                self.linear(&parts, "feature_proj", false)
+                ops.linear(&parts, "feature_proj", false)
             }
         }
     }
 
     /// The head's input rows: `input_proj(cat[hidden_norm(g), token_norm(e)])`.
-    fn input(&self, g: &Tensor, e: &Tensor) -> Result<Tensor> {
-        let g = self.norm(g, "hidden_norm.weight")?;
-        let e = self.norm(e, "token_norm.weight")?;
-        self.linear(&Tensor::cat(&[&g, &e], 1)?, "input_proj", false)
+    fn input(ops: &LayerOps<'_>, g: &Tensor, e: &Tensor) -> Result<Tensor> {
+        let g = ops.norm(g, "hidden_norm.weight")?;
+        let e = ops.norm(e, "token_norm.weight")?;
+        ops.linear(&Tensor::cat(&[&g, &e], 1)?, "input_proj", false)
     }
 
     /// Unrolled forward over `b` sequences of `t` positions side by side (shorter ones padded
@@ -396,55 +252,57 @@ impl TrainableHead {
         sin: &Tensor,
         k: usize,
     ) -> Result<Unrolled> {
-        let (b, t, width) = hidden.dims3()?;
-        let h = self.cfg.hidden;
-        let device = hidden.device();
-        let flat = |x: Tensor| x.reshape((b * t, h));
-        // Step 1: (h_p, x_{p+1}) at position p, the embedding zeroed at p = 0.
-        let keep = Tensor::from_vec(
-            (0..t)
-                .map(|p| if p == 0 { 0f32 } else { 1.0 })
-                .collect::<Vec<_>>(),
-            (1, t, 1),
-            device,
-        )?;
-        let e1 = flat(embeds.narrow(1, 1, t)?.broadcast_mul(&keep)?)?;
-        let g1 = self.target_hidden(&hidden.reshape((b * t, width))?)?;
-        let u = self.input(&g1, &e1)?;
-        let (cos1, sin1) = (cos.narrow(0, 0, t)?, sin.narrow(0, 0, t)?);
-        let (q, k1, v1) = self.qkv(&u, b, &cos1, &sin1)?;
-        let causal: Vec<f32> = (0..t)
-            .flat_map(|i| (0..t).map(move |j| if j <= i { 0.0 } else { MASKED }))
-            .collect();
-        let mask = Tensor::from_vec(causal, (t, t), device)?;
-        let y = self.finish(&u, &q, &k1, &v1, &mask)?;
-        let mut o = self.norm(&y, "final_norm.weight")?;
-        let mut outputs = vec![o.clone()];
-        let (mut ks, mut vs) = (vec![k1], vec![v1]);
-        for j in 2..=k {
-            // Row p: (o_{j-1}[p], x_{p+j}) at position p + j - 1.
-            let u = self.input(&o, &flat(embeds.narrow(1, j, t)?)?)?;
-            let (q, kj, vj) =
-                self.qkv(&u, b, &cos.narrow(0, j - 1, t)?, &sin.narrow(0, j - 1, t)?)?;
-            ks.push(kj);
-            vs.push(vj);
-            // Keys: step 1's rows 0..=p, and row p of each later step.
-            let total = t * ks.len();
-            let mut m = vec![MASKED; t * total];
-            for p in 0..t {
-                let row = &mut m[p * total..(p + 1) * total];
-                row[..=p].fill(0.0);
-                for s in 1..ks.len() {
-                    row[s * t + p] = 0.0;
+        self.with_ops(|ops| {
+            let (b, t, width) = hidden.dims3()?;
+            let h = self.cfg.hidden;
+            let device = hidden.device();
+            let flat = |x: Tensor| x.reshape((b * t, h));
+            // Step 1: (h_p, x_{p+1}) at position p, the embedding zeroed at p = 0.
+            let keep = Tensor::from_vec(
+                (0..t)
+                    .map(|p| if p == 0 { 0f32 } else { 1.0 })
+                    .collect::<Vec<_>>(),
+                (1, t, 1),
+                device,
+            )?;
+            let e1 = flat(embeds.narrow(1, 1, t)?.broadcast_mul(&keep)?)?;
+            let g1 = self.target_hidden(ops, &hidden.reshape((b * t, width))?)?;
+            let u = Self::input(ops, &g1, &e1)?;
+            let (cos1, sin1) = (cos.narrow(0, 0, t)?, sin.narrow(0, 0, t)?);
+            let (q, k1, v1) = ops.qkv(&u, b, &cos1, &sin1)?;
+            let causal: Vec<f32> = (0..t)
+                .flat_map(|i| (0..t).map(move |j| if j <= i { 0.0 } else { MASKED }))
+                .collect();
+            let mask = Tensor::from_vec(causal, (t, t), device)?;
+            let y = ops.finish(&u, &q, &k1, &v1, &mask)?;
+            let mut o = ops.norm(&y, "final_norm.weight")?;
+            let mut outputs = vec![o.clone()];
+            let (mut ks, mut vs) = (vec![k1], vec![v1]);
+            for j in 2..=k {
+                // Row p: (o_{j-1}[p], x_{p+j}) at position p + j - 1.
+                let u = Self::input(ops, &o, &flat(embeds.narrow(1, j, t)?)?)?;
+                let (q, kj, vj) =
+                    ops.qkv(&u, b, &cos.narrow(0, j - 1, t)?, &sin.narrow(0, j - 1, t)?)?;
+                ks.push(kj);
+                vs.push(vj);
+                // Keys: step 1's rows 0..=p, and row p of each later step.
+                let total = t * ks.len();
+                let mut m = vec![MASKED; t * total];
+                for p in 0..t {
+                    let row = &mut m[p * total..(p + 1) * total];
+                    row[..=p].fill(0.0);
+                    for s in 1..ks.len() {
+                        row[s * t + p] = 0.0;
+                    }
                 }
+                let mask = Tensor::from_vec(m, (t, total), device)?;
+                let k_all = Tensor::cat(&ks.iter().collect::<Vec<_>>(), 1)?;
+                let v_all = Tensor::cat(&vs.iter().collect::<Vec<_>>(), 1)?;
+                let y = ops.finish(&u, &q, &k_all, &v_all, &mask)?;
+                o = ops.norm(&y, "final_norm.weight")?;
+                outputs.push(o.clone());
             }
-            let mask = Tensor::from_vec(m, (t, total), device)?;
-            let k_all = Tensor::cat(&ks.iter().collect::<Vec<_>>(), 1)?;
-            let v_all = Tensor::cat(&vs.iter().collect::<Vec<_>>(), 1)?;
-            let y = self.finish(&u, &q, &k_all, &v_all, &mask)?;
-            o = self.norm(&y, "final_norm.weight")?;
-            outputs.push(o.clone());
-        }
-        Ok(Unrolled { outputs })
+            Ok(Unrolled { outputs })
+        })
     }
 }

@@ -11,8 +11,10 @@
 //! what the target says, with no dataset needed.
 
 mod data;
+pub mod dflash;
 mod figures;
 pub mod head;
+mod layer_ops;
 pub mod loss;
 pub mod run;
 mod step;

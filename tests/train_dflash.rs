@@ -1,0 +1,180 @@
+//! The trainable DFlash drafter (`treespec::train::dflash`): what it saves loads as the
+//! runtime's drafter and drafts exactly what its own forward pass computes (the training sees
+//! the blocks inference drafts), and its steps lower the loss on the target's own tokens.
+
+mod common;
+
+use candle_core::{Device, Tensor};
+use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+use treespec::draft::dflash::DFlashShape;
+use treespec::draft::DFlashDrafter;
+use treespec::model::config::Family;
+use treespec::model::decoder::{rope_tables, Batch, Decoder};
+use treespec::train::dflash::{Blocks, TrainableDFlash};
+use treespec::train::loss::RowTargets;
+
+const CONTEXT: usize = 64;
+const BLOCK: usize = 4;
+
+/// The tiny target, its tokens (its own greedy continuation of a prompt), a drafter's shape
+/// for it, its hidden states of the drafter's layers side by side for every position, a
+/// drafter of that shape and its rotation tables.
+struct Fixture {
+    target: Decoder,
+    tokens: Vec<u32>,
+    shape: DFlashShape,
+    features: Tensor,
+    drafter: TrainableDFlash,
+    cos: Tensor,
+    sin: Tensor,
+}
+
+impl Fixture {
+    fn new(seed: u64) -> Self {
+        let mut target = common::tiny_decoder(Family::Qwen2, 3, CONTEXT);
+        let cfg = target.config().clone();
+        let shape = DFlashShape {
+            layers: 2,
+            block_size: BLOCK,
+            target_layer_ids: vec![0, cfg.n_layers - 1],
+            mask_token_id: cfg.vocab_size as u32 - 1,
+        };
+        let mut tokens = vec![5u32, 17, 2, 40];
+        while tokens.len() < 24 {
+            target.reset();
+            let out = target
+                .forward(&Batch::causal(&tokens, 0).all_logits())
+                .unwrap();
+            let last = out.logits.unwrap().narrow(0, tokens.len() - 1, 1).unwrap();
+            tokens.push(last.argmax(1).unwrap().to_vec1::<u32>().unwrap()[0]);
+        }
+        target.reset();
+        let out = target
+            .forward(&Batch::causal(&tokens, 0).with_hidden_layers(shape.target_layer_ids.clone()))
+            .unwrap();
+        let features = Tensor::cat(&out.hidden, 1).unwrap();
+        target.reset();
+        let drafter = TrainableDFlash::new(&cfg, &shape, &Device::Cpu, seed).unwrap();
+        let (cos, sin) = rope_tables(&drafter.config().model, CONTEXT, None, &Device::Cpu).unwrap();
+        Fixture {
+            target,
+            tokens,
+            shape,
+            features,
+            drafter,
+            cos,
+            sin,
+        }
+    }
+
+    /// Each block's root and mask tokens, embedded by the target, block by block.
+    fn embeds(&self, anchors: &[usize]) -> Tensor {
+        let mask = self.shape.mask_token_id;
+        let ids: Vec<u32> = anchors
+            .iter()
+            .flat_map(|&a| {
+                std::iter::once(self.tokens[a]).chain(std::iter::repeat_n(mask, BLOCK - 1))
+            })
+            .collect();
+        self.target.embed(&ids).unwrap()
+    }
+
+    fn blocks<'a>(&'a self, embeds: &'a Tensor, anchors: &'a [usize]) -> Blocks<'a> {
+        Blocks {
+            features: &self.features,
+            embeds,
+            anchors,
+            cos: &self.cos,
+            sin: &self.sin,
+        }
+    }
+}
+
+#[test]
+fn a_saved_drafter_drafts_what_the_trainers_forward_computes() {
+    let f = Fixture::new(11);
+    let (target, tokens, features, d) = (&f.target, &f.tokens, &f.features, &f.drafter);
+    let anchors = [3usize, 9, 15];
+    let embeds = f.embeds(&anchors);
+    let blocks = f.blocks(&embeds, &anchors);
+    let rows = d.forward(&blocks).unwrap();
+    assert_eq!(
+        rows.dims(),
+        &[anchors.len() * (BLOCK - 1), target.config().hidden]
+    );
+    let trained = target.draft_lm_head(&rows).unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    d.save_dir(dir.path(), target.config()).unwrap();
+    for (i, &a) in anchors.iter().enumerate() {
+        let mut drafter =
+            DFlashDrafter::load_dir(dir.path(), &Device::Cpu, CONTEXT, false).unwrap();
+        drafter
+            .add_features(features.narrow(0, 0, a).unwrap())
+            .unwrap();
+        let drafted = drafter.draft(tokens[a], target).unwrap();
+        let ours = trained.narrow(0, i * (BLOCK - 1), BLOCK - 1).unwrap();
+        let diff = common::max_abs_diff(&drafted, &ours);
+        assert!(
+            diff < 1e-4,
+            "block at {a}: the runtime's draft differs by {diff}"
+        );
+    }
+}
+
+#[test]
+fn training_steps_lower_the_loss_on_the_targets_tokens() {
+    let f = Fixture::new(12);
+    let (target, tokens, d) = (&f.target, &f.tokens, &f.drafter);
+    let anchors: Vec<usize> = (1..tokens.len() - BLOCK + 1).collect();
+    let embeds = f.embeds(&anchors);
+    let blocks = f.blocks(&embeds, &anchors);
+    // Hard targets: the target's own next tokens (its greedy answer).
+    let next: Vec<u32> = anchors
+        .iter()
+        .flat_map(|&a| (1..BLOCK).map(move |dd| a + dd))
+        .map(|p| tokens[p])
+        .collect();
+    let n = next.len();
+    let ids = Tensor::from_vec(next.clone(), (n, 1), &Device::Cpu).unwrap();
+    let weights = Tensor::ones((n, 1), candle_core::DType::F32, &Device::Cpu).unwrap();
+    let best = Tensor::from_vec(next, n, &Device::Cpu).unwrap();
+    let targets = RowTargets {
+        ids: &ids,
+        weights: &weights,
+        best: &best,
+        vocab: None,
+    };
+    let lm_head = target.lm_head_dense().unwrap();
+    let mut opt = AdamW::new(
+        d.vars().all_vars(),
+        ParamsAdamW {
+            lr: 3e-3,
+            weight_decay: 0.0,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let (before, _) = d.step(None, &blocks, &lm_head, &targets).unwrap();
+    let accepted = |d: &TrainableDFlash| -> usize {
+        let l = d.loss(&blocks, &lm_head, &targets, 1.0).unwrap();
+        assert_eq!(l.accepted.len(), anchors.len());
+        l.accepted.iter().sum()
+    };
+    let accepted_before = accepted(d);
+    for _ in 0..40 {
+        d.step(Some(&mut opt), &blocks, &lm_head, &targets).unwrap();
+    }
+    let (after, agreed) = d.step(None, &blocks, &lm_head, &targets).unwrap();
+    assert!(
+        after < 0.5 * before,
+        "cross-entropy {before} -> {after} after 40 steps"
+    );
+    assert!(agreed > 0.5 * n as f32, "{agreed} of {n} rows agree");
+    let accepted_after = accepted(d);
+    assert!(
+        accepted_after > accepted_before + anchors.len(),
+        "depths a greedy verification accepts: {accepted_before} -> {accepted_after} over {} blocks",
+        anchors.len()
+    );
+}
