@@ -241,7 +241,7 @@ fn a_fused_run_starts_from_a_head_trains_and_drafts() {
     let fused_gguf = dir.path().join("fused.gguf");
     let q8 = candle_core::quantized::GgmlDType::Q8_0;
     mtp_gguf::export(&cfg.out, &fused_gguf, q8, &target, "test").unwrap();
-    common::head_drafts_as_ar(&gguf, &fused_gguf, &[Mode::Mtp, Mode::Tree]);
+    common::head_drafts_as_ar(&gguf, &fused_gguf, "MTP head", &[Mode::Mtp, Mode::Tree]);
     let cfg = treespec::model::LoadOptions::default();
     let m = treespec::load::load_model(&gguf.display().to_string(), &cfg).unwrap();
     let head = treespec::model::mtp_gguf::load(

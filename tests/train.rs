@@ -636,7 +636,7 @@ fn a_run_writes_a_head_that_resumes_and_drafts() {
         "{refused}"
     );
 
-    common::head_drafts_as_ar(&gguf, &out, &[Mode::Mtp]);
+    common::head_drafts_as_ar(&gguf, &out, "MTP head", &[Mode::Mtp]);
 }
 
 /// `--self-prompts N`: the target writes N prompts itself, answers them, and trains on both; the

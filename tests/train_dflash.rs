@@ -178,3 +178,42 @@ fn training_steps_lower_the_loss_on_the_targets_tokens() {
         anchors.len()
     );
 }
+
+#[test]
+fn a_dflash_run_trains_saves_and_drafts_exactly_ar() {
+    use treespec::engine::Mode;
+    use treespec::train::dflash_run::{self, DFlashRun};
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = common::tiny_train_run(dir.path(), 30);
+    cfg.out = dir.path().join("dflash/");
+    cfg.answer_tokens = 12;
+    let spec = DFlashRun::parse("1x4").unwrap();
+    let r = dflash_run::run(&cfg, &spec).unwrap();
+    assert_eq!((r.step, r.layers, r.block_size), (30, 1, 4));
+    assert!(r.walked_tau >= 1.0 && r.held_out_loss.is_finite(), "{r:?}");
+    // The record beside it, the data, and a directory the runtime loads.
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("dflash.json")).unwrap())
+            .unwrap();
+    assert_eq!(record["step"], 30);
+    assert!(dir.path().join("dflash.data.json").exists());
+    let gguf = std::path::PathBuf::from(&cfg.target);
+    common::head_drafts_as_ar(&gguf, &cfg.out, "DFlash", &[Mode::Linear, Mode::Tree]);
+}
+
+#[test]
+fn dflash_run_specs_are_checked() {
+    use treespec::train::dflash_run::DFlashRun;
+    assert_eq!(
+        DFlashRun::parse("2x16").unwrap(),
+        DFlashRun {
+            layers: 2,
+            block_size: 16,
+            mask_token: None
+        }
+    );
+    for bad in ["", "2", "0x16", "2x1", "x16", "2x", "twox16"] {
+        let e = DFlashRun::parse(bad).unwrap_err().to_string();
+        assert!(e.contains("LAYERSxBLOCK"), "{bad}: {e}");
+    }
+}

@@ -105,6 +105,17 @@ pub(crate) struct TrainArgs {
     /// layer alone. A head from --init that reads the last layer starts as it was.
     #[arg(long, value_name = "LAYERS")]
     pub(crate) feature_layers: Option<String>,
+    /// Train a DFlash block drafter instead of a head: LAYERSxBLOCK (`2x16`: two layers,
+    /// blocks of 16 tokens), from random weights; --out is then its directory (config.json,
+    /// model.safetensors: `--drafter DIR` loads it) and --feature-layers the target layers it
+    /// reads (default: the reference's choice for its layers). --init, --k, --draft-vocab and
+    /// --eval do not apply.
+    #[arg(long, value_name = "LxB")]
+    pub(crate) dflash: Option<String>,
+    /// The token a DFlash drafter's masked positions are embedded as (default: the last token
+    /// whose embedding is not zero).
+    #[arg(long, value_name = "ID", requires = "dflash")]
+    pub(crate) mask_token: Option<u32>,
     /// Chain steps the head is trained unrolled for.
     #[arg(long, default_value_t = 3)]
     pub(crate) k: usize,

@@ -199,6 +199,30 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<()> {
         load,
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
+    if let Some(spec) = &a.dflash {
+        let run = treespec::train::dflash_run::DFlashRun {
+            mask_token: a.mask_token,
+            ..treespec::train::dflash_run::DFlashRun::parse(spec)?
+        };
+        if cfg.eval.is_some() {
+            anyhow::bail!("--eval measures heads; a DFlash run measures its held-out answers");
+        }
+        let r = treespec::train::dflash_run::run(&cfg, &run)?;
+        println!(
+            "{}: step {}, held-out loss {:.3}, agreement {:.3}, tau {:.2} walked (blocks of {}, \
+             {} layers reading target layers {:?}, mask token {})",
+            cfg.out.display(),
+            r.step,
+            r.held_out_loss,
+            r.held_out_agreement,
+            r.walked_tau,
+            r.block_size,
+            r.layers,
+            r.target_layer_ids,
+            r.mask_token_id
+        );
+        return Ok(());
+    }
     let r = treespec::train::run::run(&cfg)?;
     println!(
         "{}: step {}, held-out loss {:.3}, agreement with the target by chain step {:?}, \

@@ -294,6 +294,18 @@ pub(super) struct TrainingData<'a> {
 }
 
 impl TrainingData<'_> {
+    /// How many of the sequences are held out (the last ones, [`held_out_of`]); an error where
+    /// the run has fewer than two answers of its own.
+    pub(super) fn held_out(&self) -> Result<usize> {
+        let own = self.own;
+        if own < 2 {
+            return Err(Error::InvalidArgument(format!(
+                "training needs at least two answered prompts (one is held out); the data hold {own}"
+            )));
+        }
+        Ok(held_out_of(&self.turn_of, own))
+    }
+
     /// The sequences as training examples.
     pub(super) fn examples(&self) -> Vec<Example<'_>> {
         self.sequences

@@ -12,6 +12,7 @@
 
 mod data;
 pub mod dflash;
+pub mod dflash_run;
 mod figures;
 pub mod head;
 mod layer_ops;

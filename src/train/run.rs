@@ -8,7 +8,7 @@
 //! and `HEAD.safetensors.best.safetensors` (the best checkpoint by held-out walked tau, its
 //! record beside it: [`best_path`]).
 
-use super::data::{data_lines, eval_sets, held_out_of, training_data, EARLIER_ANSWERS};
+use super::data::{data_lines, eval_sets, training_data, EARLIER_ANSWERS};
 pub use super::data::{trained_answers, SELF_PROMPT_DOMAINS};
 pub use super::figures::simulated_tau;
 use super::figures::{eval_examples, figure_sums, mean_figures, EvalExamples, FigureSums};
@@ -218,13 +218,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
     let data = training_data(cfg, &mut t, &record_path)?;
     let sequences = data.examples();
     let eval_data = eval_sets(cfg, &mut t)?;
-    let own = data.own;
-    if own < 2 {
-        return Err(Error::InvalidArgument(format!(
-            "training needs at least two answered prompts (one is held out); the data hold {own}"
-        )));
-    }
-    let held = held_out_of(&data.turn_of, own);
+    let held = data.held_out()?;
     let (train, held_out) = sequences.split_at(sequences.len() - held);
 
     // What the run trains on, as its record says it.
@@ -424,11 +418,11 @@ fn trainer_for(
 
 /// The order a run visits its training sequences in, and where it is in it: epoch e visits them
 /// in an order of its own (seed + e), in batches.
-struct Epochs<'a> {
+pub(super) struct Epochs<'a> {
     cfg: &'a RunConfig,
     train: &'a [Example<'a>],
     /// The current epoch.
-    e: usize,
+    pub(super) e: usize,
     /// Its batches.
     current: Vec<Vec<usize>>,
     /// The next batch's index in them.
@@ -437,7 +431,7 @@ struct Epochs<'a> {
 
 impl<'a> Epochs<'a> {
     /// Positioned where a run at optimiser step `step` goes on: the epoch and batch of its step.
-    fn at_step(cfg: &'a RunConfig, train: &'a [Example<'a>], step: usize) -> Self {
+    pub(super) fn at_step(cfg: &'a RunConfig, train: &'a [Example<'a>], step: usize) -> Self {
         let mut epochs = Epochs {
             cfg,
             train,
@@ -466,7 +460,7 @@ impl<'a> Epochs<'a> {
     }
 
     /// The next batch's sequences, the first of the next epoch after the last of this one.
-    fn next_batch(&mut self) -> Vec<Example<'a>> {
+    pub(super) fn next_batch(&mut self) -> Vec<Example<'a>> {
         if self.at == self.current.len() {
             self.e += 1;
             self.current = self.batches(self.e);

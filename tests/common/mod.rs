@@ -508,9 +508,10 @@ pub fn assert_head_is_trained_forward(
     }
 }
 
-/// The head file `head` loaded as the drafter of the GGUF target `target` (an MTP head), and
-/// greedy decoding in each of `modes` emitting exactly `ar`'s 16 tokens.
-pub fn head_drafts_as_ar(target: &Path, head: &Path, modes: &[treespec::engine::Mode]) {
+/// The drafter file or directory `head` loaded as the drafter of the GGUF target `target` (of
+/// kind `kind`: "MTP head", "DFlash"), and greedy decoding in each of `modes` emitting exactly
+/// `ar`'s 16 tokens.
+pub fn head_drafts_as_ar(target: &Path, head: &Path, kind: &str, modes: &[treespec::engine::Mode]) {
     use treespec::engine::{Mode, Settings};
     let opts = treespec::model::LoadOptions {
         context: 128,
@@ -531,7 +532,7 @@ pub fn head_drafts_as_ar(target: &Path, head: &Path, modes: &[treespec::engine::
         &opts,
     )
     .unwrap();
-    assert_eq!(e.drafter().unwrap().kind(), "MTP head");
+    assert_eq!(e.drafter().unwrap().kind(), kind);
     let prompt = [10u32, 20, 30, 40];
     let ar = e.generate(&prompt, 16, |_| true).unwrap().tokens;
     let name = e.drafter().unwrap().name().to_string();
