@@ -158,8 +158,9 @@ fn training_steps_lower_the_loss_on_the_targets_tokens() {
     let (before, _) = d.step(None, &blocks, &lm_head, &targets).unwrap();
     let accepted = |d: &TrainableDFlash| -> usize {
         let l = d.loss(&blocks, &lm_head, &targets, 1.0).unwrap();
-        assert_eq!(l.accepted.len(), anchors.len());
-        l.accepted.iter().sum()
+        let accepted = l.accepted().unwrap();
+        assert_eq!(accepted.len(), anchors.len());
+        accepted.iter().sum()
     };
     let accepted_before = accepted(d);
     for _ in 0..40 {
@@ -216,4 +217,61 @@ fn dflash_run_specs_are_checked() {
         let e = DFlashRun::parse(bad).unwrap_err().to_string();
         assert!(e.contains("LAYERSxBLOCK"), "{bad}: {e}");
     }
+}
+
+#[test]
+fn dflash_runs_check_their_layers_and_never_overwrite_a_drafter() {
+    use treespec::train::dflash_run::{self, parse_layers, DFlashRun};
+    assert_eq!(parse_layers("3", 8).unwrap(), vec![3]);
+    assert_eq!(parse_layers("1, 4,7", 8).unwrap(), vec![1, 4, 7]);
+    for (bad, says) in [
+        ("8", "has 8 layers"),
+        ("4,2", "ascending"),
+        ("2,2", "ascending"),
+        ("a", "not a layer number"),
+        ("", "not a layer number"),
+    ] {
+        let e = parse_layers(bad, 8).unwrap_err().to_string();
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = common::tiny_train_run(dir.path(), 0);
+    cfg.out = dir.path().join("dflash");
+    // A layer the target lacks is refused before any answer is generated.
+    cfg.feature_layers = Some("0,9".into());
+    let e = dflash_run::run(&cfg, &DFlashRun::parse("1x4").unwrap()).unwrap_err();
+    assert!(e.to_string().contains("not a layer 9"), "{e}");
+    assert!(!dir.path().join("dflash.data.json").exists());
+    // A directory holding a drafter is not trained over.
+    std::fs::create_dir_all(&cfg.out).unwrap();
+    std::fs::write(cfg.out.join("model.safetensors"), b"trained").unwrap();
+    cfg.feature_layers = None;
+    let e = dflash_run::run(&cfg, &DFlashRun::parse("1x4").unwrap()).unwrap_err();
+    assert!(e.to_string().contains("does not resume"), "{e}");
+    assert_eq!(
+        std::fs::read(cfg.out.join("model.safetensors")).unwrap(),
+        b"trained"
+    );
+}
+
+#[test]
+fn the_default_mask_token_is_the_last_with_an_embedding() {
+    use treespec::model::weights::WeightStore;
+    let f = Fixture::new(1);
+    let last = f.target.config().vocab_size - 1;
+    let m = treespec::train::dflash_run::default_mask_token(&f.target).unwrap();
+    assert_eq!(m as usize, last);
+    // A padded vocabulary: its last rows zero (here the last 300, past one look-back chunk).
+    let cfg = common::tiny_config(Family::Qwen2, 400);
+    let mut w = common::random_weights(&cfg, 3);
+    let e = &w["token_embd.weight"];
+    let zeros = Tensor::zeros((300, cfg.hidden), e.dtype(), e.device()).unwrap();
+    let padded = Tensor::cat(&[&e.narrow(0, 0, 100).unwrap(), &zeros], 0).unwrap();
+    w.insert("token_embd.weight".into(), padded);
+    let mut store = WeightStore::from_tensors(w, &Device::Cpu);
+    let t = Decoder::load(&mut store, cfg, CONTEXT).unwrap();
+    assert_eq!(
+        treespec::train::dflash_run::default_mask_token(&t).unwrap(),
+        99
+    );
 }

@@ -84,7 +84,7 @@ impl TrainableDFlash {
         }
         for (gguf, shape) in params {
             let name = saved_name(&gguf);
-            let init = if shape.len() == 1 {
+            let init = if gguf.ends_with("norm.weight") {
                 Init::Const(1.0)
             } else {
                 Init::Const(0.0)
@@ -138,16 +138,34 @@ impl TrainableDFlash {
         } = *blocks;
         let bs = self.cfg.block_size;
         let device = features.device();
-        let Some(&last) = anchors.iter().max() else {
+        let (Some(&first), Some(&last)) = (anchors.iter().min(), anchors.iter().max()) else {
             return Err(Error::InvalidArgument("a DFlash batch of no blocks".into()));
         };
-        if last == 0 || last > features.dim(0)? {
-            return Err(Error::InvalidArgument(format!(
-                "a DFlash block anchored at {last}, with context features of {} positions",
+        let bad = |why: String| Err(Error::InvalidArgument(format!("DFlash blocks: {why}")));
+        if first == 0 {
+            return bad("a block anchored at 0 sees no context".into());
+        }
+        if last > features.dim(0)? {
+            return bad(format!(
+                "a block anchored at {last}, with context features of {} positions",
                 features.dim(0)?
-            )));
+            ));
         }
         let rows = anchors.len() * bs;
+        if block_embeds.dim(0)? != rows {
+            return bad(format!(
+                "{} embedded rows for {} blocks of {bs}",
+                block_embeds.dim(0)?,
+                anchors.len()
+            ));
+        }
+        if last + bs > cos.dim(0)? {
+            return bad(format!(
+                "a block ending at {} past the {} positions of the rotation tables",
+                last + bs,
+                cos.dim(0)?
+            ));
+        }
         let ctx_rows = last;
         let positions: Vec<u32> = anchors
             .iter()
@@ -186,7 +204,7 @@ impl TrainableDFlash {
                 name: &name,
             };
             let (q, kb, vb) = ops.qkv(&x, 1, &bcos, &bsin)?;
-            let (_, kc, vc) = ops.qkv_normed(&ctx, 1, &ccos, &csin)?;
+            let (kc, vc) = ops.kv_normed(&ctx, 1, &ccos, &csin)?;
             let k = Tensor::cat(&[&kc, &kb], 1)?;
             let v = Tensor::cat(&[&vc, &vb], 1)?;
             x = ops.finish(&x, &q, &k, &v, &mask)?;
@@ -213,24 +231,20 @@ impl TrainableDFlash {
     ) -> Result<BlockLoss> {
         let rows = self.forward(blocks)?;
         let loss = soft_cross_entropy(&rows, lm_head, targets, scale)?;
-        let hits: Vec<f32> = loss.hits.to_vec1()?;
-        let depth = self.cfg.block_size - 1;
-        let accepted = hits
-            .chunks(depth)
-            .map(|block| block.iter().take_while(|&&h| h > 0.5).count())
-            .collect();
         Ok(BlockLoss {
             // The surrogate whose gradient is the loss's: the rows times their gradient.
             surrogate: (&rows * loss.grad.detach())?.sum_all()?,
-            ce_sum: loss.ce_sum.to_scalar::<f32>()?,
-            agreed: loss.agreed.to_scalar::<f32>()?,
-            accepted,
+            ce_sum: loss.ce_sum,
+            agreed: loss.agreed,
+            hits: loss.hits,
+            depth: self.cfg.block_size - 1,
         })
     }
 
-    /// The loss of one sequence's `blocks` ([`TrainableDFlash::loss`], the mean over its rows)
-    /// and with `opt` one optimiser step on it: the rows' summed cross-entropy and how many of
-    /// them agree with the target's top token.
+    /// The loss of one sequence's `blocks` ([`TrainableDFlash::loss`], the mean over the
+    /// blocks' depth rows, those past the sequence's end included) and with `opt` one optimiser
+    /// step on it: the rows' summed cross-entropy and how many of them agree with the target's
+    /// top token.
     pub fn step(
         &self,
         opt: Option<&mut AdamW>,
@@ -243,19 +257,34 @@ impl TrainableDFlash {
         if let Some(opt) = opt {
             opt.backward_step(&loss.surrogate)?;
         }
-        Ok((loss.ce_sum, loss.agreed))
+        let figures: Vec<f32> = Tensor::stack(&[&loss.ce_sum, &loss.agreed], 0)?.to_vec1()?;
+        Ok((figures[0], figures[1]))
     }
 }
 
-/// What [`TrainableDFlash::loss`] gives for a sequence's blocks.
+/// What [`TrainableDFlash::loss`] gives for a sequence's blocks (on the device: read them once a
+/// step).
 pub struct BlockLoss {
     /// A scalar whose gradient is the loss's (sum several sequences' before a step).
     pub surrogate: Tensor,
-    /// The rows' summed cross-entropy.
-    pub ce_sum: f32,
-    /// Rows whose top token is the target's.
-    pub agreed: f32,
+    /// The rows' summed cross-entropy (a scalar).
+    pub ce_sum: Tensor,
+    /// Rows whose top token is the target's (a scalar).
+    pub agreed: Tensor,
+    /// Per row, 1 where its top token is the target's.
+    pub hits: Tensor,
+    /// Rows a block has.
+    depth: usize,
+}
+
+impl BlockLoss {
     /// Per block, the depths a greedy verification accepts: its rows agreeing with the target
     /// from depth 1 on (a step of the block then emits one more, the target's own).
-    pub accepted: Vec<usize>,
+    pub fn accepted(&self) -> Result<Vec<usize>> {
+        let hits: Vec<f32> = self.hits.to_vec1()?;
+        Ok(hits
+            .chunks(self.depth)
+            .map(|block| block.iter().take_while(|&&h| h > 0.5).count())
+            .collect())
+    }
 }

@@ -130,6 +130,28 @@ pub fn default_mask_token(target: &Decoder) -> Result<u32> {
     ))
 }
 
+/// The target layers a DFlash drafter reads, spelled `L1,L2,...` (0-based, distinct, ascending,
+/// each below the target's `n_layers`).
+pub fn parse_layers(spec: &str, n_layers: usize) -> Result<Vec<usize>> {
+    let bad = |why: String| {
+        Err(Error::InvalidArgument(format!(
+            "--feature-layers {spec}: {why} (a DFlash drafter reads 0-based target layers such as 1,14,27)"
+        )))
+    };
+    let mut layers = vec![];
+    for part in spec.split(',') {
+        match part.trim().parse::<usize>() {
+            Ok(l) if l < n_layers => layers.push(l),
+            Ok(l) => return bad(format!("the target has {n_layers} layers, not a layer {l}")),
+            Err(_) => return bad(format!("`{}` is not a layer number", part.trim())),
+        }
+    }
+    if layers.windows(2).any(|w| w[0] >= w[1]) {
+        return bad("layers must be distinct and ascending".into());
+    }
+    Ok(layers)
+}
+
 /// Run a DFlash training; returns the final record.
 pub fn run(cfg: &RunConfig, spec: &DFlashRun) -> Result<DFlashRecord> {
     super::turns::check(cfg.turns)?;
@@ -144,16 +166,19 @@ pub fn run(cfg: &RunConfig, spec: &DFlashRun) -> Result<DFlashRecord> {
         out: cfg.out.components().collect(),
         ..cfg.clone()
     };
+    if cfg.out.join("model.safetensors").exists() {
+        return Err(Error::InvalidArgument(format!(
+            "{} holds a trained DFlash drafter; a DFlash run does not resume yet (each starts \
+             from random weights): name another --out",
+            cfg.out.display()
+        )));
+    }
     std::fs::create_dir_all(&cfg.out).map_err(|e| Error::io(&cfg.out, e))?;
     let mut t = crate::load::load_model(&cfg.target, &cfg.load)?;
-    let record_path = beside(&cfg.out, ".json");
-    let data = training_data(cfg, &mut t, &record_path)?;
-    let sequences = data.examples();
-    let held = data.held_out()?;
-    let (train, held_out) = sequences.split_at(sequences.len() - held);
+    // The drafter's shape, checked against the target before any answer is generated.
     let target_cfg = t.decoder.config().clone();
     let target_layer_ids = match &cfg.feature_layers {
-        Some(s) => crate::model::mtp::fusion::parse_layers(s, target_cfg.n_layers)?,
+        Some(s) => parse_layers(s, target_cfg.n_layers)?,
         None => default_target_layer_ids(target_cfg.n_layers, spec.layers),
     };
     let mask_token_id = match spec.mask_token {
@@ -166,6 +191,12 @@ pub fn run(cfg: &RunConfig, spec: &DFlashRun) -> Result<DFlashRecord> {
         target_layer_ids: target_layer_ids.clone(),
         mask_token_id,
     };
+    crate::draft::dflash::config_json(&target_cfg, &shape)?;
+    let record_path = beside(&cfg.out, ".json");
+    let data = training_data(cfg, &mut t, &record_path)?;
+    let sequences = data.examples();
+    let held = data.held_out()?;
+    let (train, held_out) = sequences.split_at(sequences.len() - held);
     let device = t.decoder.device().clone();
     let drafter = TrainableDFlash::new(&target_cfg, &shape, &device, cfg.seed)?;
     let rope = rope_tables(
@@ -208,30 +239,32 @@ pub fn run(cfg: &RunConfig, spec: &DFlashRun) -> Result<DFlashRecord> {
     };
     let mut epochs = Epochs::at_step(cfg, train, 0);
     let b = bar(cfg.steps as u64, "{msg} [{bar:30}] {pos}/{len} eta {eta}");
-    let mut last = None;
+    // Where the training curve starts: the drafter as initialised.
+    let mut last = run.record(&mut t.decoder, held_out, &base, 0, cfg, &record_path)?;
     let mut loss_ema = None::<f32>;
     for step in 1..=cfg.steps {
         opt.set_learning_rate(cfg.opts.schedule.at(cfg.opts.lr, step - 1, cfg.steps));
         let batch = epochs.next_batch();
         let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed ^ (step as u64) << 20);
-        let l = run.train_step(&mut t.decoder, &mut opt, &batch, &mut rng)?;
-        let ema = loss_ema.map_or(l, |e| 0.95 * e + 0.05 * l);
-        loss_ema = Some(ema);
-        let message = format!("loss {ema:.3} (epoch {})", epochs.e);
+        if let Some(l) = run.train_step(&mut t.decoder, &mut opt, &batch, &mut rng)? {
+            loss_ema = Some(loss_ema.map_or(l, |e| 0.95 * e + 0.05 * l));
+        }
+        let message = format!(
+            "loss {:.3} (epoch {})",
+            loss_ema.unwrap_or(f32::NAN),
+            epochs.e
+        );
         if b.is_hidden() && step.is_multiple_of(50) {
             eprintln!("step {step}: {message}");
         }
         b.set_message(message);
         b.set_position(step as u64);
         if step.is_multiple_of(RECORD_EVERY) || step == cfg.steps {
-            last = Some(run.record(&mut t.decoder, held_out, &base, step, cfg, &record_path)?);
+            last = run.record(&mut t.decoder, held_out, &base, step, cfg, &record_path)?;
         }
     }
     b.finish_and_clear();
-    match last {
-        Some(r) => Ok(r),
-        None => run.record(&mut t.decoder, held_out, &base, 0, cfg, &record_path),
-    }
+    Ok(last)
 }
 
 /// The drafter being trained and what its steps read.
@@ -307,14 +340,15 @@ impl Trainer {
     }
 
     /// One optimiser step on `batch`: up to [`TRAIN_ANCHORS`] blocks of each sequence,
-    /// anchored at random positions of its answer. Returns the mean cross-entropy of the rows.
+    /// anchored at random positions of its answer. Returns the mean cross-entropy of the rows
+    /// (`None`: the batch had no answer to anchor a block in, and no step was taken).
     fn train_step(
         &mut self,
         target: &mut Decoder,
         opt: &mut AdamW,
         batch: &[Example<'_>],
         rng: &mut rand::rngs::StdRng,
-    ) -> Result<f32> {
+    ) -> Result<Option<f32>> {
         let mut prepared = vec![];
         for ex in batch {
             let seq = &ex.seq[..ex.seq.len().min(self.max_len)];
@@ -334,9 +368,9 @@ impl Trainer {
         }
         let rows: usize = prepared.iter().map(|p| p.2.rows).sum();
         if rows == 0 {
-            return Ok(0.0);
+            return Ok(None);
         }
-        let (mut surrogate, mut ce) = (None::<Tensor>, 0f32);
+        let mut sums: Option<(Tensor, Tensor)> = None;
         for (tg, anchors, b) in &prepared {
             let l = self.drafter.loss(
                 &self.inputs(tg, &b.embeds, anchors),
@@ -344,16 +378,16 @@ impl Trainer {
                 &b.targets(),
                 1.0 / rows as f64,
             )?;
-            ce += l.ce_sum;
-            surrogate = Some(match surrogate {
-                Some(s) => (s + l.surrogate)?,
-                None => l.surrogate,
+            sums = Some(match sums {
+                Some((s, ce)) => ((s + l.surrogate)?, (ce + l.ce_sum)?),
+                None => (l.surrogate, l.ce_sum),
             });
         }
-        if let Some(s) = surrogate {
-            opt.backward_step(&s)?;
-        }
-        Ok(ce / rows as f32)
+        let Some((surrogate, ce)) = sums else {
+            return Ok(None);
+        };
+        opt.backward_step(&surrogate)?;
+        Ok(Some(ce.to_scalar::<f32>()? / rows as f32))
     }
 
     fn inputs<'a>(
@@ -401,18 +435,20 @@ impl Trainer {
                     &b.targets(),
                     1.0,
                 )?;
-                ce += l.ce_sum as f64;
-                agreed += l.agreed as f64;
+                ce += l.ce_sum.to_scalar::<f32>()? as f64;
+                agreed += l.agreed.to_scalar::<f32>()? as f64;
                 rows += b.rows;
-                accepted.extend(l.accepted);
+                accepted.extend(l.accepted()?);
             }
             // Decoding's walk: a block from each root, its accepted drafts and the target's
-            // own token emitted, the next root after them.
+            // own token emitted, the next root after them; as the head's walk, a draft is never
+            // the answer's last token (the step's own token must be there to emit).
             let mut p = 0;
             while p < accepted.len() {
+                let n = accepted[p].min(accepted.len() - 1 - p);
                 walk.steps += 1;
-                walk.emitted += accepted[p] + 1;
-                p += accepted[p] + 1;
+                walk.emitted += n + 1;
+                p += n + 1;
             }
         }
         let per_row = |x: f64| {

@@ -125,22 +125,16 @@ impl LayerOps<'_> {
             .reshape((b * heads, rows, self.cfg.head_dim))?)
     }
 
-    /// Queries and keys/values of rows `n` already normed (`[b * rows, h]`, `b` sequences) at
-    /// the rotations `cos`, `sin` (by row, the same for every sequence).
-    pub fn qkv_normed(
+    /// Keys and values of rows `n` already normed (`[b * rows, h]`, `b` sequences) at the
+    /// rotations `cos`, `sin` (by row, the same for every sequence).
+    pub fn kv_normed(
         &self,
         n: &Tensor,
         b: usize,
         cos: &Tensor,
         sin: &Tensor,
-    ) -> Result<(Tensor, Tensor, Tensor)> {
+    ) -> Result<(Tensor, Tensor)> {
         let bias = self.cfg.qkv_bias;
-        let q = self.heads(
-            &self.linear(n, "attn_q", bias)?,
-            b,
-            self.cfg.n_heads,
-            Some("attn_q_norm.weight"),
-        )?;
         let k = self.heads(
             &self.linear(n, "attn_k", bias)?,
             b,
@@ -153,7 +147,7 @@ impl LayerOps<'_> {
             self.cfg.n_kv_heads,
             None,
         )?;
-        Ok((self.rope(&q, cos, sin)?, self.rope(&k, cos, sin)?, v))
+        Ok((self.rope(&k, cos, sin)?, v))
     }
 
     /// The layer's queries and keys/values for its input rows `u` (normed by `attn_norm`).
@@ -164,7 +158,15 @@ impl LayerOps<'_> {
         cos: &Tensor,
         sin: &Tensor,
     ) -> Result<(Tensor, Tensor, Tensor)> {
-        self.qkv_normed(&self.norm(u, "attn_norm.weight")?, b, cos, sin)
+        let n = self.norm(u, "attn_norm.weight")?;
+        let q = self.heads(
+            &self.linear(&n, "attn_q", self.cfg.qkv_bias)?,
+            b,
+            self.cfg.n_heads,
+            Some("attn_q_norm.weight"),
+        )?;
+        let (k, v) = self.kv_normed(&n, b, cos, sin)?;
+        Ok((self.rope(&q, cos, sin)?, k, v))
     }
 
     /// Attention of `q` `[b * heads, R, hd]` over `k`, `v` `[b * kv_heads, K, hd]` under the
