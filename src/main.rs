@@ -29,7 +29,23 @@ use bench_cmd::run_bench;
 use chat_cmd::run_chat;
 use tools::{run_export, run_fetch, run_generate, run_selftest, run_synth, run_train};
 
+/// candle's CPU matrix product asks for its thread count on every call and, unless
+/// `RAYON_NUM_THREADS` is set, reads `/proc/cpuinfo` each time (`candle_core::utils::
+/// get_num_threads`): thousands of file reads a second in a training step's small products.
+/// Build rayon's pool first (its size as rayon would choose it), then name candle's own choice
+/// in the variable, so that both keep their sizes and the product reads a variable instead.
+fn settle_thread_counts() {
+    if std::env::var_os("RAYON_NUM_THREADS").is_some() {
+        return;
+    }
+    // An error here means the pool exists already; either way it is not resized.
+    let _ = rayon::ThreadPoolBuilder::new().build_global();
+    let n = candle_core::utils::get_num_threads();
+    std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+}
+
 fn main() -> ExitCode {
+    settle_thread_counts();
     let cli = Cli::parse();
     let result = match cli.command.unwrap_or(Command::Chat(cli.chat)) {
         Command::Chat(a) => run_chat(a),
