@@ -1,7 +1,7 @@
 //! The DFlash block drafter ([`crate::draft::dflash`]; z-lab, "DFlash", arXiv:2602.06036) as
 //! trainable parameters for a target, saved as a checkpoint directory (`config.json` and
 //! `model.safetensors` in z-lab's layout) that [`crate::draft::DFlashDrafter`] loads, with a
-//! forward pass in ops that have gradients ([`super::layer_ops`]) over many blocks of one
+//! forward pass in ops that have gradients (`layer_ops`) over many blocks of one
 //! training sequence at once.
 //!
 //! A block is anchored at a position `a` of the sequence: its rows are the token at `a` (the

@@ -1,5 +1,5 @@
 //! A whole DFlash training run (`treespec train-drafter --dflash LxB`): the target's answers as a
-//! head's run makes them ([`super::data`]: prompt files, self-written prompts, turns, earlier
+//! head's run makes them (`data.rs`: prompt files, self-written prompts, turns, earlier
 //! runs' answers; the last conversations held out), a drafter of random weights
 //! ([`super::dflash::TrainableDFlash`]), optimiser steps on blocks anchored at random positions
 //! of each answer, the drafter measured on the held-out answers as decoding walks them, and
