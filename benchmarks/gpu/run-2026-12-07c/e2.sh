@@ -10,7 +10,7 @@ pkill -f train-drafter; sleep 2; grep -v "after" $D/train.log | cut -c1-400 | ta
 H=$D/head.safetensors.best.safetensors
 $B export-head --head $H --data $D/head.safetensors.data.json --draft-vocab 32768 -m $T --type q4_k \
   --out $S/e3-head.gguf 2>&1 | tail -1
-for h in $H0 $S/e3-head.gguf; do
+[ "${BENCH:-1}" = 1 ] && for h in ${HEADS:-$H0 $S/e3-head.gguf}; do
   n=$(basename $h .gguf)
   timeout 200 $B bench --device cuda --target $T --drafter $h --limit 16 --max-tokens 128 \
     --prompts benchmarks/prompts/chat.jsonl benchmarks/prompts/heldout.jsonl benchmarks/prompts/humaneval.jsonl benchmarks/prompts/gsm8k.jsonl \
