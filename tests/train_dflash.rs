@@ -54,7 +54,7 @@ impl Fixture {
             .unwrap();
         let features = Tensor::cat(&out.hidden, 1).unwrap();
         target.reset();
-        let drafter = TrainableDFlash::new(&cfg, &shape, &Device::Cpu, seed).unwrap();
+        let drafter = TrainableDFlash::new(&cfg, &shape, &Device::Cpu, seed, None).unwrap();
         let (cos, sin) = rope_tables(&drafter.config().model, CONTEXT, None, &Device::Cpu).unwrap();
         Fixture {
             target,
@@ -210,7 +210,8 @@ fn dflash_run_specs_are_checked() {
         DFlashRun {
             layers: 2,
             block_size: 16,
-            mask_token: None
+            mask_token: None,
+            from_target: false
         }
     );
     for bad in ["", "2", "0x16", "2x1", "x16", "2x", "twox16"] {
@@ -273,5 +274,44 @@ fn the_default_mask_token_is_the_last_with_an_embedding() {
     assert_eq!(
         treespec::train::dflash_run::default_mask_token(&t).unwrap(),
         99
+    );
+}
+
+#[test]
+fn a_drafter_from_the_target_starts_as_its_last_layers() {
+    let cfg = common::tiny_config(Family::Qwen2, 61);
+    let w = common::random_weights(&cfg, 3);
+    let shape = DFlashShape {
+        layers: 1,
+        block_size: BLOCK,
+        target_layer_ids: vec![0],
+        mask_token_id: 60,
+    };
+    let source = |name: &str| w.get(name).cloned();
+    let copied = TrainableDFlash::new(&cfg, &shape, &Device::Cpu, 5, Some(&source)).unwrap();
+    let random = TrainableDFlash::new(&cfg, &shape, &Device::Cpu, 5, None).unwrap();
+    let get =
+        |d: &TrainableDFlash, name: &str| d.vars().data().lock().unwrap()[name].as_tensor().clone();
+    let last = cfg.n_layers - 1;
+    for (ours, theirs) in [
+        ("layers.0.self_attn.q_proj.weight", "attn_q.weight"),
+        ("layers.0.mlp.down_proj.weight", "ffn_down.weight"),
+        ("layers.0.input_layernorm.weight", "attn_norm.weight"),
+    ] {
+        let want = &w[&format!("blk.{last}.{theirs}")];
+        assert_eq!(
+            common::max_abs_diff(&get(&copied, ours), want),
+            0.0,
+            "{ours}"
+        );
+        assert!(
+            common::max_abs_diff(&get(&random, ours), want) > 0.0,
+            "{ours}"
+        );
+    }
+    // What the target has no tensor for keeps the random start.
+    assert_eq!(
+        common::max_abs_diff(&get(&copied, "fc.weight"), &get(&random, "fc.weight")),
+        0.0
     );
 }

@@ -116,6 +116,10 @@ pub(crate) struct TrainArgs {
     /// whose embedding is not zero).
     #[arg(long, value_name = "ID", requires = "dflash")]
     pub(crate) mask_token: Option<u32>,
+    /// Start a DFlash drafter's layers as the target's last layers (their matrices and norms;
+    /// the target's biases dropped) instead of random weights.
+    #[arg(long, requires = "dflash")]
+    pub(crate) dflash_from_target: bool,
     /// Chain steps the head is trained unrolled for.
     #[arg(long, default_value_t = 3)]
     pub(crate) k: usize,

@@ -202,6 +202,7 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<()> {
     if let Some(spec) = &a.dflash {
         let run = treespec::train::dflash_run::DFlashRun {
             mask_token: a.mask_token,
+            from_target: a.dflash_from_target,
             ..treespec::train::dflash_run::DFlashRun::parse(spec)?
         };
         if cfg.eval.is_some() {

@@ -11,6 +11,7 @@
 //! whole of its own block, no other block. Row `d >= 1` of the block predicts the token at
 //! `a + d`: trained on the target's distribution there, as the head is ([`super::loss`]).
 
+use super::head::LayerSource;
 use super::layer_ops::{layer_params, random_matrix, LayerOps};
 use super::loss::{soft_cross_entropy, RowTargets};
 use crate::arch::config::ModelConfig;
@@ -56,15 +57,21 @@ pub struct TrainableDFlash {
 impl TrainableDFlash {
     /// A drafter of `shape` for `target`: Qwen3 layers of the target's width, heads and MLP,
     /// norms at one, matrices at small random values drawn from `seed`.
+    ///
+    /// With `init` (the target's tensors by GGUF name), drafter layer i starts as target layer
+    /// `n_layers - layers + i` (its last layers) wherever a tensor of the same stem and shape
+    /// exists (biases, which the drafter has none of, are dropped); the rest as above.
     pub fn new(
         target: &ModelConfig,
         shape: &DFlashShape,
         device: &Device,
         seed: u64,
+        init: Option<&LayerSource<'_>>,
     ) -> Result<Self> {
         use rand::SeedableRng;
         let cfg = DFlashConfig::from_json(&config_json(target, shape)?.to_string())?;
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let (target_source, first_copied) = (init, target.n_layers.saturating_sub(shape.layers));
         let mut vars = VarMap::new();
         let h = cfg.model.hidden;
         let mut params: Vec<(String, Vec<usize>)> = vec![
@@ -84,15 +91,31 @@ impl TrainableDFlash {
         }
         for (gguf, shape) in params {
             let name = saved_name(&gguf);
-            let init = if gguf.ends_with("norm.weight") {
+            let start = if gguf.ends_with("norm.weight") {
                 Init::Const(1.0)
             } else {
                 Init::Const(0.0)
             };
-            vars.get(shape.as_slice(), &name, init, DType::F32, device)?;
-            if shape.len() == 2 {
-                let m = random_matrix(&mut rng, &shape)?;
-                vars.set_one(&name, m.to_device(device)?)?;
+            vars.get(shape.as_slice(), &name, start, DType::F32, device)?;
+            // The random draw is made either way, so that the other tensors do not move.
+            let drawn = if shape.len() == 2 {
+                Some(random_matrix(&mut rng, &shape)?)
+            } else {
+                None
+            };
+            let copied = target_source
+                .and_then(|source| {
+                    let (i, stem) = gguf.strip_prefix("blk.")?.split_once('.')?;
+                    let i: usize = i.parse().ok()?;
+                    source(&format!("blk.{}.{stem}", first_copied + i))
+                })
+                .filter(|t| t.dims() == shape.as_slice());
+            if let Some(t) = copied
+                .map(|t| t.to_dtype(DType::F32))
+                .transpose()?
+                .or(drawn)
+            {
+                vars.set_one(&name, t.to_device(device)?)?;
             }
         }
         Ok(TrainableDFlash { vars, cfg })

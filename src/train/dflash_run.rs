@@ -32,6 +32,8 @@ pub struct DFlashRun {
     pub block_size: usize,
     /// The token its masked positions are embedded as (`None`: [`default_mask_token`]).
     pub mask_token: Option<u32>,
+    /// Start its layers as the target's last layers (else from random weights).
+    pub from_target: bool,
 }
 
 impl DFlashRun {
@@ -52,6 +54,7 @@ impl DFlashRun {
             layers,
             block_size,
             mask_token: None,
+            from_target: false,
         })
     }
 }
@@ -87,6 +90,9 @@ pub struct DFlashRecord {
     pub target_layer_ids: Vec<usize>,
     /// Its mask token.
     pub mask_token_id: u32,
+    /// Whether its layers started as the target's last layers (else random).
+    #[serde(default)]
+    pub from_target: bool,
     /// Learning rate (the peak, under a schedule).
     pub lr: f64,
     /// How the rate moved ([`super::LrSchedule::name`]).
@@ -198,7 +204,13 @@ pub fn run(cfg: &RunConfig, spec: &DFlashRun) -> Result<DFlashRecord> {
     let held = data.held_out()?;
     let (train, held_out) = sequences.split_at(sequences.len() - held);
     let device = t.decoder.device().clone();
-    let drafter = TrainableDFlash::new(&target_cfg, &shape, &device, cfg.seed)?;
+    let drafter = if spec.from_target {
+        let store = super::run::target_store(&t)?;
+        let init = |name: &str| store.borrow_mut().get_dense(name).ok();
+        TrainableDFlash::new(&target_cfg, &shape, &device, cfg.seed, Some(&init))?
+    } else {
+        TrainableDFlash::new(&target_cfg, &shape, &device, cfg.seed, None)?
+    };
     let rope = rope_tables(
         &drafter.config().model,
         cfg.opts.max_len + spec.block_size,
@@ -229,6 +241,7 @@ pub fn run(cfg: &RunConfig, spec: &DFlashRun) -> Result<DFlashRecord> {
         block_size: spec.block_size,
         target_layer_ids: shape.target_layer_ids.clone(),
         mask_token_id,
+        from_target: spec.from_target,
         lr: cfg.opts.lr,
         lr_schedule: cfg.opts.schedule.name().into(),
         seed: cfg.seed,

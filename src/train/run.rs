@@ -337,6 +337,17 @@ fn fused_layers(
 /// its block, fed the layers `fused` where given; where `cfg.out` holds a checkpoint with its
 /// record (`record_path`), that checkpoint (an error unless its record's data are
 /// `data_lines`); at step 0 with `--init`, that head.
+/// The target's own tensors (dense, on its device), to start a drafter's layers from.
+pub(super) fn target_store(t: &LoadedModel) -> Result<RefCell<WeightStore>> {
+    let device = t.decoder.device();
+    Ok(RefCell::new(match &t.files {
+        ModelFiles::Gguf(path) => WeightStore::gguf(path, read_gguf_header(path)?, device, false)?,
+        ModelFiles::Checkpoint(dir) => {
+            WeightStore::safetensors(&source::safetensors_files(dir)?, device)?
+        }
+    }))
+}
+
 fn start_head(
     cfg: &RunConfig,
     t: &LoadedModel,
@@ -346,12 +357,7 @@ fn start_head(
 ) -> Result<(TrainableHead, usize, Option<usize>)> {
     // The head: the target's last layer as its block, or where a checkpoint exists, that.
     let device = t.decoder.device().clone();
-    let store = RefCell::new(match &t.files {
-        ModelFiles::Gguf(path) => WeightStore::gguf(path, read_gguf_header(path)?, &device, false)?,
-        ModelFiles::Checkpoint(dir) => {
-            WeightStore::safetensors(&source::safetensors_files(dir)?, &device)?
-        }
-    });
+    let store = target_store(t)?;
     let init = |name: &str| store.borrow_mut().get_dense(name).ok();
     let target_cfg = t.decoder.config();
     let mut head = TrainableHead::new(target_cfg, &device, cfg.seed, Some(&init))?;
