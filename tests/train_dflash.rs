@@ -105,7 +105,7 @@ fn a_saved_drafter_drafts_what_the_trainers_forward_computes() {
     let trained = target.draft_lm_head(&rows).unwrap();
 
     let dir = tempfile::tempdir().unwrap();
-    d.save_dir(dir.path(), target.config()).unwrap();
+    d.save_dir(dir.path()).unwrap();
     for (i, &a) in anchors.iter().enumerate() {
         let mut drafter =
             DFlashDrafter::load_dir(dir.path(), &Device::Cpu, CONTEXT, false).unwrap();

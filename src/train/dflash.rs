@@ -12,15 +12,15 @@
 //! `a + d`: trained on the target's distribution there, as the head is ([`super::loss`]).
 
 use super::head::LayerSource;
-use super::layer_ops::{layer_params, random_matrix, LayerOps};
+use super::layer_ops::{layer_params, make_param, random_matrix, LayerOps};
 use super::loss::{soft_cross_entropy, RowTargets};
 use crate::arch::config::ModelConfig;
 use crate::arch::weights::hf_name;
 use crate::draft::dflash::{config_json, DFlashConfig, DFlashShape};
 use crate::error::{Error, Result};
 use crate::model::decoder::MASKED;
-use candle_core::{DType, Device, Tensor};
-use candle_nn::{AdamW, Init, Optimizer, VarMap};
+use candle_core::{Device, Tensor};
+use candle_nn::{AdamW, Optimizer, VarMap};
 use std::path::Path;
 
 /// The saved (z-lab) name of a tensor of GGUF-style name `gguf` (`blk.0.attn_q.weight` ->
@@ -52,6 +52,8 @@ pub struct Blocks<'a> {
 pub struct TrainableDFlash {
     vars: VarMap,
     cfg: DFlashConfig,
+    /// Its `config.json`, as `cfg` was read from.
+    config_json: serde_json::Value,
 }
 
 impl TrainableDFlash {
@@ -69,7 +71,8 @@ impl TrainableDFlash {
         init: Option<&LayerSource<'_>>,
     ) -> Result<Self> {
         use rand::SeedableRng;
-        let cfg = DFlashConfig::from_json(&config_json(target, shape)?.to_string())?;
+        let json = config_json(target, shape)?;
+        let cfg = DFlashConfig::from_json(&json.to_string())?;
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let (target_source, first_copied) = (init, target.n_layers.saturating_sub(shape.layers));
         let mut vars = VarMap::new();
@@ -90,13 +93,6 @@ impl TrainableDFlash {
             );
         }
         for (gguf, shape) in params {
-            let name = saved_name(&gguf);
-            let start = if gguf.ends_with("norm.weight") {
-                Init::Const(1.0)
-            } else {
-                Init::Const(0.0)
-            };
-            vars.get(shape.as_slice(), &name, start, DType::F32, device)?;
             // The random draw is made either way, so that the other tensors do not move.
             let drawn = if shape.len() == 2 {
                 Some(random_matrix(&mut rng, &shape)?)
@@ -110,15 +106,21 @@ impl TrainableDFlash {
                     source(&format!("blk.{}.{stem}", first_copied + i))
                 })
                 .filter(|t| t.dims() == shape.as_slice());
-            if let Some(t) = copied
-                .map(|t| t.to_dtype(DType::F32))
-                .transpose()?
-                .or(drawn)
-            {
-                vars.set_one(&name, t.to_device(device)?)?;
-            }
+            let is_norm = gguf.ends_with("norm.weight");
+            make_param(
+                &mut vars,
+                &saved_name(&gguf),
+                &shape,
+                is_norm,
+                copied.or(drawn),
+                device,
+            )?;
         }
-        Ok(TrainableDFlash { vars, cfg })
+        Ok(TrainableDFlash {
+            vars,
+            cfg,
+            config_json: json,
+        })
     }
 
     /// Its configuration, as [`crate::draft::DFlashDrafter`] reads it.
@@ -132,16 +134,10 @@ impl TrainableDFlash {
     }
 
     /// Write `config.json` and `model.safetensors` into `dir` (made if missing).
-    pub fn save_dir(&self, dir: &Path, target: &ModelConfig) -> Result<()> {
+    pub fn save_dir(&self, dir: &Path) -> Result<()> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let config = dir.join("config.json");
-        let shape = DFlashShape {
-            layers: self.cfg.model.n_layers,
-            block_size: self.cfg.block_size,
-            target_layer_ids: self.cfg.target_layer_ids.clone(),
-            mask_token_id: self.cfg.mask_token_id,
-        };
-        let text = serde_json::to_string_pretty(&config_json(target, &shape)?)
+        let text = serde_json::to_string_pretty(&self.config_json)
             .map_err(|e| Error::Config(format!("config.json: {e}")))?;
         std::fs::write(&config, text).map_err(|e| Error::io(&config, e))?;
         self.vars.save(dir.join("model.safetensors"))?;

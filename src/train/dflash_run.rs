@@ -181,7 +181,7 @@ pub fn run(cfg: &RunConfig, spec: &DFlashRun) -> Result<DFlashRecord> {
     }
     std::fs::create_dir_all(&cfg.out).map_err(|e| Error::io(&cfg.out, e))?;
     let mut t = crate::load::load_model(&cfg.target, &cfg.load)?;
-    // The drafter's shape, checked against the target before any answer is generated.
+    // The drafter, made (its shape checked against the target) before any answer is generated.
     let target_cfg = t.decoder.config().clone();
     let target_layer_ids = match &cfg.feature_layers {
         Some(s) => parse_layers(s, target_cfg.n_layers)?,
@@ -197,12 +197,6 @@ pub fn run(cfg: &RunConfig, spec: &DFlashRun) -> Result<DFlashRecord> {
         target_layer_ids: target_layer_ids.clone(),
         mask_token_id,
     };
-    crate::draft::dflash::config_json(&target_cfg, &shape)?;
-    let record_path = beside(&cfg.out, ".json");
-    let data = training_data(cfg, &mut t, &record_path)?;
-    let sequences = data.examples();
-    let held = data.held_out()?;
-    let (train, held_out) = sequences.split_at(sequences.len() - held);
     let device = t.decoder.device().clone();
     let drafter = if spec.from_target {
         let store = super::run::target_store(&t)?;
@@ -211,6 +205,11 @@ pub fn run(cfg: &RunConfig, spec: &DFlashRun) -> Result<DFlashRecord> {
     } else {
         TrainableDFlash::new(&target_cfg, &shape, &device, cfg.seed, None)?
     };
+    let record_path = beside(&cfg.out, ".json");
+    let data = training_data(cfg, &mut t, &record_path)?;
+    let sequences = data.examples();
+    let held = data.held_out()?;
+    let (train, held_out) = sequences.split_at(sequences.len() - held);
     let rope = rope_tables(
         &drafter.config().model,
         cfg.opts.max_len + spec.block_size,
@@ -336,18 +335,17 @@ impl Trainer {
             at.len(),
             device,
         )?;
-        let valid: Vec<f32> = at.iter().map(|&(_, v)| if v { 1.0 } else { 0.0 }).collect();
-        let valid = Tensor::from_vec(valid, (at.len(), 1), device)?;
-        let best_all: Vec<u32> = tg.best.to_vec1()?;
-        let best: Vec<u32> = at
-            .iter()
-            .map(|&(p, v)| if v { best_all[p] } else { u32::MAX })
-            .collect();
+        let valid: Vec<u8> = at.iter().map(|&(_, v)| v as u8).collect();
+        let valid = Tensor::from_vec(valid, at.len(), device)?;
+        // Past the end: no weight, and a top token no row can agree with.
+        let none = Tensor::full(u32::MAX, at.len(), device)?;
+        let best = valid.where_cond(&tg.best.index_select(&index, 0)?, &none)?;
+        let keep = valid.to_dtype(DType::F32)?.unsqueeze(1)?;
         Ok(SequenceBlocks {
             embeds,
             ids: tg.ids.index_select(&index, 0)?,
-            weights: tg.weights.index_select(&index, 0)?.broadcast_mul(&valid)?,
-            best: Tensor::from_vec(best, at.len(), device)?,
+            weights: tg.weights.index_select(&index, 0)?.broadcast_mul(&keep)?,
+            best,
             rows: at.iter().filter(|&&(_, v)| v).count(),
         })
     }
@@ -478,7 +476,7 @@ impl Trainer {
             walked_tau: walk.tau(),
             ..base.clone()
         };
-        self.drafter.save_dir(&cfg.out, target.config())?;
+        self.drafter.save_dir(&cfg.out)?;
         write_json(record_path, &rec)?;
         eprintln!(
             "step {step}: held-out loss {:.3}, agreement {:.3}, tau {:.2} walked (blocks of {})",

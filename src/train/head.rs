@@ -6,7 +6,7 @@
 //! context rows 0..=p of step 1 and its own row p of steps 2..=j, as a chain drafted from
 //! position p does.
 
-use super::layer_ops::{layer_params, random_matrix, LayerOps};
+use super::layer_ops::{layer_params, make_param, random_matrix, LayerOps};
 use crate::arch::config::ModelConfig;
 use crate::arch::weights::hf_name;
 use crate::error::Result;
@@ -73,20 +73,13 @@ impl TrainableHead {
                 .filter(|_| in_target)
                 .and_then(|i| i(&format!("blk.{last}.{stem}")))
                 .filter(|t| t.dims() == shape.as_slice());
-            let init_kind = if stem.ends_with("norm.weight") {
-                Init::Const(1.0)
-            } else {
-                Init::Const(0.0)
-            };
-            vars.get(shape.as_slice(), &full, init_kind, DType::F32, device)?;
             let value = match copied {
-                Some(t) => Some(t.to_dtype(DType::F32)?),
+                Some(t) => Some(t),
                 None if shape.len() == 2 => Some(random_matrix(&mut rng, &shape)?),
                 None => None,
             };
-            if let Some(t) = value {
-                vars.set_one(&full, t.to_device(device)?)?;
-            }
+            let is_norm = stem.ends_with("norm.weight");
+            make_param(&mut vars, &full, &shape, is_norm, value, device)?;
         }
         Ok(TrainableHead {
             vars,

@@ -5,7 +5,8 @@
 
 use crate::arch::config::{ModelConfig, RopeStyle};
 use crate::error::{Error, Result};
-use candle_core::{Tensor, Var, D};
+use candle_core::{DType, Device, Tensor, Var, D};
+use candle_nn::{Init, VarMap};
 use std::collections::HashMap;
 
 /// A layer's tensors by GGUF-style stem and shape for a model shaped as `cfg` (norms, the
@@ -43,6 +44,28 @@ pub fn random_matrix(rng: &mut impl rand::Rng, shape: &[usize]) -> Result<Tensor
     let n = shape[0] * shape[1];
     let v: Vec<f32> = (0..n).map(|_| rng.random_range(-a..a)).collect();
     Ok(Tensor::from_vec(v, shape, &candle_core::Device::Cpu)?)
+}
+
+/// Make the parameter `name` of `shape` in `vars`, on `device`: `value` where given (in f32),
+/// else its start, one for a norm's weight (`is_norm`) and zero otherwise.
+pub fn make_param(
+    vars: &mut VarMap,
+    name: &str,
+    shape: &[usize],
+    is_norm: bool,
+    value: Option<Tensor>,
+    device: &Device,
+) -> Result<()> {
+    let start = if is_norm {
+        Init::Const(1.0)
+    } else {
+        Init::Const(0.0)
+    };
+    vars.get(shape, name, start, DType::F32, device)?;
+    if let Some(t) = value {
+        vars.set_one(name, t.to_dtype(DType::F32)?.to_device(device)?)?;
+    }
+    Ok(())
 }
 
 /// A model's parameters (locked) read as one decoder layer's: `name` maps a GGUF-style stem
