@@ -243,12 +243,12 @@ fn dflash_runs_check_their_layers_and_never_overwrite_a_drafter() {
     let e = dflash_run::run(&cfg, &DFlashRun::parse("1x4").unwrap()).unwrap_err();
     assert!(e.to_string().contains("not a layer 9"), "{e}");
     assert!(!dir.path().join("dflash.data.json").exists());
-    // A directory holding a drafter is not trained over.
+    // A directory holding a drafter without a run's record is not trained over.
     std::fs::create_dir_all(&cfg.out).unwrap();
     std::fs::write(cfg.out.join("model.safetensors"), b"trained").unwrap();
     cfg.feature_layers = None;
     let e = dflash_run::run(&cfg, &DFlashRun::parse("1x4").unwrap()).unwrap_err();
-    assert!(e.to_string().contains("does not resume"), "{e}");
+    assert!(e.to_string().contains("without its record"), "{e}");
     assert_eq!(
         std::fs::read(cfg.out.join("model.safetensors")).unwrap(),
         b"trained"
@@ -314,4 +314,94 @@ fn a_drafter_from_the_target_starts_as_its_last_layers() {
         common::max_abs_diff(&get(&copied, "fc.weight"), &get(&random, "fc.weight")),
         0.0
     );
+}
+
+#[test]
+fn a_dflash_run_resumes_keeps_its_best_and_measures_evaluation_sets() {
+    use treespec::train::dflash_run::{self, best_dir, DFlashRun};
+    let dir = tempfile::tempdir().unwrap();
+    let unseen = dir.path().join("unseen.jsonl");
+    std::fs::write(
+        &unseen,
+        "{\"prompt\": \"never seen\", \"category\": \"a\"}\n\
+         {\"prompt\": \"never heard\", \"category\": \"b\"}\n",
+    )
+    .unwrap();
+    let mut cfg = common::tiny_train_run(dir.path(), 4);
+    cfg.out = dir.path().join("dflash");
+    cfg.answer_tokens = 12;
+    cfg.eval = Some(vec![unseen]);
+    let spec = DFlashRun::parse("1x4").unwrap();
+    let first = dflash_run::run(&cfg, &spec).unwrap();
+    assert_eq!(first.step, 4);
+    let steps = |r: &dflash_run::DFlashRecord| r.curve.iter().map(|p| p.step).collect::<Vec<_>>();
+    assert_eq!(steps(&first), [0, 4]);
+    // The evaluation set, whole and by category, never trained on.
+    assert_eq!(first.eval.len(), 1);
+    assert_eq!(first.eval[0].set, "unseen");
+    let by: Vec<&str> = first.eval[0]
+        .by_category
+        .iter()
+        .map(|c| c.set.as_str())
+        .collect();
+    assert_eq!(by, ["unseen/a", "unseen/b"]);
+    assert!(first.eval[0].walked_tau >= 1.0);
+    let weights = cfg.out.join("model.safetensors");
+    let at_4 = std::fs::read(&weights).unwrap();
+    // Run again at its last step: the checkpoint read back and measured as it was, not trained.
+    let again = dflash_run::run(&cfg, &spec).unwrap();
+    assert_eq!((again.step, steps(&again)), (4, vec![0, 4]));
+    assert_eq!(again.curve, first.curve);
+    assert_eq!(again.eval[0].loss, first.eval[0].loss);
+
+    // Resumed to step 8: the curve goes on from the record, the weights move on from step 4's.
+    cfg.steps = 8;
+    let second = dflash_run::run(&cfg, &spec).unwrap();
+    assert_eq!(second.step, 8);
+    assert_eq!(steps(&second), [0, 4, 8]);
+    assert_eq!(second.curve[..2], first.curve[..]);
+    assert_ne!(std::fs::read(&weights).unwrap(), at_4);
+    // The best record so far, a drafter of its own the runtime loads.
+    let best: dflash_run::DFlashRecord = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("dflash.best.json")).unwrap(),
+    )
+    .unwrap();
+    let best_tau = second
+        .curve
+        .iter()
+        .map(|p| p.walked_tau)
+        .fold(0.0, f32::max);
+    assert_eq!(best.walked_tau, best_tau);
+    assert!(best_dir(&cfg.out).join("model.safetensors").is_file());
+    let gguf = std::path::PathBuf::from(&cfg.target);
+    let t = treespec::load::load_model(&gguf.display().to_string(), &cfg.load).unwrap();
+    treespec::load::load_dflash(&best_dir(&cfg.out), &t, &Default::default()).unwrap();
+
+    // Another drafter, mask token, start or data than the checkpoint's: refused, untouched.
+    let trained = std::fs::read(&weights).unwrap();
+    cfg.steps = 12;
+    for (spec, says) in [
+        (DFlashRun::parse("1x8").unwrap(), "--dflash 1x4"),
+        (
+            DFlashRun {
+                mask_token: Some(3),
+                ..spec.clone()
+            },
+            "--mask-token",
+        ),
+        (
+            DFlashRun {
+                from_target: true,
+                ..spec.clone()
+            },
+            "without --dflash-from-target",
+        ),
+    ] {
+        let e = dflash_run::run(&cfg, &spec).unwrap_err().to_string();
+        assert!(e.contains(says), "{says}: {e}");
+    }
+    cfg.self_prompts = 2;
+    let e = dflash_run::run(&cfg, &spec).unwrap_err().to_string();
+    assert!(e.contains("same data"), "{e}");
+    assert_eq!(std::fs::read(&weights).unwrap(), trained);
 }

@@ -107,9 +107,9 @@ pub(crate) struct TrainArgs {
     pub(crate) feature_layers: Option<String>,
     /// Train a DFlash block drafter instead of a head: LAYERSxBLOCK (`2x16`: two layers,
     /// blocks of 16 tokens), from random weights; --out is then its directory (config.json,
-    /// model.safetensors: `--drafter DIR` loads it) and --feature-layers the target layers it
-    /// reads (default: the reference's choice for its layers). --init, --k, --draft-vocab and
-    /// --eval do not apply.
+    /// model.safetensors: `--drafter DIR` loads it; a checkpoint there is resumed) and
+    /// --feature-layers the target layers it reads (default: the reference's choice for its
+    /// layers). --init, --k and --draft-vocab do not apply.
     #[arg(long, value_name = "LxB")]
     pub(crate) dflash: Option<String>,
     /// The token a DFlash drafter's masked positions are embedded as (default: the last token

@@ -205,9 +205,6 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<()> {
             from_target: a.dflash_from_target,
             ..treespec::train::dflash_run::DFlashRun::parse(spec)?
         };
-        if cfg.eval.is_some() {
-            anyhow::bail!("--eval measures heads; a DFlash run measures its held-out answers");
-        }
         let r = treespec::train::dflash_run::run(&cfg, &run)?;
         println!(
             "{}: step {}, held-out loss {:.3}, agreement {:.3}, tau {:.2} walked (blocks of {}, \
@@ -222,6 +219,18 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<()> {
             r.target_layer_ids,
             r.mask_token_id
         );
+        for e in &r.eval {
+            println!(
+                "  {}: agreement {:.3}, tau {:.2} walked",
+                e.set, e.agreement, e.walked_tau
+            );
+            for c in &e.by_category {
+                println!(
+                    "    {}: agreement {:.3}, tau {:.2} walked",
+                    c.set, c.agreement, c.walked_tau
+                );
+            }
+        }
         return Ok(());
     }
     let r = treespec::train::run::run(&cfg)?;

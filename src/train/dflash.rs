@@ -133,15 +133,40 @@ impl TrainableDFlash {
         &self.vars
     }
 
-    /// Write `config.json` and `model.safetensors` into `dir` (made if missing).
+    /// Write `config.json` and `model.safetensors` into `dir` (made if missing), each through
+    /// a temporary file renamed over it: a run killed while saving (a command's time limit)
+    /// leaves the last checkpoint whole.
     pub fn save_dir(&self, dir: &Path) -> Result<()> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let config = dir.join("config.json");
         let text = serde_json::to_string_pretty(&self.config_json)
             .map_err(|e| Error::Config(format!("config.json: {e}")))?;
-        std::fs::write(&config, text).map_err(|e| Error::io(&config, e))?;
-        self.vars.save(dir.join("model.safetensors"))?;
+        let tmp = dir.join("config.json.tmp");
+        std::fs::write(&tmp, text).map_err(|e| Error::io(&tmp, e))?;
+        std::fs::rename(&tmp, &config).map_err(|e| Error::io(&config, e))?;
+        let weights = dir.join("model.safetensors");
+        let tmp = dir.join("model.safetensors.tmp");
+        self.vars.save(&tmp)?;
+        std::fs::rename(&tmp, &weights).map_err(|e| Error::io(&weights, e))?;
         Ok(())
+    }
+
+    /// Its parameters set from a drafter of the same shape saved in `dir` ([`Self::save_dir`]),
+    /// to resume training it. An error names the tensor that is missing or of another shape.
+    pub fn load_dir(&mut self, dir: &Path) -> Result<()> {
+        let weights = dir.join("model.safetensors");
+        if !weights.exists() {
+            return Err(Error::InvalidArgument(format!(
+                "{}: no drafter to resume",
+                weights.display()
+            )));
+        }
+        self.vars.load(&weights).map_err(|e| {
+            Error::InvalidArgument(format!(
+                "{}: not a checkpoint of this drafter's shape: {e}",
+                weights.display()
+            ))
+        })
     }
 
     /// The block rows' outputs (after the drafter's final norm, the LM head's input), block by

@@ -4,14 +4,19 @@
 //! ([`super::dflash::TrainableDFlash`]), optimiser steps on blocks anchored at random positions
 //! of each answer, the drafter measured on the held-out answers as decoding walks them, and
 //! saved as a checkpoint directory (`--out DIR`: `config.json`, `model.safetensors`) that
-//! `--drafter DIR` loads, its record in `DIR.json`, the data in `DIR.data.json`.
+//! `--drafter DIR` loads, its record in `DIR.json`, the data in `DIR.data.json`, and the best
+//! checkpoint by held-out walked tau in `DIR.best/` (its record `DIR.best.json`).
 //!
-//! Not yet: resuming a run (each run starts from random weights) and evaluation sets.
+//! A run whose `--out` holds a checkpoint and its record resumes it: the same drafter, target
+//! and data (refused otherwise), from the step it reached to `--steps`, the same anchors and
+//! batches as one unbroken run; the optimiser's moments start afresh. `--eval` sets are measured
+//! as the held-out answers are, set by set and category by category.
 
-use super::data::{data_lines, training_data};
+use super::data::{data_lines, eval_sets, training_data};
 use super::dflash::{Blocks, TrainableDFlash};
+use super::figures::{eval_examples, EvalExamples};
 use super::loss::RowTargets;
-use super::run::{bar, beside, write_json, Epochs, RunConfig};
+use super::run::{bar, beside, other_data, write_json, Epochs, RunConfig, RECORD_EVERY};
 use super::targets::{SequenceTargets, TargetCache};
 use super::{Example, Walk};
 use crate::draft::dflash::{default_target_layer_ids, DFlashShape};
@@ -22,6 +27,7 @@ use candle_nn::{AdamW, Optimizer, ParamsAdamW};
 use rand::seq::index::sample;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
 
 /// What a DFlash run is asked for beyond a head's run.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,9 +72,6 @@ pub const TRAIN_ANCHORS: usize = 16;
 /// Blocks a forward pass of the evaluation reads at once.
 const EVAL_CHUNK: usize = 32;
 
-/// Optimiser steps between records.
-const RECORD_EVERY: usize = 200;
-
 /// A DFlash run's record, written beside the drafter.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DFlashRecord {
@@ -108,6 +111,41 @@ pub struct DFlashRecord {
     /// Tokens a target pass emits when blocks drafted from each root are verified greedily as
     /// chains, walking the held-out answers as decoding does ([`super::Walk`]).
     pub walked_tau: f32,
+    /// The held-out figures at every record of the run, resumed runs' included, in step order.
+    #[serde(default)]
+    pub curve: Vec<DFlashPoint>,
+    /// The same figures on each evaluation set (`--eval`), never trained on.
+    #[serde(default)]
+    pub eval: Vec<DFlashFigures>,
+}
+
+/// The held-out figures at one record.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct DFlashPoint {
+    /// Optimiser steps done.
+    pub step: usize,
+    /// [`DFlashRecord::held_out_loss`].
+    pub loss: f32,
+    /// [`DFlashRecord::held_out_agreement`].
+    pub agreement: f32,
+    /// [`DFlashRecord::walked_tau`].
+    pub walked_tau: f32,
+}
+
+/// A drafter's figures on one evaluation set, as the held-out answers' are measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DFlashFigures {
+    /// The set's name (its file's stem), or `set/category`.
+    pub set: String,
+    /// Cross-entropy, the mean over the blocks' rows.
+    pub loss: f32,
+    /// Share of the rows whose top token is the target's.
+    pub agreement: f32,
+    /// Tokens a target pass emits walking the set's answers.
+    pub walked_tau: f32,
+    /// The same figures on each of the set's categories (none where it has fewer than two).
+    #[serde(default)]
+    pub by_category: Vec<DFlashFigures>,
 }
 
 /// The mask token when none is named: the last id whose embedding row is not zero (the last ids
@@ -158,12 +196,13 @@ pub fn parse_layers(spec: &str, n_layers: usize) -> Result<Vec<usize>> {
     Ok(layers)
 }
 
-/// Run a DFlash training; returns the final record.
+/// Run (or resume) a DFlash training; returns the final record.
 pub fn run(cfg: &RunConfig, spec: &DFlashRun) -> Result<DFlashRecord> {
     super::turns::check(cfg.turns)?;
     if cfg.init.is_some() {
         return Err(Error::InvalidArgument(
-            "--init starts a head from an exported one; a DFlash drafter starts from random weights"
+            "--init starts a head from an exported one; a DFlash drafter starts from random \
+             weights, the target's last layers, or the checkpoint in its --out"
                 .into(),
         ));
     }
@@ -172,16 +211,12 @@ pub fn run(cfg: &RunConfig, spec: &DFlashRun) -> Result<DFlashRecord> {
         out: cfg.out.components().collect(),
         ..cfg.clone()
     };
-    if cfg.out.join("model.safetensors").exists() {
-        return Err(Error::InvalidArgument(format!(
-            "{} holds a trained DFlash drafter; a DFlash run does not resume yet (each starts \
-             from random weights): name another --out",
-            cfg.out.display()
-        )));
-    }
+    let record_path = beside(&cfg.out, ".json");
+    let resumed = checkpoint_record(cfg, &record_path)?;
     std::fs::create_dir_all(&cfg.out).map_err(|e| Error::io(&cfg.out, e))?;
     let mut t = crate::load::load_model(&cfg.target, &cfg.load)?;
-    // The drafter, made (its shape checked against the target) before any answer is generated.
+    // The drafter, made (its shape checked against the target and any checkpoint) before any
+    // answer is generated.
     let target_cfg = t.decoder.config().clone();
     let target_layer_ids = match &cfg.feature_layers {
         Some(s) => parse_layers(s, target_cfg.n_layers)?,
@@ -197,16 +232,26 @@ pub fn run(cfg: &RunConfig, spec: &DFlashRun) -> Result<DFlashRecord> {
         target_layer_ids: target_layer_ids.clone(),
         mask_token_id,
     };
+    if let Some(r) = &resumed {
+        same_drafter(cfg, r, &t.name, &shape, spec.from_target)?;
+    }
     let device = t.decoder.device().clone();
-    let drafter = if spec.from_target {
+    let mut drafter = if spec.from_target && resumed.is_none() {
         let store = super::run::target_store(&t)?;
         let init = |name: &str| store.borrow_mut().get_dense(name).ok();
         TrainableDFlash::new(&target_cfg, &shape, &device, cfg.seed, Some(&init))?
     } else {
         TrainableDFlash::new(&target_cfg, &shape, &device, cfg.seed, None)?
     };
-    let record_path = beside(&cfg.out, ".json");
+    if resumed.is_some() {
+        drafter.load_dir(&cfg.out)?;
+    }
     let data = training_data(cfg, &mut t, &record_path)?;
+    let data_lines = data_lines(cfg, &data.earlier);
+    if let Some(r) = resumed.as_ref().filter(|r| r.data != data_lines) {
+        return Err(other_data(cfg, &r.data, &data_lines));
+    }
+    let eval_data = eval_sets(cfg, &mut t)?;
     let sequences = data.examples();
     let held = data.held_out()?;
     let (train, held_out) = sequences.split_at(sequences.len() - held);
@@ -230,31 +275,45 @@ pub fn run(cfg: &RunConfig, spec: &DFlashRun) -> Result<DFlashRecord> {
             ..Default::default()
         },
     )?;
+    let start = resumed.as_ref().map_or(0, |r| r.step);
     let base = DFlashRecord {
         command: cfg.command.clone(),
         target: t.name.clone(),
-        data: data_lines(cfg, &data.earlier),
+        data: data_lines,
         sequences: sequences.len(),
         held_out: held,
         layers: spec.layers,
         block_size: spec.block_size,
         target_layer_ids: shape.target_layer_ids.clone(),
         mask_token_id,
-        from_target: spec.from_target,
+        from_target: resumed.as_ref().map_or(spec.from_target, |r| r.from_target),
         lr: cfg.opts.lr,
         lr_schedule: cfg.opts.schedule.name().into(),
         seed: cfg.seed,
-        step: 0,
+        step: start,
         held_out_loss: 0.0,
         held_out_agreement: 0.0,
         walked_tau: 1.0,
+        curve: resumed.map(|r| r.curve).unwrap_or_default(),
+        eval: vec![],
     };
-    let mut epochs = Epochs::at_step(cfg, train, 0);
+    let mut recorder = Recorder {
+        cfg,
+        held_out,
+        eval: eval_examples(&eval_data),
+        base,
+        record_path,
+    };
+    let mut epochs = Epochs::at_step(cfg, train, start);
     let b = bar(cfg.steps as u64, "{msg} [{bar:30}] {pos}/{len} eta {eta}");
+    b.set_position(start as u64);
     // Where the training curve starts: the drafter as initialised.
-    let mut last = run.record(&mut t.decoder, held_out, &base, 0, cfg, &record_path)?;
+    let mut last = None;
+    if start == 0 {
+        last = Some(recorder.record(&mut run, &mut t.decoder, 0)?);
+    }
     let mut loss_ema = None::<f32>;
-    for step in 1..=cfg.steps {
+    for step in start + 1..=cfg.steps {
         opt.set_learning_rate(cfg.opts.schedule.at(cfg.opts.lr, step - 1, cfg.steps));
         let batch = epochs.next_batch();
         let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed ^ (step as u64) << 20);
@@ -272,11 +331,242 @@ pub fn run(cfg: &RunConfig, spec: &DFlashRun) -> Result<DFlashRecord> {
         b.set_message(message);
         b.set_position(step as u64);
         if step.is_multiple_of(RECORD_EVERY) || step == cfg.steps {
-            last = run.record(&mut t.decoder, held_out, &base, step, cfg, &record_path)?;
+            last = Some(recorder.record(&mut run, &mut t.decoder, step)?);
         }
     }
     b.finish_and_clear();
-    Ok(last)
+    // A checkpoint at --steps already (or past them) is measured again, as it is.
+    match last {
+        Some(r) => Ok(r),
+        None => recorder.record(&mut run, &mut t.decoder, start),
+    }
+}
+
+/// The record of the checkpoint in `cfg.out` to resume (`None`: it holds none). A checkpoint
+/// without a readable record (`record_path`) is refused, not trained over.
+fn checkpoint_record(cfg: &RunConfig, record_path: &Path) -> Result<Option<DFlashRecord>> {
+    if !cfg.out.join("model.safetensors").exists() {
+        return Ok(None);
+    }
+    std::fs::read_to_string(record_path)
+        .ok()
+        .and_then(|s| serde_json::from_str::<DFlashRecord>(&s).ok())
+        .map(Some)
+        .ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "{} holds a DFlash drafter without its record {} (a run's, to resume from): \
+                 name another --out",
+                cfg.out.display(),
+                record_path.display()
+            ))
+        })
+}
+
+/// A checkpoint (its record `r`) resumed only as the drafter this run asks for: of the target
+/// `target`, of `shape`, started as `from_target` says; else a refusal naming what differs.
+fn same_drafter(
+    cfg: &RunConfig,
+    r: &DFlashRecord,
+    target: &str,
+    shape: &DFlashShape,
+    from_target: bool,
+) -> Result<()> {
+    let layers = |l: &[usize]| {
+        l.iter()
+            .map(|l| l.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let differs = if r.target != target {
+        Some(format!(
+            "was trained for the target {}, not {target}",
+            r.target
+        ))
+    } else if (r.layers, r.block_size) != (shape.layers, shape.block_size) {
+        Some(format!(
+            "holds a {}x{} drafter; resume it with --dflash {}x{}",
+            r.layers, r.block_size, r.layers, r.block_size
+        ))
+    } else if r.target_layer_ids != shape.target_layer_ids {
+        Some(format!(
+            "reads target layers {}; resume it with --feature-layers {}",
+            layers(&r.target_layer_ids),
+            layers(&r.target_layer_ids)
+        ))
+    } else if r.mask_token_id != shape.mask_token_id {
+        Some(format!(
+            "masks with token {}; resume it with --mask-token {}",
+            r.mask_token_id, r.mask_token_id
+        ))
+    } else if r.from_target != from_target {
+        let how = if r.from_target { "with" } else { "without" };
+        Some(format!(
+            "started from {}; resume it {how} --dflash-from-target",
+            if r.from_target {
+                "the target's last layers"
+            } else {
+                "random weights"
+            }
+        ))
+    } else {
+        None
+    };
+    match differs {
+        Some(why) => Err(Error::InvalidArgument(format!(
+            "{} {why} (or name another --out)",
+            cfg.out.display()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Where a run writing `out` keeps its best checkpoint by held-out walked tau (`DIR.best/`, its
+/// record beside it as `DIR.best.json`): a run that goes on too long never loses the drafter it
+/// had at its best record.
+pub fn best_dir(out: &Path) -> PathBuf {
+    beside(out, ".best")
+}
+
+/// What a run's records are made of: the sequences measured, the record so far (its curve
+/// growing), and where it goes.
+struct Recorder<'a> {
+    cfg: &'a RunConfig,
+    held_out: &'a [Example<'a>],
+    eval: Vec<EvalExamples<'a>>,
+    base: DFlashRecord,
+    record_path: PathBuf,
+}
+
+impl Recorder<'_> {
+    /// The drafter measured at optimiser step `step` on the held-out answers and each
+    /// evaluation set, saved with its record (and as the best, where it is); returns the record.
+    fn record(
+        &mut self,
+        run: &mut Trainer,
+        target: &mut Decoder,
+        step: usize,
+    ) -> Result<DFlashRecord> {
+        let held = run.sums(target, self.held_out)?;
+        let mut eval = vec![];
+        for set in &self.eval {
+            // A set with categories is measured category by category; its figures are their
+            // sums'.
+            let mut all = Sums::default();
+            let mut by_category = vec![];
+            for (name, seqs) in &set.categories {
+                let sums = run.sums(target, seqs)?;
+                all.add(&sums);
+                by_category.push(sums.figures(name));
+            }
+            if set.categories.is_empty() {
+                all = run.sums(target, &set.seqs)?;
+            }
+            eval.push(DFlashFigures {
+                by_category,
+                ..all.figures(set.name)
+            });
+        }
+        let point = DFlashPoint {
+            step,
+            ..held.point()
+        };
+        self.base.curve.retain(|p| p.step < step);
+        self.base.curve.push(point);
+        let rec = DFlashRecord {
+            step,
+            held_out_loss: point.loss,
+            held_out_agreement: point.agreement,
+            walked_tau: point.walked_tau,
+            eval,
+            ..self.base.clone()
+        };
+        run.drafter.save_dir(&self.cfg.out)?;
+        write_json(&self.record_path, &rec)?;
+        self.keep_best(&rec)?;
+        let eval: String = rec
+            .eval
+            .iter()
+            .map(|e| format!("; {}: tau {:.2}", e.set, e.walked_tau))
+            .collect();
+        eprintln!(
+            "step {step}: held-out loss {:.3}, agreement {:.3}, tau {:.2} walked (blocks of {}){eval}",
+            rec.held_out_loss, rec.held_out_agreement, rec.walked_tau, rec.block_size
+        );
+        Ok(rec)
+    }
+
+    /// The checkpoint just saved (its record `rec`) linked (else copied) into [`best_dir`], its
+    /// record beside it, where its held-out walked tau is above the best one's so far, or where
+    /// there is none (a run starting at step 0 replaces any).
+    fn keep_best(&self, rec: &DFlashRecord) -> Result<()> {
+        let best = best_dir(&self.cfg.out);
+        let best_json = beside(&best, ".json");
+        let better = rec.step == 0
+            || std::fs::read_to_string(&best_json)
+                .ok()
+                .and_then(|s| serde_json::from_str::<DFlashRecord>(&s).ok())
+                .is_none_or(|b| rec.walked_tau > b.walked_tau);
+        if !better {
+            return Ok(());
+        }
+        let tmp = beside(&best, ".tmp");
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        for file in ["config.json", "model.safetensors"] {
+            let (from, to) = (self.cfg.out.join(file), tmp.join(file));
+            // save_dir renames a new file over the old one, so a link keeps this one as it is.
+            if std::fs::hard_link(&from, &to).is_err() {
+                std::fs::copy(&from, &to).map_err(|e| Error::io(&to, e))?;
+            }
+        }
+        if best.exists() {
+            std::fs::remove_dir_all(&best).map_err(|e| Error::io(&best, e))?;
+        }
+        std::fs::rename(&tmp, &best).map_err(|e| Error::io(&best, e))?;
+        write_json(&best_json, rec)
+    }
+}
+
+/// What a drafter's figures over some answers average: cross-entropy summed over the rows,
+/// rows agreeing, and the walk. Sums of disjoint sets add up to the union's.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sums {
+    ce: f64,
+    agreed: f64,
+    rows: usize,
+    walk: Walk,
+}
+
+impl Sums {
+    fn add(&mut self, other: &Sums) {
+        self.ce += other.ce;
+        self.agreed += other.agreed;
+        self.rows += other.rows;
+        self.walk.steps += other.walk.steps;
+        self.walk.emitted += other.walk.emitted;
+    }
+
+    /// Mean loss and agreement a row, and the walk's tau (step left at 0).
+    fn point(&self) -> DFlashPoint {
+        let per_row = |x: f64| (x / self.rows.max(1) as f64) as f32;
+        DFlashPoint {
+            step: 0,
+            loss: per_row(self.ce),
+            agreement: per_row(self.agreed),
+            walked_tau: self.walk.tau(),
+        }
+    }
+
+    fn figures(&self, set: &str) -> DFlashFigures {
+        let p = self.point();
+        DFlashFigures {
+            set: set.to_string(),
+            loss: p.loss,
+            agreement: p.agreement,
+            walked_tau: p.walked_tau,
+            by_category: vec![],
+        }
+    }
 }
 
 /// The drafter being trained and what its steps read.
@@ -416,20 +706,11 @@ impl Trainer {
         }
     }
 
-    /// The drafter measured on the held-out answers (every position of each a root; the
-    /// blocks' greedy verification walked as decoding walks it), saved with its record.
-    fn record(
-        &mut self,
-        target: &mut Decoder,
-        held_out: &[Example<'_>],
-        base: &DFlashRecord,
-        step: usize,
-        cfg: &RunConfig,
-        record_path: &std::path::Path,
-    ) -> Result<DFlashRecord> {
-        let (mut ce, mut agreed, mut rows) = (0f64, 0f64, 0usize);
-        let mut walk = Walk::default();
-        for ex in held_out {
+    /// The drafter's figures over `seqs`' answers, not learning: every position of each a
+    /// root, the blocks' greedy verification walked as decoding walks it.
+    fn sums(&mut self, target: &mut Decoder, seqs: &[Example<'_>]) -> Result<Sums> {
+        let mut sums = Sums::default();
+        for ex in seqs {
             let seq = &ex.seq[..ex.seq.len().min(self.max_len)];
             let first = ex.answer_from.max(1);
             if first + 1 >= seq.len() {
@@ -446,9 +727,9 @@ impl Trainer {
                     &b.targets(),
                     1.0,
                 )?;
-                ce += l.ce_sum.to_scalar::<f32>()? as f64;
-                agreed += l.agreed.to_scalar::<f32>()? as f64;
-                rows += b.rows;
+                sums.ce += l.ce_sum.to_scalar::<f32>()? as f64;
+                sums.agreed += l.agreed.to_scalar::<f32>()? as f64;
+                sums.rows += b.rows;
                 accepted.extend(l.accepted()?);
             }
             // Decoding's walk: a block from each root, its accepted drafts and the target's
@@ -457,32 +738,12 @@ impl Trainer {
             let mut p = 0;
             while p < accepted.len() {
                 let n = accepted[p].min(accepted.len() - 1 - p);
-                walk.steps += 1;
-                walk.emitted += n + 1;
+                sums.walk.steps += 1;
+                sums.walk.emitted += n + 1;
                 p += n + 1;
             }
         }
-        let per_row = |x: f64| {
-            if rows == 0 {
-                0.0
-            } else {
-                (x / rows as f64) as f32
-            }
-        };
-        let rec = DFlashRecord {
-            step,
-            held_out_loss: per_row(ce),
-            held_out_agreement: per_row(agreed),
-            walked_tau: walk.tau(),
-            ..base.clone()
-        };
-        self.drafter.save_dir(&cfg.out)?;
-        write_json(record_path, &rec)?;
-        eprintln!(
-            "step {step}: held-out loss {:.3}, agreement {:.3}, tau {:.2} walked (blocks of {})",
-            rec.held_out_loss, rec.held_out_agreement, rec.walked_tau, base.block_size
-        );
-        Ok(rec)
+        Ok(sums)
     }
 }
 

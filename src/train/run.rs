@@ -142,6 +142,9 @@ pub struct EvalFigures {
     pub by_category: Vec<EvalFigures>,
 }
 
+/// Optimiser steps between a run's records (each a checkpoint a later run resumes from).
+pub(super) const RECORD_EVERY: usize = 200;
+
 /// Prompts of each evaluation set the head is measured on.
 pub const EVAL_PROMPTS: usize = 16;
 
@@ -243,7 +246,17 @@ pub fn run(cfg: &RunConfig) -> Result<RunRecord> {
 /// refused before any answer is generated, so that this run's data file is not written over
 /// (earlier runs' answers are checked once read).
 pub(super) fn same_own_data(cfg: &RunConfig, record_path: &Path) -> Result<()> {
-    let Some(r) = read_record(cfg, record_path) else {
+    // Any run's record (a head's or a DFlash drafter's) says its data and seed alike.
+    #[derive(Deserialize)]
+    struct RecordedData {
+        data: Vec<String>,
+        seed: u64,
+    }
+    let Some(r) = Some(record_path)
+        .filter(|_| cfg.out.exists())
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .and_then(|s| serde_json::from_str::<RecordedData>(&s).ok())
+    else {
         return Ok(());
     };
     let own: Vec<String> = r
@@ -269,7 +282,7 @@ pub(super) fn same_own_data(cfg: &RunConfig, record_path: &Path) -> Result<()> {
 }
 
 /// The refusal of a resume whose record says the head was trained on `had`, not `asked`.
-fn other_data(cfg: &RunConfig, had: &[String], asked: &[String]) -> Error {
+pub(super) fn other_data(cfg: &RunConfig, had: &[String], asked: &[String]) -> Error {
     Error::InvalidArgument(format!(
         "{} was trained on {had:?}; resume it with the same data, not {asked:?}",
         cfg.out.display()
@@ -332,11 +345,6 @@ fn fused_layers(
     Ok(fused)
 }
 
-/// The head a run starts from, the step it starts at, and the draft vocabulary's size a resumed
-/// head was trained with (where its record names one). The head is the target's last layer as
-/// its block, fed the layers `fused` where given; where `cfg.out` holds a checkpoint with its
-/// record (`record_path`), that checkpoint (an error unless its record's data are
-/// `data_lines`); at step 0 with `--init`, that head.
 /// The target's own tensors (dense, on its device), to start a drafter's layers from.
 pub(super) fn target_store(t: &LoadedModel) -> Result<RefCell<WeightStore>> {
     let device = t.decoder.device();
@@ -348,6 +356,11 @@ pub(super) fn target_store(t: &LoadedModel) -> Result<RefCell<WeightStore>> {
     }))
 }
 
+/// The head a run starts from, the step it starts at, and the draft vocabulary's size a resumed
+/// head was trained with (where its record names one). The head is the target's last layer as
+/// its block, fed the layers `fused` where given; where `cfg.out` holds a checkpoint with its
+/// record (`record_path`), that checkpoint (an error unless its record's data are
+/// `data_lines`); at step 0 with `--init`, that head.
 fn start_head(
     cfg: &RunConfig,
     t: &LoadedModel,
@@ -618,7 +631,8 @@ fn report(b: &indicatif::ProgressBar, rec: &RunRecord) {
 }
 
 /// The optimiser steps from `step` to the run's last, with a progress bar: a record of the head
-/// as initialised first where the run starts at step 0, then one every 200 steps and at the last
+/// as initialised first where the run starts at step 0, then one every [`RECORD_EVERY`] steps
+/// and at the last
 /// ([`Recorder::record`]); returns the last record.
 fn train_steps(
     t: &mut LoadedModel,
@@ -668,7 +682,7 @@ fn train_steps(
         }
         b.set_message(message);
         b.set_position(step as u64);
-        if step.is_multiple_of(200) || step == cfg.steps {
+        if step.is_multiple_of(RECORD_EVERY) || step == cfg.steps {
             let rec = recorder.record(&mut trainer, t, step)?;
             report(&b, &rec);
             if crate::profile::enabled() {
