@@ -354,8 +354,10 @@ fn a_dflash_run_resumes_keeps_its_best_and_measures_evaluation_sets() {
     assert_eq!(again.curve, first.curve);
     assert_eq!(again.eval[0].loss, first.eval[0].loss);
 
-    // Resumed to step 8: the curve goes on from the record, the weights move on from step 4's.
+    // Resumed to step 8 (the directory named with a slash): the curve goes on from the record,
+    // the weights move on from step 4's.
     cfg.steps = 8;
+    cfg.out = dir.path().join("dflash/");
     let second = dflash_run::run(&cfg, &spec).unwrap();
     assert_eq!(second.step, 8);
     assert_eq!(steps(&second), [0, 4, 8]);
@@ -372,10 +374,20 @@ fn a_dflash_run_resumes_keeps_its_best_and_measures_evaluation_sets() {
         .map(|p| p.walked_tau)
         .fold(0.0, f32::max);
     assert_eq!(best.walked_tau, best_tau);
-    assert!(best_dir(&cfg.out).join("model.safetensors").is_file());
+    let best_weights = std::fs::read(best_dir(weights.parent().unwrap()).join("model.safetensors"));
+    match best.step {
+        4 => assert_eq!(best_weights.unwrap(), at_4),
+        8 => assert_eq!(best_weights.unwrap(), std::fs::read(&weights).unwrap()),
+        _ => assert!(best_weights.is_ok()),
+    }
     let gguf = std::path::PathBuf::from(&cfg.target);
     let t = treespec::load::load_model(&gguf.display().to_string(), &cfg.load).unwrap();
-    treespec::load::load_dflash(&best_dir(&cfg.out), &t, &Default::default()).unwrap();
+    treespec::load::load_dflash(
+        &best_dir(weights.parent().unwrap()),
+        &t,
+        &Default::default(),
+    )
+    .unwrap();
 
     // Another drafter, mask token, start or data than the checkpoint's: refused, untouched.
     let trained = std::fs::read(&weights).unwrap();
@@ -404,4 +416,16 @@ fn a_dflash_run_resumes_keeps_its_best_and_measures_evaluation_sets() {
     let e = dflash_run::run(&cfg, &spec).unwrap_err().to_string();
     assert!(e.contains("same data"), "{e}");
     assert_eq!(std::fs::read(&weights).unwrap(), trained);
+    // The drafter removed, its record left beside: a fresh run on other data, not a resume.
+    std::fs::remove_dir_all(&cfg.out).unwrap();
+    cfg.self_prompts = 0;
+    cfg.data = vec![dir.path().join("other.jsonl")];
+    std::fs::write(
+        &cfg.data[0],
+        "{\"prompt\": \"other\"}\n{\"prompt\": \"words\"}\n",
+    )
+    .unwrap();
+    cfg.steps = 1;
+    let fresh = dflash_run::run(&cfg, &spec).unwrap();
+    assert_eq!(steps(&fresh), [0, 1]);
 }

@@ -8,9 +8,10 @@
 //! checkpoint by held-out walked tau in `DIR.best/` (its record `DIR.best.json`).
 //!
 //! A run whose `--out` holds a checkpoint and its record resumes it: the same drafter, target
-//! and data (refused otherwise), from the step it reached to `--steps`, the same anchors and
-//! batches as one unbroken run; the optimiser's moments start afresh. `--eval` sets are measured
-//! as the held-out answers are, set by set and category by category.
+//! and data (refused otherwise), from the step it reached to `--steps`, with the batches and
+//! anchors an unbroken run would take from that step; the learning rate follows the schedule
+//! over this run's `--steps` and the optimiser's moments start afresh. `--eval` sets are
+//! measured as the held-out answers are, set by set and category by category.
 
 use super::data::{data_lines, eval_sets, training_data};
 use super::dflash::{Blocks, TrainableDFlash};
@@ -424,7 +425,8 @@ fn same_drafter(
 /// record beside it as `DIR.best.json`): a run that goes on too long never loses the drafter it
 /// had at its best record.
 pub fn best_dir(out: &Path) -> PathBuf {
-    beside(out, ".best")
+    // `dflash/` and `dflash` alike.
+    beside(&out.components().collect::<PathBuf>(), ".best")
 }
 
 /// What a run's records are made of: the sequences measured, the record so far (its curve
@@ -480,6 +482,8 @@ impl Recorder<'_> {
             eval,
             ..self.base.clone()
         };
+        // The weights, then their record, each renamed into place (a kill between the two
+        // leaves a record one checkpoint behind: a resume repeats those steps).
         run.drafter.save_dir(&self.cfg.out)?;
         write_json(&self.record_path, &rec)?;
         self.keep_best(&rec)?;
@@ -501,13 +505,20 @@ impl Recorder<'_> {
     fn keep_best(&self, rec: &DFlashRecord) -> Result<()> {
         let best = best_dir(&self.cfg.out);
         let best_json = beside(&best, ".json");
+        // A best without its drafter (a run killed while replacing it) counts as none.
         let better = rec.step == 0
+            || !best.join("model.safetensors").is_file()
             || std::fs::read_to_string(&best_json)
                 .ok()
                 .and_then(|s| serde_json::from_str::<DFlashRecord>(&s).ok())
                 .is_none_or(|b| rec.walked_tau > b.walked_tau);
         if !better {
             return Ok(());
+        }
+        // The old record goes first: a kill from here on leaves no record claiming a drafter
+        // that is not there (or not its own).
+        if best_json.exists() {
+            std::fs::remove_file(&best_json).map_err(|e| Error::io(&best_json, e))?;
         }
         let tmp = beside(&best, ".tmp");
         let _ = std::fs::remove_dir_all(&tmp);

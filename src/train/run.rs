@@ -252,8 +252,10 @@ pub(super) fn same_own_data(cfg: &RunConfig, record_path: &Path) -> Result<()> {
         data: Vec<String>,
         seed: u64,
     }
+    // A head is a file; a DFlash drafter's directory is made before its first checkpoint.
+    let checkpoint = cfg.out.is_file() || cfg.out.join("model.safetensors").is_file();
     let Some(r) = Some(record_path)
-        .filter(|_| cfg.out.exists())
+        .filter(|_| checkpoint)
         .and_then(|p| std::fs::read_to_string(p).ok())
         .and_then(|s| serde_json::from_str::<RecordedData>(&s).ok())
     else {
@@ -281,7 +283,8 @@ pub(super) fn same_own_data(cfg: &RunConfig, record_path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The refusal of a resume whose record says the head was trained on `had`, not `asked`.
+/// The refusal of a resume whose record says the head (or drafter) was trained on `had`, not
+/// `asked`.
 pub(super) fn other_data(cfg: &RunConfig, had: &[String], asked: &[String]) -> Error {
     Error::InvalidArgument(format!(
         "{} was trained on {had:?}; resume it with the same data, not {asked:?}",
