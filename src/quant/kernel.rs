@@ -163,8 +163,14 @@ pub(crate) fn matmul(w: &QuantMatrix, acts: &QuantActs, path: KernelPath) -> Vec
                     KernelPath::Portable => tile_portable(w.format(), wrow, acts, r0, vals),
                     #[cfg(target_arch = "x86_64")]
                     KernelPath::Avx2 => super::x86::tile_avx2(w.format(), wrow, acts, r0, vals),
+                    #[cfg(target_arch = "x86_64")]
+                    KernelPath::Avx512 => {
+                        super::x86_512::tile_avx512(w.format(), wrow, acts, r0, vals)
+                    }
                     #[cfg(not(target_arch = "x86_64"))]
-                    KernelPath::Avx2 => unreachable!("checked by available()"),
+                    KernelPath::Avx2 | KernelPath::Avx512 => {
+                        unreachable!("checked by available()")
+                    }
                 }
                 for (i, &v) in vals.iter().enumerate() {
                     // SAFETY: (r0 + i, c) is inside the [m, n] buffer, and column c belongs to

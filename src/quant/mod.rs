@@ -13,17 +13,20 @@
 //! 8 bits), exact integer dot products per block, then a fixed sequence of f32 operations. So:
 //! - the result of a row does not depend on how many rows the call holds (batch-invariant: a tree
 //!   verified in one pass gets exactly the logits of one-token steps);
-//! - every code path (AVX2, portable) gives bit-identical results, so the portable path, which a
+//! - every code path (AVX-512, AVX2, portable) gives bit-identical results, so the portable path, which a
 //!   test checks against a dequantised f64 reference, vouches for the fast ones.
 //!
-//! The path is chosen once per process: `TREESPEC_CPU_KERNELS=auto|avx2|portable` (default auto:
-//! AVX2 where the CPU has AVX2, FMA and F16C). Tests force each path in turn.
+//! The path is chosen once per process: `TREESPEC_CPU_KERNELS=auto|avx512|avx2|portable` (default
+//! auto: AVX-512 where the CPU has AVX-512 F and BW, else AVX2 where it has AVX2, FMA and F16C).
+//! Tests force each path in turn.
 
 mod act;
 pub(crate) mod blocks;
 pub mod kernel;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_512;
 
 pub use act::QuantActs;
 pub use blocks::Format;
@@ -41,17 +44,21 @@ pub enum KernelPath {
     Portable,
     /// x86-64 with AVX2, FMA and F16C.
     Avx2,
+    /// x86-64 with AVX-512 F and BW besides: the K-quants a whole unit a vector (the 32-value
+    /// formats as on [`KernelPath::Avx2`]).
+    Avx512,
 }
 
 impl KernelPath {
     /// Every path, fastest first.
-    pub const ALL: [KernelPath; 2] = [KernelPath::Avx2, KernelPath::Portable];
+    pub const ALL: [KernelPath; 3] = [KernelPath::Avx512, KernelPath::Avx2, KernelPath::Portable];
 
     /// The name used by `TREESPEC_CPU_KERNELS`.
     pub fn name(self) -> &'static str {
         match self {
             KernelPath::Portable => "portable",
             KernelPath::Avx2 => "avx2",
+            KernelPath::Avx512 => "avx512",
         }
     }
 
@@ -65,6 +72,7 @@ impl KernelPath {
         match self {
             KernelPath::Portable => true,
             KernelPath::Avx2 => x86_avx2_available(),
+            KernelPath::Avx512 => x86_avx512_available(),
         }
     }
 
@@ -83,6 +91,19 @@ fn x86_avx2_available() -> bool {
         std::arch::is_x86_feature_detected!("avx2")
             && std::arch::is_x86_feature_detected!("fma")
             && std::arch::is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+fn x86_avx512_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        x86_avx2_available()
+            && std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -129,7 +150,7 @@ pub fn active_path() -> Result<KernelPath> {
                     p.name()
                 )),
                 None => Err(format!(
-                    "{PATH_ENV}={name} is not a kernel path (auto, avx2, portable)"
+                    "{PATH_ENV}={name} is not a kernel path (auto, avx512, avx2, portable)"
                 )),
             },
         }
