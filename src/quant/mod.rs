@@ -17,7 +17,8 @@
 //!   test checks against a dequantised f64 reference, vouches for the fast ones.
 //!
 //! The path is chosen once per process: `TREESPEC_CPU_KERNELS=auto|avx512|avx2|portable` (default
-//! auto: AVX-512 where the CPU has AVX-512 F and BW, else AVX2 where it has AVX2, FMA and F16C).
+//! auto: AVX-512 where the CPU has AVX-512 F and BW besides AVX2, FMA and F16C, else AVX2 where
+//! it has those three).
 //! Tests force each path in turn.
 
 mod act;
@@ -426,6 +427,26 @@ mod tests {
         x[3] = f32::INFINITY;
         for path in KernelPath::ALL.into_iter().filter(|p| p.available()) {
             assert!(w.matmul_with(path, &x, 1).iter().all(|v| v.is_nan()));
+        }
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn a_cpu_with_avx512_runs_the_avx512_path() {
+        // So that the path tests above cannot skip it unnoticed on a CPU that has it.
+        let has = |f: &str| match f {
+            "avx512f" => std::arch::is_x86_feature_detected!("avx512f"),
+            "avx512bw" => std::arch::is_x86_feature_detected!("avx512bw"),
+            "avx2" => std::arch::is_x86_feature_detected!("avx2"),
+            "fma" => std::arch::is_x86_feature_detected!("fma"),
+            _ => std::arch::is_x86_feature_detected!("f16c"),
+        };
+        let all = ["avx512f", "avx512bw", "avx2", "fma", "f16c"]
+            .into_iter()
+            .all(has);
+        assert_eq!(KernelPath::Avx512.available(), all);
+        if all {
+            assert_eq!(KernelPath::best(), KernelPath::Avx512);
         }
     }
 

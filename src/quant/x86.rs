@@ -32,8 +32,8 @@ pub(super) unsafe fn f16_at(p: *const u8) -> f32 {
 /// target on a 2-core EPYC: 256 and 2,048 slower than 512-1,024; BENCHMARKS.md section 51).
 const PREFETCH_AHEAD: usize = 512;
 
-/// Cache lines prefetched a block (a block spans at most 210 bytes: four lines cover it from any
-/// offset).
+/// Cache lines prefetched a block: 256 bytes, more than the largest block (210), so successive
+/// blocks' windows leave no gap.
 const PREFETCH_LINES: usize = 4;
 
 /// The weights a few blocks after `b`, asked for now: one core streams its rows faster with
