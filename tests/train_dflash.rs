@@ -211,9 +211,17 @@ fn dflash_run_specs_are_checked() {
             layers: 2,
             block_size: 16,
             mask_token: None,
-            from_target: false
+            from_target: false,
+            loss_decay: None,
         }
     );
+    // The loss's depth decay: the reference trainers' gammas, exp(-(d - 1) / gamma) a depth.
+    use treespec::train::dflash_run::{default_loss_decay, depth_weight};
+    assert_eq!([8, 10, 16].map(default_loss_decay), [4.0, 5.0, 7.0]);
+    assert_eq!(default_loss_decay(4), 1.8);
+    assert_eq!(depth_weight(1, 7.0), 1.0);
+    assert!((depth_weight(3, 7.0) - (-2.0f64 / 7.0).exp()).abs() < 1e-12);
+    assert_eq!(depth_weight(9, 0.0), 1.0);
     for bad in ["", "2", "0x16", "2x1", "x16", "2x", "twox16"] {
         let e = DFlashRun::parse(bad).unwrap_err().to_string();
         assert!(e.contains("LAYERSxBLOCK"), "{bad}: {e}");
@@ -332,8 +340,18 @@ fn a_dflash_run_resumes_keeps_its_best_and_measures_evaluation_sets() {
     cfg.answer_tokens = 12;
     cfg.eval = Some(vec![unseen]);
     let spec = DFlashRun::parse("1x4").unwrap();
+    // A gamma that is not one is refused before any answer is generated.
+    for bad in [-1.0, f64::NAN] {
+        let spec = DFlashRun {
+            loss_decay: Some(bad),
+            ..DFlashRun::parse("1x4").unwrap()
+        };
+        let e = dflash_run::run(&cfg, &spec).unwrap_err().to_string();
+        assert!(e.contains("--loss-decay"), "{e}");
+        assert!(!dir.path().join("dflash.data.json").exists());
+    }
     let first = dflash_run::run(&cfg, &spec).unwrap();
-    assert_eq!(first.step, 4);
+    assert_eq!((first.step, first.loss_decay), (4, 1.8));
     let steps = |r: &dflash_run::DFlashRecord| r.curve.iter().map(|p| p.step).collect::<Vec<_>>();
     assert_eq!(steps(&first), [0, 4]);
     // The evaluation set, whole and by category, never trained on.

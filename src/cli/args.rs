@@ -120,6 +120,11 @@ pub(crate) struct TrainArgs {
     /// the target's biases dropped) instead of random weights.
     #[arg(long, requires = "dflash")]
     pub(crate) dflash_from_target: bool,
+    /// A DFlash drafter's loss decay over a block's depths, gamma: depth d's rows weigh
+    /// exp(-(d - 1) / gamma) (default: 7 for blocks of 16, 5 for 10, 4 for 8, as the reference
+    /// trainers; 0: every depth alike).
+    #[arg(long, value_name = "GAMMA", requires = "dflash")]
+    pub(crate) loss_decay: Option<f64>,
     /// Chain steps the head is trained unrolled for.
     #[arg(long, default_value_t = 3)]
     pub(crate) k: usize,

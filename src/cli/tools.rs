@@ -203,6 +203,7 @@ pub(crate) fn run_train(a: TrainArgs) -> anyhow::Result<()> {
         let run = treespec::train::dflash_run::DFlashRun {
             mask_token: a.mask_token,
             from_target: a.dflash_from_target,
+            loss_decay: a.loss_decay,
             ..treespec::train::dflash_run::DFlashRun::parse(spec)?
         };
         let r = treespec::train::dflash_run::run(&cfg, &run)?;

@@ -41,6 +41,31 @@ pub struct DFlashRun {
     pub mask_token: Option<u32>,
     /// Start its layers as the target's last layers (else from random weights).
     pub from_target: bool,
+    /// The depth decay of the training loss, gamma: depth d's rows weigh `exp(-(d - 1) /
+    /// gamma)`, since a block is accepted from its first row on (`None`:
+    /// [`default_loss_decay`]; 0: every depth alike).
+    pub loss_decay: Option<f64>,
+}
+
+/// The loss's depth decay for blocks of `block_size` where none is named: the reference
+/// trainers' choices (SpecForge's DFlash scripts: 7 for blocks of 16, 5 for 10, 4 for 8), and
+/// 0.45 of the block size otherwise.
+pub fn default_loss_decay(block_size: usize) -> f64 {
+    match block_size {
+        8 => 4.0,
+        10 => 5.0,
+        16 => 7.0,
+        b => 0.45 * b as f64,
+    }
+}
+
+/// The weight of depth `d` (from 1) under the decay `gamma` (0: 1 at every depth).
+pub fn depth_weight(d: usize, gamma: f64) -> f64 {
+    if gamma > 0.0 {
+        (-((d.max(1) - 1) as f64) / gamma).exp()
+    } else {
+        1.0
+    }
 }
 
 impl DFlashRun {
@@ -62,6 +87,7 @@ impl DFlashRun {
             block_size,
             mask_token: None,
             from_target: false,
+            loss_decay: None,
         })
     }
 }
@@ -97,6 +123,10 @@ pub struct DFlashRecord {
     /// Whether its layers started as the target's last layers (else random).
     #[serde(default)]
     pub from_target: bool,
+    /// The loss's depth decay, gamma ([`DFlashRun::loss_decay`]; 0: every depth alike, as in
+    /// records from before it).
+    #[serde(default)]
+    pub loss_decay: f64,
     /// Learning rate (the peak, under a schedule).
     pub lr: f64,
     /// How the rate moved ([`super::LrSchedule::name`]).
@@ -236,6 +266,14 @@ pub fn run(cfg: &RunConfig, spec: &DFlashRun) -> Result<DFlashRecord> {
     if let Some(r) = &resumed {
         same_drafter(cfg, r, &t.name, &shape, spec.from_target)?;
     }
+    let loss_decay = spec
+        .loss_decay
+        .unwrap_or_else(|| default_loss_decay(spec.block_size));
+    if !(loss_decay >= 0.0 && loss_decay.is_finite()) {
+        return Err(Error::InvalidArgument(format!(
+            "--loss-decay {loss_decay}: expected a finite gamma of 0 or more (0: every depth alike)"
+        )));
+    }
     let device = t.decoder.device().clone();
     let mut drafter = if spec.from_target && resumed.is_none() {
         let store = super::run::target_store(&t)?;
@@ -268,6 +306,7 @@ pub fn run(cfg: &RunConfig, spec: &DFlashRun) -> Result<DFlashRecord> {
         rope,
         cache: TargetCache::new(cfg.opts.cache_bytes, target_layer_ids),
         max_len: cfg.opts.max_len,
+        loss_decay,
     };
     let mut opt = AdamW::new(
         run.drafter.vars().all_vars(),
@@ -288,6 +327,7 @@ pub fn run(cfg: &RunConfig, spec: &DFlashRun) -> Result<DFlashRecord> {
         target_layer_ids: shape.target_layer_ids.clone(),
         mask_token_id,
         from_target: resumed.as_ref().map_or(spec.from_target, |r| r.from_target),
+        loss_decay,
         lr: cfg.opts.lr,
         lr_schedule: cfg.opts.schedule.name().into(),
         seed: cfg.seed,
@@ -591,6 +631,8 @@ struct Trainer {
     cache: TargetCache,
     /// Longest sequence read (longer ones are cut).
     max_len: usize,
+    /// The training loss's depth decay, gamma (0: none; [`depth_weight`]).
+    loss_decay: f64,
 }
 
 /// One sequence's blocks as [`TrainableDFlash::loss`] reads them.
@@ -601,18 +643,22 @@ struct SequenceBlocks {
     best: Tensor,
     /// Depth rows with a token to predict.
     rows: usize,
+    /// Their weights summed (`rows` where every depth weighs 1).
+    weight: f64,
 }
 
 impl Trainer {
     /// The blocks of `seq` anchored at `anchors` (each below `seq.len() - 1`): their
-    /// embeddings and, per depth row, the target's distribution of the token it predicts (no
-    /// weight and no top token past the sequence's end).
+    /// embeddings and, per depth row, the target's distribution of the token it predicts,
+    /// weighted by its depth under the decay `gamma` ([`depth_weight`]; no weight and no top
+    /// token past the sequence's end).
     fn blocks_of(
         &self,
         target: &Decoder,
         seq: &[u32],
         anchors: &[usize],
         tg: &SequenceTargets,
+        gamma: f64,
     ) -> Result<SequenceBlocks> {
         let cfg = self.drafter.config();
         let bs = cfg.block_size;
@@ -641,19 +687,34 @@ impl Trainer {
         // Past the end: no weight, and a top token no row can agree with.
         let none = Tensor::full(u32::MAX, at.len(), device)?;
         let best = valid.where_cond(&tg.best.index_select(&index, 0)?, &none)?;
-        let keep = valid.to_dtype(DType::F32)?.unsqueeze(1)?;
+        // Row r is depth r % (bs - 1) + 1 of its block.
+        let row_weights: Vec<f32> = at
+            .iter()
+            .enumerate()
+            .map(|(r, &(_, v))| {
+                if v {
+                    depth_weight(r % (bs - 1) + 1, gamma) as f32
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let weight = row_weights.iter().map(|&w| w as f64).sum();
+        let keep = Tensor::from_vec(row_weights, (at.len(), 1), device)?;
         Ok(SequenceBlocks {
             embeds,
             ids: tg.ids.index_select(&index, 0)?,
             weights: tg.weights.index_select(&index, 0)?.broadcast_mul(&keep)?,
             best,
             rows: at.iter().filter(|&&(_, v)| v).count(),
+            weight,
         })
     }
 
     /// One optimiser step on `batch`: up to [`TRAIN_ANCHORS`] blocks of each sequence,
-    /// anchored at random positions of its answer. Returns the mean cross-entropy of the rows
-    /// (`None`: the batch had no answer to anchor a block in, and no step was taken).
+    /// anchored at random positions of its answer, the rows weighted by depth
+    /// ([`Trainer::loss_decay`]). Returns their weighted mean cross-entropy (`None`: the batch
+    /// had no answer to anchor a block in, and no step was taken).
     fn train_step(
         &mut self,
         target: &mut Decoder,
@@ -675,11 +736,12 @@ impl Trainer {
                 .collect();
             anchors.sort_unstable();
             let tg = self.cache.get(target, seq)?;
-            let blocks = self.blocks_of(target, seq, &anchors, &tg)?;
+            let blocks = self.blocks_of(target, seq, &anchors, &tg, self.loss_decay)?;
             prepared.push((tg, anchors, blocks));
         }
-        let rows: usize = prepared.iter().map(|p| p.2.rows).sum();
-        if rows == 0 {
+        // The loss: the rows' cross-entropies, each weighted by its depth, over their weights.
+        let weight: f64 = prepared.iter().map(|p| p.2.weight).sum();
+        if weight <= 0.0 {
             return Ok(None);
         }
         let mut sums: Option<(Tensor, Tensor)> = None;
@@ -688,7 +750,7 @@ impl Trainer {
                 &self.inputs(tg, &b.embeds, anchors),
                 &self.lm_head,
                 &b.targets(),
-                1.0 / rows as f64,
+                1.0 / weight,
             )?;
             sums = Some(match sums {
                 Some((s, ce)) => ((s + l.surrogate)?, (ce + l.ce_sum)?),
@@ -699,7 +761,7 @@ impl Trainer {
             return Ok(None);
         };
         opt.backward_step(&surrogate)?;
-        Ok(Some(ce.to_scalar::<f32>()? / rows as f32))
+        Ok(Some((ce.to_scalar::<f32>()? as f64 / weight) as f32))
     }
 
     fn inputs<'a>(
@@ -731,7 +793,8 @@ impl Trainer {
             let roots: Vec<usize> = (first..seq.len() - 1).collect();
             let mut accepted = vec![];
             for chunk in roots.chunks(EVAL_CHUNK) {
-                let b = self.blocks_of(target, seq, chunk, &tg)?;
+                // Measured as decoding meets them: every depth alike.
+                let b = self.blocks_of(target, seq, chunk, &tg, 0.0)?;
                 let l = self.drafter.loss(
                     &self.inputs(&tg, &b.embeds, chunk),
                     &self.lm_head,
