@@ -8,7 +8,7 @@
 # LR over STEPS; the held-out answers and the bundled sets (`--eval`, by category) walked every
 # 200 steps. The run is detached and outlives the call (d2.sh waits for it); polls the log until
 # ~UNTIL s. Run again with a larger STEPS to resume from the last record (f40af28 on). The loss
-# decays by depth with gamma 7, the default for blocks of 16 from this commit on.
+# decays by depth with gamma 7, the default for blocks of 16 from 197b5d4 on.
 source benchmarks/gpu/lib.sh
 T=$S/t.gguf; D=$S/dflash
 [ -f $T ] || { cat $(ls $S/p/t.* | sort -V) > $T && rm -rf $S/p; }
