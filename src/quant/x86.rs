@@ -23,7 +23,7 @@ trait Fmt {
 /// An f16 at `p` as f32 (F16C).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn f16_at(p: *const u8) -> f32 {
+unsafe fn f16_at(p: *const u8) -> f32 {
     let bits = u16::from_le_bytes([*p, *p.add(1)]);
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
 }
@@ -196,24 +196,81 @@ unsafe fn fold(w: (__m256i, __m256i), sc: u8) -> (__m256i, __m256i) {
 /// A K-quant format, as a type (so that each gets its own loop): how to read a block's header and
 /// its units two at a time, each as two 16-lane i16 vectors with the integer sub-block scale
 /// folded in (the integers of [`super::blocks::k_unit_ints`]).
-trait KFmt {
+pub(super) trait KFmt {
     const FORMAT: Format;
-    /// The block header (the values of [`super::blocks::k_header`]).
-    unsafe fn header(b: *const u8) -> KHeader;
-    /// Units `2c` and `2c + 1`.
-    unsafe fn pair(b: *const u8, c: usize, h: &KHeader) -> [(__m256i, __m256i); 2];
+    /// The vector width its units are decoded to.
+    type Lanes: Lanes;
+    /// Units `2c` and `2c + 1` (`h`: the block's [`k_header_at`]).
+    unsafe fn pair(b: *const u8, c: usize, h: &KHeader) -> [<Self::Lanes as Lanes>::Unit; 2];
+}
+
+/// A vector width's part of the K-quant loop: a unit's weights against a row's 32
+/// activations, summed into running integer lanes that fold into the canonical eight.
+pub(super) trait Lanes {
+    /// A unit's 32 weights, scale folded in.
+    type Unit: Copy;
+    /// A row's running lane sums.
+    type Sums: Copy;
+    /// Sums of nothing.
+    unsafe fn zero() -> Self::Sums;
+    /// `s` plus the unit `w` times the activations at `a` (32 i16).
+    unsafe fn add_unit(s: Self::Sums, w: Self::Unit, a: *const i16) -> Self::Sums;
+    /// The canonical eight lane sums of `s`.
+    unsafe fn canonical(s: Self::Sums) -> __m256i;
+}
+
+/// AVX2: a unit as two 16-lane halves, eight lanes that are the canonical ones.
+pub(super) struct Avx2Lanes;
+impl Lanes for Avx2Lanes {
+    type Unit = (__m256i, __m256i);
+    type Sums = __m256i;
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn zero() -> __m256i {
+        _mm256_setzero_si256()
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn add_unit(s: __m256i, (lo, hi): (__m256i, __m256i), a: *const i16) -> __m256i {
+        let alo = _mm256_loadu_si256(a as *const __m256i);
+        let ahi = _mm256_loadu_si256(a.add(16) as *const __m256i);
+        let p = _mm256_add_epi32(_mm256_madd_epi16(lo, alo), _mm256_madd_epi16(hi, ahi));
+        _mm256_add_epi32(s, p)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn canonical(s: __m256i) -> __m256i {
+        s
+    }
 }
 
 /// Scales, minimums and f16 factors of a Q4_K / Q5_K block.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn q45k_header(b: *const u8) -> KHeader {
+unsafe fn q45k_header(b: *const u8) -> KHeader {
     let (sc, mn) = k_scales_mins(std::slice::from_raw_parts(b.add(4), 12));
     KHeader {
         d: f16_at(b),
         dmin: f16_at(b.add(2)),
         sc,
         mn,
+    }
+}
+
+/// The header of the K-quant block of `format` at `b` (the values of
+/// [`super::blocks::k_header`]).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn k_header_at(format: Format, b: *const u8) -> KHeader {
+    if format == Format::Q6K {
+        KHeader {
+            d: f16_at(b.add(208)),
+            dmin: 0.0,
+            sc: [1; 8],
+            mn: [0; 8],
+        }
+    } else {
+        q45k_header(b)
     }
 }
 
@@ -249,11 +306,7 @@ unsafe fn bit16(v: __m256i, j: usize) -> __m256i {
 struct Q4K;
 impl KFmt for Q4K {
     const FORMAT: Format = Format::Q4K;
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn header(b: *const u8) -> KHeader {
-        q45k_header(b)
-    }
+    type Lanes = Avx2Lanes;
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn pair(b: *const u8, c: usize, h: &KHeader) -> [(__m256i, __m256i); 2] {
@@ -265,11 +318,7 @@ impl KFmt for Q4K {
 struct Q5K;
 impl KFmt for Q5K {
     const FORMAT: Format = Format::Q5K;
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn header(b: *const u8) -> KHeader {
-        q45k_header(b)
-    }
+    type Lanes = Avx2Lanes;
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn pair(b: *const u8, c: usize, h: &KHeader) -> [(__m256i, __m256i); 2] {
@@ -319,16 +368,7 @@ impl Q6K {
 }
 impl KFmt for Q6K {
     const FORMAT: Format = Format::Q6K;
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn header(b: *const u8) -> KHeader {
-        KHeader {
-            d: f16_at(b.add(208)),
-            dmin: 0.0,
-            sc: [1; 8],
-            mn: [0; 8],
-        }
-    }
+    type Lanes = Avx2Lanes;
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn pair(b: *const u8, c: usize, _: &KHeader) -> [(__m256i, __m256i); 2] {
@@ -384,11 +424,12 @@ pub(super) unsafe fn mins_dot(h: &KHeader, sums: *const i32) -> i32 {
     _mm_cvtsi128_si32(v)
 }
 
-/// The tile loop of the K-quants: `R` rows from `r0` against one weight row.
+/// The tile loop of the K-quants: `R` rows from `r0` against one weight row, at any vector
+/// width (`K::Lanes`). Inlined into each width's entry ([`tile_k_rows`], and the AVX-512 one),
+/// whose target features its intrinsics then run under.
 #[allow(clippy::needless_range_loop)]
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile_k<K: KFmt, const R: usize>(
+#[inline(always)]
+pub(super) unsafe fn tile_k<K: KFmt, const R: usize>(
     wrow: &[u8],
     acts: &QuantActs,
     r0: usize,
@@ -408,27 +449,22 @@ unsafe fn tile_k<K: KFmt, const R: usize>(
     for blk in 0..nb {
         let b = w.add(blk * bb);
         prefetch_ahead(b);
-        let h = K::header(b);
-        let mut lanes = [_mm256_setzero_si256(); R];
+        let h = k_header_at(format, b);
+        let mut lanes = [K::Lanes::zero(); R];
         for c in 0..4 {
             let pair = K::pair(b, c, &h);
-            for (j, (lo, hi)) in pair.into_iter().enumerate() {
+            for (j, unit) in pair.into_iter().enumerate() {
                 let u = blk * 8 + 2 * c + j;
                 for i in 0..R {
-                    let a = q.add(i * k + u * BLOCK);
-                    let alo = _mm256_loadu_si256(a as *const __m256i);
-                    let ahi = _mm256_loadu_si256(a.add(16) as *const __m256i);
-                    let p =
-                        _mm256_add_epi32(_mm256_madd_epi16(lo, alo), _mm256_madd_epi16(hi, ahi));
-                    lanes[i] = _mm256_add_epi32(lanes[i], p);
+                    lanes[i] = K::Lanes::add_unit(lanes[i], unit, q.add(i * k + u * BLOCK));
                 }
             }
             if (2 * c + 2) % flush == 0 {
                 for i in 0..R {
+                    let l = K::Lanes::canonical(lanes[i]);
                     let t = h.d * *d.add(i * nb + blk);
-                    acc[i] =
-                        _mm256_fmadd_ps(_mm256_set1_ps(t), _mm256_cvtepi32_ps(lanes[i]), acc[i]);
-                    lanes[i] = _mm256_setzero_si256();
+                    acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(t), _mm256_cvtepi32_ps(l), acc[i]);
+                    lanes[i] = K::Lanes::zero();
                 }
             }
         }
@@ -466,7 +502,12 @@ unsafe fn tile_rows<F: Fmt>(wrow: &[u8], acts: &QuantActs, r0: usize, out: &mut 
 
 /// `tile_k` for any row count up to [`TILE_ROWS`].
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile_k_rows<K: KFmt>(wrow: &[u8], acts: &QuantActs, r0: usize, out: &mut [f32]) {
+unsafe fn tile_k_rows<K: KFmt<Lanes = Avx2Lanes>>(
+    wrow: &[u8],
+    acts: &QuantActs,
+    r0: usize,
+    out: &mut [f32],
+) {
     match out.len() {
         1 => tile_k::<K, 1>(wrow, acts, r0, out),
         2 => tile_k::<K, 2>(wrow, acts, r0, out),

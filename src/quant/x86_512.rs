@@ -6,18 +6,30 @@
 
 use super::blocks::{Format, KHeader};
 use super::kernel::TILE_ROWS;
-use super::x86::{f16_at, mins_dot, prefetch_ahead, q45k_header, store};
-use super::{QuantActs, BLOCK};
+use super::x86::{tile_k, KFmt, Lanes};
+use super::QuantActs;
 use std::arch::x86_64::*;
 
-/// A K-quant format as the AVX-512 loop reads it: the block header and its units two at a time,
-/// each as one 32-lane i16 vector with the integer sub-block scale folded in.
-trait KFmt512 {
-    const FORMAT: Format;
-    /// The block header (the values of [`super::blocks::k_header`]).
-    unsafe fn header(b: *const u8) -> KHeader;
-    /// Units `2c` and `2c + 1`.
-    unsafe fn pair(b: *const u8, c: usize, h: &KHeader) -> [__m512i; 2];
+/// AVX-512: a unit as one 32-lane vector; lane l + 8 holds the second half of canonical lane l.
+struct Avx512Lanes;
+impl Lanes for Avx512Lanes {
+    type Unit = __m512i;
+    type Sums = __m512i;
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+    unsafe fn zero() -> __m512i {
+        _mm512_setzero_si512()
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+    unsafe fn add_unit(s: __m512i, w: __m512i, a: *const i16) -> __m512i {
+        _mm512_add_epi32(s, _mm512_madd_epi16(w, _mm512_loadu_si512(a as *const _)))
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+    unsafe fn canonical(s: __m512i) -> __m256i {
+        _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1))
+    }
 }
 
 /// 32 bytes at `p` widened to 32 i16 lanes.
@@ -53,13 +65,9 @@ unsafe fn bit16(v: __m512i, j: usize) -> __m512i {
 }
 
 struct Q4K;
-impl KFmt512 for Q4K {
+impl KFmt for Q4K {
     const FORMAT: Format = Format::Q4K;
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
-    unsafe fn header(b: *const u8) -> KHeader {
-        q45k_header(b)
-    }
+    type Lanes = Avx512Lanes;
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
     unsafe fn pair(b: *const u8, c: usize, h: &KHeader) -> [__m512i; 2] {
@@ -69,13 +77,9 @@ impl KFmt512 for Q4K {
 }
 
 struct Q5K;
-impl KFmt512 for Q5K {
+impl KFmt for Q5K {
     const FORMAT: Format = Format::Q5K;
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
-    unsafe fn header(b: *const u8) -> KHeader {
-        q45k_header(b)
-    }
+    type Lanes = Avx512Lanes;
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
     unsafe fn pair(b: *const u8, c: usize, h: &KHeader) -> [__m512i; 2] {
@@ -115,18 +119,9 @@ impl Q6K {
         _mm512_mullo_epi16(q, sc)
     }
 }
-impl KFmt512 for Q6K {
+impl KFmt for Q6K {
     const FORMAT: Format = Format::Q6K;
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
-    unsafe fn header(b: *const u8) -> KHeader {
-        KHeader {
-            d: f16_at(b.add(208)),
-            dmin: 0.0,
-            sc: [1; 8],
-            mn: [0; 8],
-        }
-    }
+    type Lanes = Avx512Lanes;
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
     unsafe fn pair(b: *const u8, c: usize, _: &KHeader) -> [__m512i; 2] {
@@ -134,67 +129,14 @@ impl KFmt512 for Q6K {
     }
 }
 
-/// The tile loop of the K-quants: `R` rows from `r0` against one weight row.
-#[allow(clippy::needless_range_loop)]
-#[inline]
+/// `tile_k` for any row count up to [`TILE_ROWS`].
 #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
-unsafe fn tile_k<K: KFmt512, const R: usize>(
+unsafe fn tile_k_rows<K: KFmt<Lanes = Avx512Lanes>>(
     wrow: &[u8],
     acts: &QuantActs,
     r0: usize,
     out: &mut [f32],
 ) {
-    let format = K::FORMAT;
-    let (units, nb, k) = (acts.units(), acts.blocks(), acts.k);
-    let bb = format.block_bytes();
-    let flush = format.k_flush();
-    let offsets = format.has_offset();
-    let mut acc = [_mm256_setzero_ps(); R];
-    let mut off = [0f32; R];
-    let q = acts.q.as_ptr().add(r0 * k);
-    let d = acts.d.as_ptr().add(r0 * nb);
-    let sums = acts.sum.as_ptr().add(r0 * units);
-    let w = wrow.as_ptr();
-    for blk in 0..nb {
-        let b = w.add(blk * bb);
-        prefetch_ahead(b);
-        let h = K::header(b);
-        let mut lanes = [_mm512_setzero_si512(); R];
-        for c in 0..4 {
-            let pair = K::pair(b, c, &h);
-            for (j, wv) in pair.into_iter().enumerate() {
-                let u = blk * 8 + 2 * c + j;
-                for i in 0..R {
-                    let a = _mm512_loadu_si512(q.add(i * k + u * BLOCK) as *const _);
-                    lanes[i] = _mm512_add_epi32(lanes[i], _mm512_madd_epi16(wv, a));
-                }
-            }
-            if (2 * c + 2) % flush == 0 {
-                for i in 0..R {
-                    // Canonical lane l: this vector's lanes l and l + 8 (its unit halves).
-                    let l = _mm256_add_epi32(
-                        _mm512_castsi512_si256(lanes[i]),
-                        _mm512_extracti64x4_epi64(lanes[i], 1),
-                    );
-                    let t = h.d * *d.add(i * nb + blk);
-                    acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(t), _mm256_cvtepi32_ps(l), acc[i]);
-                    lanes[i] = _mm512_setzero_si512();
-                }
-            }
-        }
-        if offsets {
-            for i in 0..R {
-                let t = -(h.dmin * *d.add(i * nb + blk));
-                off[i] = t.mul_add(mins_dot(&h, sums.add(i * units + blk * 8)) as f32, off[i]);
-            }
-        }
-    }
-    store(&acc, &off, out);
-}
-
-/// `tile_k` for any row count up to [`TILE_ROWS`].
-#[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
-unsafe fn tile_k_rows<K: KFmt512>(wrow: &[u8], acts: &QuantActs, r0: usize, out: &mut [f32]) {
     match out.len() {
         1 => tile_k::<K, 1>(wrow, acts, r0, out),
         2 => tile_k::<K, 2>(wrow, acts, r0, out),
