@@ -15,11 +15,13 @@
 
 use super::data::{data_lines, eval_sets, training_data};
 use super::dflash::{Blocks, TrainableDFlash};
+pub use super::dflash_record::{best_dir, DFlashFigures, DFlashPoint, DFlashRecord};
+use super::dflash_record::{checkpoint_record, same_drafter, Sums};
 use super::figures::{eval_examples, EvalExamples};
 use super::loss::RowTargets;
 use super::run::{bar, beside, other_data, write_json, Epochs, RunConfig, RECORD_EVERY};
 use super::targets::{SequenceTargets, TargetCache};
-use super::{Example, Walk};
+use super::Example;
 use crate::draft::dflash::{default_target_layer_ids, DFlashShape};
 use crate::error::{Error, Result};
 use crate::model::decoder::{rope_tables, Decoder};
@@ -27,8 +29,7 @@ use candle_core::{DType, Tensor, D};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW};
 use rand::seq::index::sample;
 use rand::SeedableRng;
-use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// What a DFlash run is asked for beyond a head's run.
 #[derive(Debug, Clone, PartialEq)]
@@ -98,86 +99,6 @@ pub const TRAIN_ANCHORS: usize = 16;
 
 /// Blocks a forward pass of the evaluation reads at once.
 const EVAL_CHUNK: usize = 32;
-
-/// A DFlash run's record, written beside the drafter.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct DFlashRecord {
-    /// The command that made it.
-    pub command: String,
-    /// Target name.
-    pub target: String,
-    /// What it trained on, as a head's record says it.
-    pub data: Vec<String>,
-    /// Sequences trained on and held out.
-    pub sequences: usize,
-    /// Held-out sequences (the last ones).
-    pub held_out: usize,
-    /// The drafter's layers.
-    pub layers: usize,
-    /// Its block size.
-    pub block_size: usize,
-    /// The target layers it reads.
-    pub target_layer_ids: Vec<usize>,
-    /// Its mask token.
-    pub mask_token_id: u32,
-    /// Whether its layers started as the target's last layers (else random).
-    #[serde(default)]
-    pub from_target: bool,
-    /// The loss's depth decay, gamma ([`DFlashRun::loss_decay`]; 0: every depth alike, as in
-    /// records from before it).
-    #[serde(default)]
-    pub loss_decay: f64,
-    /// Learning rate (the peak, under a schedule).
-    pub lr: f64,
-    /// How the rate moved ([`super::LrSchedule::name`]).
-    pub lr_schedule: String,
-    /// Seed.
-    pub seed: u64,
-    /// Optimiser steps done.
-    pub step: usize,
-    /// Held-out cross-entropy, the mean over the blocks' rows.
-    pub held_out_loss: f32,
-    /// Share of the held-out blocks' rows (every depth) whose top token is the target's.
-    pub held_out_agreement: f32,
-    /// Tokens a target pass emits when blocks drafted from each root are verified greedily as
-    /// chains, walking the held-out answers as decoding does ([`super::Walk`]).
-    pub walked_tau: f32,
-    /// The held-out figures at every record of the run, resumed runs' included, in step order.
-    #[serde(default)]
-    pub curve: Vec<DFlashPoint>,
-    /// The same figures on each evaluation set (`--eval`), never trained on.
-    #[serde(default)]
-    pub eval: Vec<DFlashFigures>,
-}
-
-/// The held-out figures at one record.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct DFlashPoint {
-    /// Optimiser steps done.
-    pub step: usize,
-    /// [`DFlashRecord::held_out_loss`].
-    pub loss: f32,
-    /// [`DFlashRecord::held_out_agreement`].
-    pub agreement: f32,
-    /// [`DFlashRecord::walked_tau`].
-    pub walked_tau: f32,
-}
-
-/// A drafter's figures on one evaluation set, as the held-out answers' are measured.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct DFlashFigures {
-    /// The set's name (its file's stem), or `set/category`.
-    pub set: String,
-    /// Cross-entropy, the mean over the blocks' rows.
-    pub loss: f32,
-    /// Share of the rows whose top token is the target's.
-    pub agreement: f32,
-    /// Tokens a target pass emits walking the set's answers.
-    pub walked_tau: f32,
-    /// The same figures on each of the set's categories (none where it has fewer than two).
-    #[serde(default)]
-    pub by_category: Vec<DFlashFigures>,
-}
 
 /// The mask token when none is named: the last id whose embedding row is not zero (the last ids
 /// of a padded vocabulary are often zero rows, which would make every masked row of a block the
@@ -249,30 +170,10 @@ pub fn run(cfg: &RunConfig, spec: &DFlashRun) -> Result<DFlashRecord> {
     // The drafter, made (its shape checked against the target and any checkpoint) before any
     // answer is generated.
     let target_cfg = t.decoder.config().clone();
-    let target_layer_ids = match &cfg.feature_layers {
-        Some(s) => parse_layers(s, target_cfg.n_layers)?,
-        None => default_target_layer_ids(target_cfg.n_layers, spec.layers),
-    };
-    let mask_token_id = match spec.mask_token {
-        Some(m) => m,
-        None => default_mask_token(&t.decoder)?,
-    };
-    let shape = DFlashShape {
-        layers: spec.layers,
-        block_size: spec.block_size,
-        target_layer_ids: target_layer_ids.clone(),
-        mask_token_id,
-    };
+    let (shape, loss_decay) = drafter_shape(cfg, spec, &t.decoder)?;
+    let (target_layer_ids, mask_token_id) = (shape.target_layer_ids.clone(), shape.mask_token_id);
     if let Some(r) = &resumed {
         same_drafter(cfg, r, &t.name, &shape, spec.from_target)?;
-    }
-    let loss_decay = spec
-        .loss_decay
-        .unwrap_or_else(|| default_loss_decay(spec.block_size));
-    if !(loss_decay >= 0.0 && loss_decay.is_finite()) {
-        return Err(Error::InvalidArgument(format!(
-            "--loss-decay {loss_decay}: expected a finite gamma of 0 or more (0: every depth alike)"
-        )));
     }
     let device = t.decoder.device().clone();
     let mut drafter = if spec.from_target && resumed.is_none() {
@@ -383,90 +284,37 @@ pub fn run(cfg: &RunConfig, spec: &DFlashRun) -> Result<DFlashRecord> {
     }
 }
 
-/// The record of the checkpoint in `cfg.out` to resume (`None`: it holds none). A checkpoint
-/// without a readable record (`record_path`) is refused, not trained over.
-fn checkpoint_record(cfg: &RunConfig, record_path: &Path) -> Result<Option<DFlashRecord>> {
-    if !cfg.out.join("model.safetensors").exists() {
-        return Ok(None);
-    }
-    std::fs::read_to_string(record_path)
-        .ok()
-        .and_then(|s| serde_json::from_str::<DFlashRecord>(&s).ok())
-        .map(Some)
-        .ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "{} holds a DFlash drafter without its record {} (a run's, to resume from): \
-                 name another --out",
-                cfg.out.display(),
-                record_path.display()
-            ))
-        })
-}
-
-/// A checkpoint (its record `r`) resumed only as the drafter this run asks for: of the target
-/// `target`, of `shape`, started as `from_target` says; else a refusal naming what differs.
-fn same_drafter(
+/// The shape of the drafter `spec` asks for over `target` (`cfg.feature_layers` read, the mask
+/// token found where none is named) and its loss's depth decay, checked.
+fn drafter_shape(
     cfg: &RunConfig,
-    r: &DFlashRecord,
-    target: &str,
-    shape: &DFlashShape,
-    from_target: bool,
-) -> Result<()> {
-    let layers = |l: &[usize]| {
-        l.iter()
-            .map(|l| l.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
+    spec: &DFlashRun,
+    target: &Decoder,
+) -> Result<(DFlashShape, f64)> {
+    let n_layers = target.config().n_layers;
+    let target_layer_ids = match &cfg.feature_layers {
+        Some(s) => parse_layers(s, n_layers)?,
+        None => default_target_layer_ids(n_layers, spec.layers),
     };
-    let differs = if r.target != target {
-        Some(format!(
-            "was trained for the target {}, not {target}",
-            r.target
-        ))
-    } else if (r.layers, r.block_size) != (shape.layers, shape.block_size) {
-        Some(format!(
-            "holds a {}x{} drafter; resume it with --dflash {}x{}",
-            r.layers, r.block_size, r.layers, r.block_size
-        ))
-    } else if r.target_layer_ids != shape.target_layer_ids {
-        Some(format!(
-            "reads target layers {}; resume it with --feature-layers {}",
-            layers(&r.target_layer_ids),
-            layers(&r.target_layer_ids)
-        ))
-    } else if r.mask_token_id != shape.mask_token_id {
-        Some(format!(
-            "masks with token {}; resume it with --mask-token {}",
-            r.mask_token_id, r.mask_token_id
-        ))
-    } else if r.from_target != from_target {
-        let how = if r.from_target { "with" } else { "without" };
-        Some(format!(
-            "started from {}; resume it {how} --dflash-from-target",
-            if r.from_target {
-                "the target's last layers"
-            } else {
-                "random weights"
-            }
-        ))
-    } else {
-        None
+    let mask_token_id = match spec.mask_token {
+        Some(m) => m,
+        None => default_mask_token(target)?,
     };
-    match differs {
-        Some(why) => Err(Error::InvalidArgument(format!(
-            "{} {why} (or name another --out)",
-            cfg.out.display()
-        ))),
-        None => Ok(()),
+    let loss_decay = spec
+        .loss_decay
+        .unwrap_or_else(|| default_loss_decay(spec.block_size));
+    if !(loss_decay >= 0.0 && loss_decay.is_finite()) {
+        return Err(Error::InvalidArgument(format!(
+            "--loss-decay {loss_decay}: expected a finite gamma of 0 or more (0: every depth alike)"
+        )));
     }
-}
-
-/// Where a run writing `out` keeps its best checkpoint by held-out walked tau (`DIR.best/`, its
-/// record beside it as `DIR.best.json`): a run that goes on too long never loses the drafter it
-/// had at its best record.
-pub fn best_dir(out: &Path) -> PathBuf {
-    // `dflash/` and `dflash` alike.
-    beside(&out.components().collect::<PathBuf>(), ".best")
+    let shape = DFlashShape {
+        layers: spec.layers,
+        block_size: spec.block_size,
+        target_layer_ids,
+        mask_token_id,
+    };
+    Ok((shape, loss_decay))
 }
 
 /// What a run's records are made of: the sequences measured, the record so far (its curve
@@ -575,48 +423,6 @@ impl Recorder<'_> {
         }
         std::fs::rename(&tmp, &best).map_err(|e| Error::io(&best, e))?;
         write_json(&best_json, rec)
-    }
-}
-
-/// What a drafter's figures over some answers average: cross-entropy summed over the rows,
-/// rows agreeing, and the walk. Sums of disjoint sets add up to the union's.
-#[derive(Debug, Clone, Copy, Default)]
-struct Sums {
-    ce: f64,
-    agreed: f64,
-    rows: usize,
-    walk: Walk,
-}
-
-impl Sums {
-    fn add(&mut self, other: &Sums) {
-        self.ce += other.ce;
-        self.agreed += other.agreed;
-        self.rows += other.rows;
-        self.walk.steps += other.walk.steps;
-        self.walk.emitted += other.walk.emitted;
-    }
-
-    /// Mean loss and agreement a row, and the walk's tau (step left at 0).
-    fn point(&self) -> DFlashPoint {
-        let per_row = |x: f64| (x / self.rows.max(1) as f64) as f32;
-        DFlashPoint {
-            step: 0,
-            loss: per_row(self.ce),
-            agreement: per_row(self.agreed),
-            walked_tau: self.walk.tau(),
-        }
-    }
-
-    fn figures(&self, set: &str) -> DFlashFigures {
-        let p = self.point();
-        DFlashFigures {
-            set: set.to_string(),
-            loss: p.loss,
-            agreement: p.agreement,
-            walked_tau: p.walked_tau,
-            by_category: vec![],
-        }
     }
 }
 

@@ -12,6 +12,7 @@
 
 mod data;
 pub mod dflash;
+mod dflash_record;
 pub mod dflash_run;
 mod figures;
 pub mod head;
