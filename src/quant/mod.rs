@@ -13,13 +13,12 @@
 //! 8 bits), exact integer dot products per block, then a fixed sequence of f32 operations. So:
 //! - the result of a row does not depend on how many rows the call holds (batch-invariant: a tree
 //!   verified in one pass gets exactly the logits of one-token steps);
-//! - every code path (AVX-512, AVX2, portable) gives bit-identical results, so the portable path, which a
-//!   test checks against a dequantised f64 reference, vouches for the fast ones.
+//! - every code path (AVX-512, AVX2, portable) gives bit-identical results, so the portable path,
+//!   which a test checks against a dequantised f64 reference, vouches for the fast ones.
 //!
 //! The path is chosen once per process: `TREESPEC_CPU_KERNELS=auto|avx512|avx2|portable` (default
 //! auto: AVX-512 where the CPU has AVX-512 F and BW besides AVX2, FMA and F16C, else AVX2 where
-//! it has those three).
-//! Tests force each path in turn.
+//! it has those three). Tests force each path in turn.
 
 mod act;
 pub(crate) mod blocks;
@@ -434,16 +433,9 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     fn a_cpu_with_avx512_runs_the_avx512_path() {
         // So that the path tests above cannot skip it unnoticed on a CPU that has it.
-        let has = |f: &str| match f {
-            "avx512f" => std::arch::is_x86_feature_detected!("avx512f"),
-            "avx512bw" => std::arch::is_x86_feature_detected!("avx512bw"),
-            "avx2" => std::arch::is_x86_feature_detected!("avx2"),
-            "fma" => std::arch::is_x86_feature_detected!("fma"),
-            _ => std::arch::is_x86_feature_detected!("f16c"),
-        };
-        let all = ["avx512f", "avx512bw", "avx2", "fma", "f16c"]
-            .into_iter()
-            .all(has);
+        use std::arch::is_x86_feature_detected as has;
+        let all =
+            has!("avx512f") && has!("avx512bw") && has!("avx2") && has!("fma") && has!("f16c");
         assert_eq!(KernelPath::Avx512.available(), all);
         if all {
             assert_eq!(KernelPath::best(), KernelPath::Avx512);

@@ -32,7 +32,7 @@ pub struct DFlashRecord {
     /// Whether its layers started as the target's last layers (else random).
     #[serde(default)]
     pub from_target: bool,
-    /// The loss's depth decay, gamma ([`DFlashRun::loss_decay`]; 0: every depth alike, as in
+    /// The loss's depth decay, gamma ([`super::dflash_run::DFlashRun::loss_decay`]; 0: every depth alike, as in
     /// records from before it).
     #[serde(default)]
     pub loss_decay: f64,

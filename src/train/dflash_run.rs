@@ -19,7 +19,9 @@ pub use super::dflash_record::{best_dir, DFlashFigures, DFlashPoint, DFlashRecor
 use super::dflash_record::{checkpoint_record, same_drafter, Sums};
 use super::figures::{eval_examples, EvalExamples};
 use super::loss::RowTargets;
-use super::run::{bar, beside, other_data, write_json, Epochs, RunConfig, RECORD_EVERY};
+use super::run::{
+    bar, beside, link_or_copy, other_data, write_json, Epochs, RunConfig, RECORD_EVERY,
+};
 use super::targets::{SequenceTargets, TargetCache};
 use super::Example;
 use crate::draft::dflash::{default_target_layer_ids, DFlashShape};
@@ -171,7 +173,6 @@ pub fn run(cfg: &RunConfig, spec: &DFlashRun) -> Result<DFlashRecord> {
     // answer is generated.
     let target_cfg = t.decoder.config().clone();
     let (shape, loss_decay) = drafter_shape(cfg, spec, &t.decoder)?;
-    let (target_layer_ids, mask_token_id) = (shape.target_layer_ids.clone(), shape.mask_token_id);
     if let Some(r) = &resumed {
         same_drafter(cfg, r, &t.name, &shape, spec.from_target)?;
     }
@@ -205,7 +206,7 @@ pub fn run(cfg: &RunConfig, spec: &DFlashRun) -> Result<DFlashRecord> {
         drafter,
         lm_head: t.decoder.lm_head_dense()?,
         rope,
-        cache: TargetCache::new(cfg.opts.cache_bytes, target_layer_ids),
+        cache: TargetCache::new(cfg.opts.cache_bytes, shape.target_layer_ids.clone()),
         max_len: cfg.opts.max_len,
         loss_decay,
     };
@@ -226,7 +227,7 @@ pub fn run(cfg: &RunConfig, spec: &DFlashRun) -> Result<DFlashRecord> {
         layers: spec.layers,
         block_size: spec.block_size,
         target_layer_ids: shape.target_layer_ids.clone(),
-        mask_token_id,
+        mask_token_id: shape.mask_token_id,
         from_target: resumed.as_ref().map_or(spec.from_target, |r| r.from_target),
         loss_decay,
         lr: cfg.opts.lr,
@@ -412,11 +413,7 @@ impl Recorder<'_> {
         let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
         for file in ["config.json", "model.safetensors"] {
-            let (from, to) = (self.cfg.out.join(file), tmp.join(file));
-            // save_dir renames a new file over the old one, so a link keeps this one as it is.
-            if std::fs::hard_link(&from, &to).is_err() {
-                std::fs::copy(&from, &to).map_err(|e| Error::io(&to, e))?;
-            }
+            link_or_copy(&self.cfg.out.join(file), &tmp.join(file))?;
         }
         if best.exists() {
             std::fs::remove_dir_all(&best).map_err(|e| Error::io(&best, e))?;

@@ -587,14 +587,21 @@ impl Recorder<'_> {
             // it is), else a copy.
             let tmp = beside(&best, ".tmp");
             let _ = std::fs::remove_file(&tmp);
-            if std::fs::hard_link(&self.cfg.out, &tmp).is_err() {
-                std::fs::copy(&self.cfg.out, &tmp).map_err(|e| Error::io(&tmp, e))?;
-            }
+            link_or_copy(&self.cfg.out, &tmp)?;
             std::fs::rename(&tmp, &best).map_err(|e| Error::io(&best, e))?;
             write_json(&beside(&best, ".json"), rec)?;
         }
         Ok(())
     }
+}
+
+/// `from` given the second name `to` where the file system allows, else copied there: a
+/// checkpoint is replaced by renaming a new file over it, so a link keeps the old one as it is.
+pub(super) fn link_or_copy(from: &Path, to: &Path) -> Result<()> {
+    if std::fs::hard_link(from, to).is_err() {
+        std::fs::copy(from, to).map_err(|e| Error::io(to, e))?;
+    }
+    Ok(())
 }
 
 /// Where a run writing `out` keeps its best checkpoint by the held-out walked tau
