@@ -85,6 +85,7 @@ pub fn load_drafter(
     let own = LoadOptions {
         device,
         tensor_cores: crate::gpu::step::tensor_cores_for(true),
+        verifies: false,
         ..opts.clone()
     };
     let mut d = model::load(&path, &own)?;
@@ -292,11 +293,20 @@ pub fn build_engine(
     seed: u64,
     opts: &LoadOptions,
 ) -> Result<(Engine, TextSide)> {
-    let t = load_model(target, opts)?;
+    // Anything that drafts makes the target's passes verify: its products are chosen for that.
+    let drafts = drafter != DrafterChoice::None || head.is_some_and(|h| h != NO_HEAD);
+    let t = load_model(
+        target,
+        &LoadOptions {
+            verifies: drafts,
+            ..opts.clone()
+        },
+    )?;
     // The drafter holds at most as many positions as the target's cache (fewer where its own
     // trained context or, unsaid, the memory left holds fewer: it then stops drafting there).
     let opts = &LoadOptions {
         context_limit: t.decoder.context(),
+        verifies: false,
         ..opts.clone()
     };
     let mut notes = vec![];

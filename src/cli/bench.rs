@@ -25,7 +25,12 @@ pub(crate) fn run_costs(a: &BenchArgs) -> anyhow::Result<()> {
         anyhow::bail!("--cost-rows: a verify pass has at least one row");
     }
     let opts = a.runtime.load_options()?;
-    let mut t = load::load_model(&a.target, &opts)?;
+    // The target as it verifies (`load::build_engine` with a drafter): its products chosen so.
+    let as_target = LoadOptions {
+        verifies: true,
+        ..opts.clone()
+    };
+    let mut t = load::load_model(&a.target, &as_target)?;
     let prefix = a.cost_prefix;
     if prefix == 0 || prefix >= t.decoder.context() {
         anyhow::bail!(
@@ -42,6 +47,7 @@ pub(crate) fn run_costs(a: &BenchArgs) -> anyhow::Result<()> {
     // As a drafter runs (`load::load_drafter`): its products on dp4a unless told otherwise.
     let as_drafter = LoadOptions {
         tensor_cores: treespec::gpu::step::tensor_cores_for(true),
+        verifies: false,
         ..opts.clone()
     };
     let mut d = load::load_model(&a.drafter, &as_drafter)?;

@@ -81,6 +81,9 @@ pub struct Decoder {
     high_priority: bool,
     /// Q4_K / Q6_K products on tensor cores where the GPU has them (`gpu::step::tensor_cores_for`).
     tensor_cores: bool,
+    /// Its passes verify drafts: its tensor-core products are then the K-quant family's
+    /// ([`crate::gpu::step::mmq_wanted`]).
+    verifies: bool,
     /// Verify passes of many rows through cuBLAS ([`Decoder::set_wide_verify`]).
     wide_verify: bool,
     /// What runs the forward pass, for status lines and benchmarks.
@@ -90,6 +93,18 @@ pub struct Decoder {
 impl Decoder {
     /// Build the decoder from a weight store, with a KV cache for `context` positions.
     pub fn load(store: &mut WeightStore, cfg: ModelConfig, context: usize) -> Result<Self> {
+        Self::load_for(store, cfg, context, false)
+    }
+
+    /// [`Decoder::load`] for a model whose passes will verify drafts (`verifies`: a drafter or
+    /// an MTP head is loaded beside it), which picks the GPU step's products for it
+    /// ([`crate::gpu::step::mmq_wanted`]).
+    pub fn load_for(
+        store: &mut WeightStore,
+        cfg: ModelConfig,
+        context: usize,
+        verifies: bool,
+    ) -> Result<Self> {
         cfg.validate()?;
         if context == 0 {
             return Err(Error::Config("context must hold at least one token".into()));
@@ -135,6 +150,7 @@ impl Decoder {
             step: None,
             high_priority: false,
             tensor_cores: crate::gpu::step::tensor_cores_for(false),
+            verifies,
             wide_verify: false,
             runtime: String::new(),
             listed_attention,
@@ -171,7 +187,8 @@ impl Decoder {
         } else if !self.listed_attention {
             "candle ops (batch invariance off)".into()
         } else if let Some(weights) = self.step_weights() {
-            match GpuStep::new(&weights, &self.device) {
+            let family = crate::gpu::step::mmq_wanted(self.cfg.linear.is_some(), self.verifies);
+            match GpuStep::new(&weights, &self.device, family) {
                 Ok(mut step) => {
                     step.set_wide_verify(self.wide_verify);
                     // Rows cached before the step existed are not in its shadows.

@@ -48,6 +48,9 @@ pub struct LoadOptions {
     /// ([`Decoder::set_wide_verify`]: big trees verify several times faster, exact to `ar` only
     /// up to f16's rounding); a prompt's passes take them either way ([`crate::gpu::wide`]).
     pub wide_verify: bool,
+    /// The model's passes will verify drafts (a drafter or an MTP head is loaded beside it):
+    /// the GPU step's products are chosen for it ([`Decoder::load_for`]).
+    pub verifies: bool,
 }
 
 impl Default for LoadOptions {
@@ -60,6 +63,7 @@ impl Default for LoadOptions {
             drafter_device: None,
             tensor_cores: crate::gpu::step::tensor_cores_for(false),
             wide_verify: false,
+            verifies: false,
         }
     }
 }
@@ -125,7 +129,7 @@ fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     let weight_bytes = std::fs::metadata(path).map_or(0, |m| m.len());
     let context = context_for(&cfg, opts, weight_bytes);
     let mut store = WeightStore::gguf(&weights_path, content, &opts.device, opts.exact)?;
-    let mut decoder = Decoder::load(&mut store, cfg, context)?;
+    let mut decoder = Decoder::load_for(&mut store, cfg, context, opts.verifies)?;
     decoder.set_tensor_cores(opts.tensor_cores);
     decoder.set_wide_verify(opts.wide_verify);
     decoder.warm_up()?;
@@ -151,7 +155,7 @@ fn load_checkpoint(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
         .sum();
     let context = context_for(&cfg, opts, weight_bytes);
     let mut store = WeightStore::safetensors(&files, &opts.device)?;
-    let mut decoder = Decoder::load(&mut store, cfg, context)?;
+    let mut decoder = Decoder::load_for(&mut store, cfg, context, opts.verifies)?;
     decoder.set_tensor_cores(opts.tensor_cores);
     decoder.set_wide_verify(opts.wide_verify);
     Ok(LoadedModel {

@@ -409,6 +409,8 @@ impl MtpHead {
                     caches: vec![self.cache.storage()],
                 },
                 u.device(),
+                // The head's passes are one-row chains: the faster one-row products.
+                crate::gpu::step::mmq_wanted(false, false),
             );
             if let Err(why) = &built {
                 eprintln!("treespec: the MTP head runs on candle's ops: {why}");

@@ -14,9 +14,10 @@
 //! one launch (chunks of four activation rows, or 8-row tensor-core tiles, along the grid)
 //! instead of one launch per four rows. A target's Q4_K / Q6_K products run on tensor cores
 //! (`kernels/mmtc.cu`) for passes of several rows and on a one-row kernel that sums in the same
-//! order ([`tensor_cores_for`]), or (hybrid models; `TREESPEC_MMQ`) in the K-quant family of one summation
-//! contract ([`crate::gpu::mmq`], [`mmq_wanted`]), whose activations the quantisers then write
-//! with one scale a super-block of 256 values; the rest on dp4a. q/k/v and gate/up run
+//! order ([`tensor_cores_for`]), or (models that verify drafts, and hybrid models;
+//! `TREESPEC_MMQ`) in the K-quant family of one summation contract ([`crate::gpu::mmq`],
+//! [`mmq_wanted`]), whose activations the quantisers then write with one scale a super-block of
+//! 256 values; the rest on dp4a. q/k/v and gate/up run
 //! stacked in one launch where they share a format and kernel. On sm_90 and later (with a build
 //! for it) the step's row, attention and tensor-core kernels are programmatic dependent launches
 //! (`gpu::launch`): their blocks start while the kernel before them finishes, the products'
@@ -242,17 +243,18 @@ pub fn tensor_cores_for(drafter: bool) -> bool {
 /// Whether a model whose products run on tensor cores ([`tensor_cores_for`]) takes the K-quant
 /// family of one summation contract ([`crate::gpu::mmq`]: int8 tensor cores with a float term a
 /// super-block, one order for every row count) instead of `kernels/mmtc.cu`: `TREESPEC_MMQ=1`
-/// always, `0` never; unset, the hybrid (Gated DeltaNet) models. Their users verify their MTP
-/// head's drafts, and there the family's passes are 2-3x cheaper for a one-row step 7% slower
-/// (BENCHMARKS.md section 44, the 27B shape on the H100: a 4-row pass 12.4 ms against 20.9, a
-/// 64-row pass 35.2 against 96.8, the step 9.80 ms against 9.38); dense models keep the
-/// default products, whose step is 3% faster at the 8B shape and whose plain decoding is what
-/// their users compare.
-pub fn mmq_wanted(hybrid: bool) -> bool {
+/// always, `0` never; unset, a model that `verifies` drafts (a drafter or an MTP head is loaded
+/// beside it) and every hybrid (Gated DeltaNet) model. The family's verify passes are cheaper at
+/// every shape for a one-row step as fast or a little slower: on the 1.5B shape (H100, section
+/// 52) a 4-row pass 1.32 steps against 1.40, 5-8 rows 1.36-1.38 against 1.56-1.60, the step
+/// within 2%; on the 8B shape 8 rows 1.34 against 2.65 for a step 5% slower (section 48); on the
+/// 27B hybrid 4 rows 12.4 ms against 20.9 for a step 7% slower (section 44). A dense model loaded
+/// for plain decoding alone keeps the faster step.
+pub fn mmq_wanted(hybrid: bool, verifies: bool) -> bool {
     match std::env::var("TREESPEC_MMQ").as_deref() {
         Ok("1") => true,
         Ok("0") => false,
-        _ => hybrid,
+        _ => hybrid || verifies,
     }
 }
 
@@ -276,7 +278,11 @@ pub struct GpuStep;
 #[cfg(not(feature = "cuda"))]
 impl GpuStep {
     /// Never built without the `cuda` feature.
-    pub fn new(_w: &StepWeights, _device: &Device) -> std::result::Result<Self, String> {
+    pub fn new(
+        _w: &StepWeights,
+        _device: &Device,
+        _family: bool,
+    ) -> std::result::Result<Self, String> {
         Err("built without CUDA".into())
     }
 
@@ -406,3 +412,21 @@ fn mat(
 
 #[cfg(feature = "cuda")]
 mod cuda;
+
+#[cfg(test)]
+mod tests {
+    use super::mmq_wanted;
+
+    /// The K-quant family where passes verify drafts or the model is a hybrid; the one-row
+    /// products for a dense model decoding alone (unless `TREESPEC_MMQ` says otherwise).
+    #[test]
+    fn the_family_goes_where_passes_verify() {
+        if std::env::var_os("TREESPEC_MMQ").is_some() {
+            return;
+        }
+        assert!(!mmq_wanted(false, false));
+        assert!(mmq_wanted(false, true));
+        assert!(mmq_wanted(true, false));
+        assert!(mmq_wanted(true, true));
+    }
+}

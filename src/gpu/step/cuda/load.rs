@@ -4,8 +4,13 @@
 use super::*;
 
 impl GpuStep {
-    /// Build the step over a decoder's weights, or say why it cannot run them.
-    pub fn new(w: &StepWeights, device: &Device) -> std::result::Result<Self, String> {
+    /// Build the step over a decoder's weights, or say why it cannot run them; its tensor-core
+    /// products in the K-quant family where `family` ([`super::mmq_wanted`]) and the shape fits.
+    pub fn new(
+        w: &StepWeights,
+        device: &Device,
+        family: bool,
+    ) -> std::result::Result<Self, String> {
         let Device::Cuda(dev) = device else {
             return Err("not a GPU".into());
         };
@@ -75,7 +80,7 @@ impl GpuStep {
             .compute_capability()
             .map_err(|e| e.to_string())?;
         let group = cfg.n_heads / cfg.n_kv_heads;
-        let mmq = super::mmq_wanted(linear.is_some()) && mmq_fits(cfg);
+        let mmq = family && mmq_fits(cfg);
         let f = load_funcs(
             dev,
             &layers,
