@@ -113,6 +113,42 @@ fn a_synthetic_hybrid_loads_decodes_and_drafts_with_its_head() {
     assert_eq!(out.tokens, ar);
 }
 
+/// `bench` on a hybrid with its own MTP block and no `--drafter` drafts `mtp` with that block, as
+/// the chat does: it fetches no drafter (the default one is for another target).
+#[test]
+fn bench_drafts_with_a_targets_own_head_unasked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hybrid.gguf");
+    synth::write(&tiny_hybrid(), &path, 5, None).unwrap();
+    let prompts = dir.path().join("p.jsonl");
+    std::fs::write(&prompts, "{\"prompt\": \"def f(x):\"}\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_treespec"))
+        .args(["bench", "--target", path.to_str().unwrap(), "--prompts"])
+        .arg(&prompts)
+        .args([
+            "--modes",
+            "ar,mtp:2",
+            "--max-tokens",
+            "8",
+            "--require-identical",
+        ])
+        .env("TREESPEC_CACHE", dir.path().join("cache"))
+        .env("TREESPEC_CONFIG", dir.path().join("config"))
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("MTP head"), "{stdout}");
+    assert!(
+        format!("{stdout}{stderr}").contains("every mode emitted exactly the ar tokens"),
+        "{stdout}{stderr}"
+    );
+}
+
 #[test]
 fn formats_follow_q4_k_m() {
     let dir = tempfile::tempdir().unwrap();

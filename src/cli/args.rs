@@ -344,9 +344,11 @@ pub(crate) struct BenchArgs {
     /// The target model.
     #[arg(long, default_value = "target")]
     pub(crate) target: String,
-    /// The drafter model.
-    #[arg(long, default_value = "drafter")]
-    pub(crate) drafter: String,
+    /// The drafter: a model, a head file, a DFlash checkpoint, or `mtp` for the target's own
+    /// MTP head (default: as the chat picks one, the default drafter for the default target and
+    /// a target's own head where it has one; `--costs`: the default drafter).
+    #[arg(long)]
+    pub(crate) drafter: Option<String>,
     #[command(flatten)]
     pub(crate) head: HeadArg,
     /// Prompt files (JSON lines with a "prompt" field), each reported separately (default: the

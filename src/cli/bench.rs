@@ -41,7 +41,8 @@ pub(crate) fn run_costs(a: &BenchArgs) -> anyhow::Result<()> {
     if a.calibrate {
         return calibrate_wide(&mut t, &a.runtime.device, prefix);
     }
-    if let Some(dir) = load::dflash_dir(&load::model_path(&a.drafter)?)? {
+    let drafter = a.drafter.as_deref().unwrap_or(treespec::fetch::DRAFTER.key);
+    if let Some(dir) = load::dflash_dir(&load::model_path(drafter)?)? {
         return dflash_costs(a, &mut t, &dir, &opts);
     }
     // As a drafter runs (`load::load_drafter`): its products on dp4a unless told otherwise.
@@ -50,7 +51,7 @@ pub(crate) fn run_costs(a: &BenchArgs) -> anyhow::Result<()> {
         verifies: false,
         ..opts.clone()
     };
-    let mut d = load::load_model(&a.drafter, &as_drafter)?;
+    let mut d = load::load_model(drafter, &as_drafter)?;
     let rows = bench::measure_costs(
         &mut t.decoder,
         Some(&mut d.decoder),
@@ -215,7 +216,10 @@ pub(crate) fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
         &a.target,
         (
             match needs_drafter {
-                true => DrafterChoice::Named(&a.drafter),
+                true => a
+                    .drafter
+                    .as_deref()
+                    .map_or(DrafterChoice::Auto, DrafterChoice::Named),
                 false => DrafterChoice::None,
             },
             head.as_deref(),
