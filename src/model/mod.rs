@@ -11,6 +11,7 @@ pub mod layer;
 pub mod mtp;
 pub mod mtp_gguf;
 pub mod recommended;
+pub mod rope;
 pub mod source;
 pub mod step_check;
 pub mod tokenizer;
