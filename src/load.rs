@@ -295,7 +295,7 @@ pub fn build_engine(
 ) -> Result<(Engine, TextSide)> {
     // Anything that drafts makes the target's passes verify: its products are chosen for that.
     let drafts = drafter != DrafterChoice::None || head.is_some_and(|h| h != NO_HEAD);
-    let t = load_model(
+    let mut t = load_model(
         target,
         &LoadOptions {
             verifies: drafts,
@@ -344,6 +344,11 @@ pub fn build_engine(
         }
         None => None,
     };
+    // Nothing came to draft (none found, or the target's own head failed to load): plain
+    // decoding's products after all.
+    if drafter.is_none() && head.is_none() {
+        t.decoder.set_verifies(false);
+    }
     let start = Settings {
         mode: Mode::Ar,
         ..settings

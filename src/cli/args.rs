@@ -344,9 +344,10 @@ pub(crate) struct BenchArgs {
     /// The target model.
     #[arg(long, default_value = "target")]
     pub(crate) target: String,
-    /// The drafter: a model, a head file, a DFlash checkpoint, or `mtp` for the target's own
-    /// MTP head (default: as the chat picks one, the default drafter for the default target and
-    /// a target's own head where it has one; `--costs`: the default drafter).
+    /// The drafter: a model, a head file, a DFlash checkpoint, `mtp` for the target's own MTP
+    /// head, or `none` (`mtp` then drafts with --head alone). Default: as the chat picks one, the
+    /// default drafter for the default target and a target's own head where it has one;
+    /// `--costs`: the default drafter.
     #[arg(long)]
     pub(crate) drafter: Option<String>,
     #[command(flatten)]

@@ -216,10 +216,11 @@ pub(crate) fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
         &a.target,
         (
             match needs_drafter {
-                true => a
-                    .drafter
-                    .as_deref()
-                    .map_or(DrafterChoice::Auto, DrafterChoice::Named),
+                true => match a.drafter.as_deref() {
+                    None => DrafterChoice::Auto,
+                    Some("none") => DrafterChoice::None,
+                    Some(d) => DrafterChoice::Named(d),
+                },
                 false => DrafterChoice::None,
             },
             head.as_deref(),

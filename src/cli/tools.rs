@@ -102,8 +102,10 @@ pub(crate) fn run_selftest(a: SelftestArgs) -> anyhow::Result<()> {
         println!("{line}");
     }
     for spec in &a.models {
+        // Its products as the chat runs them: verifying the default head's or drafter's drafts.
         let opts = LoadOptions {
             device: dev.clone(),
+            verifies: true,
             ..LoadOptions::default()
         };
         let mut m = load::load_model(spec, &opts)?;

@@ -7,8 +7,8 @@
 //! - [`gdn`] (`gdn`): a Gated DeltaNet layer's convolution and recurrence over a chain or a tree.
 //! - [`step`] (`step`, `attention`): the decoder's forward pass, whose quantised products
 //!   (`products`, CUDA builds) run on dp4a (`mmvq`) or tensor cores (`mmtc`, Q4_K and Q6_K) or,
-//!   for hybrid models (or `TREESPEC_MMQ=1`), in the K-quant family of one summation contract
-//!   ([`mmq`]), and, for
+//!   for targets that verify drafts and hybrid models ([`step::mmq_wanted`]), in the K-quant
+//!   family of one summation contract ([`mmq`]), and, for
 //!   passes of many rows, through cuBLAS on f16 copies of the weights ([`wide`]), from a row
 //!   count measured per GPU and model shape ([`crossover`]).
 

@@ -1,6 +1,7 @@
 //! The quantised matrix products of the GPU decoder step (`gpu::step`): which kernel takes a
 //! pass, on dp4a (`kernels/mmvq.cu`, [`Dp4a`]) or tensor cores (`kernels/mmtc.cu`, [`Mmtc`]; the
-//! K-quant family of one summation contract, opt-in for now, is [`crate::gpu::mmq`]),
+//! K-quant family of one summation contract, for targets that verify drafts and hybrid models,
+//! is [`crate::gpu::mmq`]),
 //! of one matrix or a [`Stack`] of up to three; their launches; and their checks and timings
 //! (`treespec selftest`, `treespec bench --products`). Every kernel computes a row bit for bit
 //! as the others of its family do, so a pass may take any of them (batch invariance).

@@ -229,6 +229,19 @@ impl Decoder {
         }
     }
 
+    /// Say whether this model's passes verify drafts after all (`on`), before decoding: where
+    /// that changes its GPU step's products ([`crate::gpu::step::mmq_wanted`]), the step is
+    /// built again (a target loaded to verify for which no drafter came).
+    pub fn set_verifies(&mut self, on: bool) {
+        let hybrid = self.cfg.linear.is_some();
+        let changes = crate::gpu::step::mmq_wanted(hybrid, on)
+            != crate::gpu::step::mmq_wanted(hybrid, self.verifies);
+        self.verifies = on;
+        if changes && self.step.is_some() {
+            self.set_gpu_step(true);
+        }
+    }
+
     /// Run the GPU step's Q4_K / Q6_K products on tensor cores (`on`, where the GPU has them) or
     /// on the dp4a kernel: a target's on tensor cores, a drafter's not
     /// ([`crate::gpu::step::tensor_cores_for`]). Set it before decoding: either way a pass is

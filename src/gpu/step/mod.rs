@@ -244,8 +244,9 @@ pub fn tensor_cores_for(drafter: bool) -> bool {
 /// family of one summation contract ([`crate::gpu::mmq`]: int8 tensor cores with a float term a
 /// super-block, one order for every row count) instead of `kernels/mmtc.cu`: `TREESPEC_MMQ=1`
 /// always, `0` never; unset, a model that `verifies` drafts (a drafter or an MTP head is loaded
-/// beside it) and every hybrid (Gated DeltaNet) model. The family's verify passes are cheaper at
-/// every shape for a one-row step as fast or a little slower: on the 1.5B shape (H100, section
+/// beside it) and every hybrid (Gated DeltaNet) model. The family's verify passes of the sizes
+/// chains and small trees use are cheaper at every shape (at 17-32 rows on the 1.5B `mmtc` is
+/// ahead) for a one-row step as fast or a little slower: on the 1.5B shape (H100, section
 /// 52) a 4-row pass 1.32 steps against 1.40, 5-8 rows 1.36-1.38 against 1.56-1.60, the step
 /// within 2%; on the 8B shape 8 rows 1.34 against 2.65 for a step 5% slower (section 48); on the
 /// 27B hybrid 4 rows 12.4 ms against 20.9 for a step 7% slower (section 44). A dense model loaded
