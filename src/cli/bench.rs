@@ -156,7 +156,7 @@ pub(crate) fn calibrate_wide(
         .filter_map(|&n| Some((n, ms(&quantised, n)?, ms(&wide, n)?)))
         .collect();
     let cal = crossover::Calibration::of(table);
-    let key = crossover::key(&gpu, t.decoder.config());
+    let key = crossover::key(&gpu, t.decoder.config(), t.decoder.step_family());
     let path = crossover::path();
     crossover::record_in(&path, &key, &cal)?;
     println!(

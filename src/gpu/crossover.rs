@@ -45,18 +45,20 @@ pub fn choose(table: &[(usize, f64, f64)]) -> Option<usize> {
     from
 }
 
-/// The key a calibration is kept under: the GPU's name and the model's shape (a model of the
-/// same shape in other formats shares it).
-pub fn key(gpu: &str, cfg: &ModelConfig) -> String {
+/// The key a calibration is kept under: the GPU's name, the model's shape (a model of the same
+/// shape in other formats shares it) and whether its products are the K-quant family's
+/// (`family`: each set's passes cost their own, so each has its own crossover).
+pub fn key(gpu: &str, cfg: &ModelConfig, family: bool) -> String {
     format!(
-        "{gpu} | {} layers, hidden {}, {}/{} heads of {}, ffn {}, vocab {}",
+        "{gpu} | {} layers, hidden {}, {}/{} heads of {}, ffn {}, vocab {}{}",
         cfg.n_layers,
         cfg.hidden,
         cfg.n_heads,
         cfg.n_kv_heads,
         cfg.head_dim,
         cfg.ffn,
-        cfg.vocab_size
+        cfg.vocab_size,
+        if family { " | K-quant family" } else { "" }
     )
 }
 
@@ -134,5 +136,19 @@ mod tests {
         record_in(&path, "a", &a).unwrap();
         assert_eq!(recorded_in(&path, "a").unwrap().from, Some(16));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Each product set keeps its own crossover: the family's key is not `mmtc`'s, and
+    /// `mmtc`'s is the key calibrations were kept under before the family had one.
+    #[test]
+    fn each_product_set_has_its_own_key() {
+        use crate::arch::config::Family;
+        let cfg = ModelConfig::new(Family::Qwen2, 28, 1536, 8960, 12, 2, 128, 151936);
+        let (tiles, family) = (key("H100", &cfg, false), key("H100", &cfg, true));
+        assert_eq!(
+            tiles,
+            "H100 | 28 layers, hidden 1536, 12/2 heads of 128, ffn 8960, vocab 151936"
+        );
+        assert_eq!(family, format!("{tiles} | K-quant family"));
     }
 }

@@ -69,17 +69,19 @@ impl std::fmt::Display for WideSource {
 }
 
 /// The row count from which passes use the cuBLAS products for a model shaped `cfg` on the GPU
-/// named `gpu`: `TREESPEC_WIDE_ROWS` (`0`: never), else the crossover `bench --costs
-/// --calibrate` recorded for them (none where cuBLAS lost at every size measured), else
-/// [`WIDE_ROWS_DEFAULT`]. `None`: never.
+/// named `gpu`, its quantised products the K-quant family's where `family`:
+/// `TREESPEC_WIDE_ROWS` (`0`: never), else the crossover `bench --costs --calibrate` recorded
+/// for them (none where cuBLAS lost at every size measured), else [`WIDE_ROWS_DEFAULT`].
+/// `None`: never.
 pub fn wide_rows_for(
     gpu: &str,
     cfg: &crate::arch::config::ModelConfig,
+    family: bool,
 ) -> (Option<usize>, WideSource) {
     if let Some(rows) = env_rows() {
         return (rows, WideSource::Env);
     }
-    let key = crate::gpu::crossover::key(gpu, cfg);
+    let key = crate::gpu::crossover::key(gpu, cfg, family);
     match crate::gpu::crossover::recorded_in(&crate::gpu::crossover::path(), &key) {
         Some(cal) => (cal.from, WideSource::Measured),
         None => (Some(WIDE_ROWS_DEFAULT), WideSource::Default),

@@ -242,6 +242,11 @@ impl Decoder {
         }
     }
 
+    /// The GPU step's products are the K-quant family's ([`crate::gpu::step::mmq_wanted`]).
+    pub fn step_family(&self) -> bool {
+        self.step.as_ref().is_some_and(|s| s.family())
+    }
+
     /// Run the GPU step's Q4_K / Q6_K products on tensor cores (`on`, where the GPU has them) or
     /// on the dp4a kernel: a target's on tensor cores, a drafter's not
     /// ([`crate::gpu::step::tensor_cores_for`]). Set it before decoding: either way a pass is

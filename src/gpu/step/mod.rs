@@ -331,6 +331,11 @@ impl GpuStep {
         "no products"
     }
 
+    /// No products without CUDA.
+    pub fn family(&self) -> bool {
+        false
+    }
+
     /// Unreachable: no step exists without CUDA.
     pub fn keep(&mut self, _base: usize, _rows: &[usize]) -> Result<()> {
         Err(Error::Device("no GPU step without CUDA".into()))

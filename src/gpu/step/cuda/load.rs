@@ -95,7 +95,7 @@ impl GpuStep {
         }
         let pdl = LaunchOn::new(&stream).pdl;
         let gpu = crate::device::gpu_name(device).unwrap_or_else(|| "GPU".into());
-        let (wide_from, wide_source) = crate::gpu::wide::wide_rows_for(&gpu, cfg);
+        let (wide_from, wide_source) = crate::gpu::wide::wide_rows_for(&gpu, cfg, mmq);
         let wide = wide_from.and_then(|from| wide_products(dev, &layers, &lm_head, from));
         // The caches' f16 shadows, for the wide passes' attention on tensor cores.
         let shadow = match wide.is_some() && f.att_wide.is_some() {

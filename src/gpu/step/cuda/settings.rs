@@ -22,6 +22,11 @@ impl GpuStep {
         }
     }
 
+    /// The products are the K-quant family's.
+    pub fn family(&self) -> bool {
+        self.tensor_cores && self.mmq
+    }
+
     /// The row count from which passes multiply through cuBLAS with f16 copies of the
     /// weights ([`crate::gpu::wide`]), the bytes the copies take, and whether verify passes
     /// do too; `None` where they are off or did not fit.
