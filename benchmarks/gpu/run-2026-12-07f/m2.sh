@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
-# Session 35 (no staging; carry [".stage/bin/treespec.xz", ".stage/tok/tokenizer.gguf.xz",
-# ".stage/llama.tar.xz"], tests/data moved aside): ../run-2026-12-07e/m1.sh (issue 37's MTP
-# chains beside llama.cpp's on the 27B-shaped hybrid), with ../run-2026-12-07d/x1.sh's DFlash
-# check (issue 38) run while llama.cpp builds, after treespec's first timing and before
-# llama.cpp's, so that no two timings share the GPU.
+# Session 35 (issue 37, item 5; BENCHMARKS.md section 52). Carry [".stage/bin/treespec.xz",
+# ".stage/tok/tokenizer.gguf.xz", ".stage/llama.tar.xz"], tests/data moved aside. MTP chains
+# beside llama.cpp's on the same file: the Qwen3.6-27B-shaped hybrid (`treespec synth`, random
+# weights with its MTP block, the Qwen2.5 tokenizer grafted in). llama.cpp (the vendored
+# llama-cpp-python 0.3.36 copy) is built in the background, only llama-bench and
+# llama-speculative-simple (the `llama` app does not link without the server). While it builds:
+# treespec `ar`, `mtp:1@0` and `mtp:3@0` (a chain drafted every step, no threshold), then
+# ../run-2026-12-07d/x1.sh's DFlash check (issue 38), so that no two timings share the GPU. Then
+# llama-bench tg128 and `llama-speculative-simple --spec-type draft-mtp --spec-draft-n-max 1|3`,
+# greedy, the same prompt; then treespec again. The random head is never accepted by either, so
+# this times the machinery (a k+1-row verify pass and k head steps a token).
+# As run (build 88fbc2a), treespec's `bench` with no --drafter asked for the default target's
+# drafter and failed; tq.sh ran its half with `--drafter mtp`. From 6e2afee on, `bench` picks
+# the target's own head unasked and this script runs whole.
 source benchmarks/gpu/lib.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 mkdir -p /root/llama && tar -xJf .stage/llama.tar.xz -C /root/llama
